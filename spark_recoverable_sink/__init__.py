@@ -1,0 +1,42 @@
+"""spark_recoverable_sink: publish Spark DataFrames to Kafka through a local write-ahead log.
+
+Every record is committed to an executor-local LMDB write-ahead log before
+Kafka sees it, tracked until the broker acknowledges it, retried from the log
+when delivery fails, and replayed by a later task when its worker died. See
+README.md for the guarantee and docs/DESIGN.md for the data path.
+"""
+
+from .config import SinkConfig
+from .errors import (
+    ConfigError,
+    DeadLetterError,
+    InvalidRecordError,
+    ProducerError,
+    RecoverableSinkError,
+    SchemaError,
+    WalError,
+    WalFormatError,
+    WalFullError,
+    WalWriteError,
+)
+from .report import BatchReport, PartitionReport
+from .sink import RecoverableKafkaSink
+
+__all__ = [
+    "RecoverableKafkaSink",
+    "SinkConfig",
+    "BatchReport",
+    "PartitionReport",
+    "RecoverableSinkError",
+    "ConfigError",
+    "SchemaError",
+    "InvalidRecordError",
+    "WalError",
+    "WalFullError",
+    "WalFormatError",
+    "WalWriteError",
+    "DeadLetterError",
+    "ProducerError",
+]
+
+__version__ = "0.1.0"

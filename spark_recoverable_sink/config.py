@@ -1,0 +1,197 @@
+"""Sink configuration: one frozen dataclass, validated when it is built.
+
+The Kafka configuration is copied and passed to confluent-kafka as it is,
+except that the safe producer settings (``enable.idempotence=true``,
+``acks=all``) are filled in when the user did not set them. Values of secret
+options never appear in reprs, logs or error messages: :func:`redact` and
+:meth:`SinkConfig.scrub` are the only ways this package prints Kafka config.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+__all__ = [
+    "SinkConfig",
+    "AT_LEAST_ONCE",
+    "EXACTLY_ONCE",
+    "WAL_SYNC_MODES",
+    "DEFAULT_MAX_WAL_BYTES",
+    "redact",
+    "is_secret_option",
+]
+
+log = logging.getLogger(__name__)
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = "exactly_once"
+WAL_SYNC_MODES = ("commit", "none")
+DEFAULT_MAX_WAL_BYTES = 20 * 1024**3
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_SECRET_RE = re.compile(
+    r"(password|secret|passwd|\.pem$|jaas|oauthbearer\.config|token|credential|api\.key|private)",
+    re.IGNORECASE,
+)
+_SAFE_DEFAULTS = {"enable.idempotence": "true", "acks": "all"}
+_REDACTED = "***"
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether a Kafka config option holds a secret (its value is never printed)."""
+    return bool(_SECRET_RE.search(name))
+
+
+def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``conf`` with the values of secret options replaced by ``***``."""
+    return {k: (_REDACTED if is_secret_option(k) else v) for k, v in conf.items()}
+
+
+def _positive(option: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigError(option, f"must be a {'whole' if integer else ''} number, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(option, f"must be finite, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(option, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything a task needs to write; picklable, holds no live handle.
+
+    Attributes:
+        name: Stable id of the sink; goes into WAL paths and record ids.
+        kafka_conf: Items of the user's confluent-kafka configuration (a copy).
+        topic: Default topic; a ``topic`` column overrides it per row.
+        wal_dir: Executor-local directory for the write-ahead log.
+        ack_timeout_s: How long a task waits for broker acks (0 = fully async).
+        checkpoint_interval_s: Longest time between two prunes of acked records.
+        max_wal_bytes: Live WAL bytes one slot (one Python worker) may hold.
+        max_block_s: How long an append waits for space before ``WalFullError``.
+        wal_sync: ``"commit"`` (fsync per WAL transaction) or ``"none"``.
+        dead_letter_topic: Where records with non-retriable errors are copied.
+        retry_backoff_s / retry_backoff_max_s: Backoff of retries from the WAL.
+        guarantee: ``"at_least_once"`` (``"exactly_once"`` is reserved).
+        id_header: Name of the header carrying each record's deterministic id.
+    """
+
+    name: str
+    kafka_conf_items: tuple[tuple[str, str], ...] = field(repr=False)
+    wal_dir: str
+    topic: str | None = None
+    ack_timeout_s: float = 30.0
+    checkpoint_interval_s: float = 1.0
+    max_wal_bytes: int = DEFAULT_MAX_WAL_BYTES
+    max_block_s: float = 60.0
+    wal_sync: str = "commit"
+    dead_letter_topic: str | None = None
+    retry_backoff_s: float = 0.5
+    retry_backoff_max_s: float = 30.0
+    guarantee: str = AT_LEAST_ONCE
+    id_header: str = "rks-id"
+
+    @classmethod
+    def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
+        """Validate and copy user options into a config.
+
+        Raises:
+            ConfigError: naming the option that is wrong and why.
+        """
+        if not isinstance(kafka_conf, Mapping):
+            raise ConfigError("kafka_conf", f"must be a mapping, got {type(kafka_conf).__name__}")
+        items = []
+        for k, v in kafka_conf.items():
+            if not isinstance(k, str):
+                raise ConfigError("kafka_conf", f"keys must be strings, got {type(k).__name__}")
+            if callable(v):
+                raise ConfigError(
+                    f"kafka_conf[{k!r}]",
+                    "callables cannot be shipped to executors; use plain values",
+                )
+            # confluent-kafka accepts str/int/float/bool; keep the user's value as text.
+            items.append((k, v if isinstance(v, str) else (str(v).lower() if isinstance(v, bool) else str(v))))
+        conf = cls(name=name, kafka_conf_items=tuple(sorted(items)), wal_dir=wal_dir, **options)
+        return conf
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ConfigError(
+                "name", "must be 1-100 characters of letters, digits, '.', '_' or '-', "
+                f"starting with a letter or digit, got {self.name!r}",
+            )
+        conf = dict(self.kafka_conf_items)
+        if not conf.get("bootstrap.servers"):
+            raise ConfigError("kafka_conf", "'bootstrap.servers' is required")
+        for reserved in ("transactional.id",):
+            if reserved in conf:
+                raise ConfigError(f"kafka_conf[{reserved!r}]", "is set by the sink itself (exactly-once mode)")
+        if not isinstance(self.wal_dir, str) or not self.wal_dir:
+            raise ConfigError("wal_dir", "must be a non-empty path")
+        for opt in ("topic", "dead_letter_topic"):
+            v = getattr(self, opt)
+            if v is not None and (not isinstance(v, str) or not _TOPIC_RE.match(v)):
+                raise ConfigError(opt, f"must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars), got {v!r}")
+        if self.dead_letter_topic is not None and self.dead_letter_topic == self.topic:
+            raise ConfigError("dead_letter_topic", "must differ from the default topic")
+        _positive("ack_timeout_s", self.ack_timeout_s, allow_zero=True)
+        _positive("checkpoint_interval_s", self.checkpoint_interval_s)
+        _positive("max_block_s", self.max_block_s, allow_zero=True)
+        _positive("retry_backoff_s", self.retry_backoff_s)
+        _positive("retry_backoff_max_s", self.retry_backoff_max_s)
+        _positive("max_wal_bytes", self.max_wal_bytes, integer=True)
+        if self.max_wal_bytes < 1024 * 1024:
+            raise ConfigError("max_wal_bytes", f"must be at least 1 MiB, got {self.max_wal_bytes}")
+        if self.retry_backoff_max_s < self.retry_backoff_s:
+            raise ConfigError("retry_backoff_max_s", "must be >= retry_backoff_s")
+        if self.wal_sync not in WAL_SYNC_MODES:
+            raise ConfigError("wal_sync", f"must be one of {WAL_SYNC_MODES}, got {self.wal_sync!r}")
+        if self.guarantee == EXACTLY_ONCE:
+            raise ConfigError("guarantee", "'exactly_once' is not available yet; use 'at_least_once'")
+        if self.guarantee != AT_LEAST_ONCE:
+            raise ConfigError("guarantee", f"must be {AT_LEAST_ONCE!r}, got {self.guarantee!r}")
+        if not isinstance(self.id_header, str) or not self.id_header:
+            raise ConfigError("id_header", "must be a non-empty string")
+        for k, safe in _SAFE_DEFAULTS.items():
+            v = conf.get(k)
+            if v is not None and str(v).lower() not in (safe, "-1" if k == "acks" else safe):
+                log.warning(
+                    "sink=%s kafka option %s=%s weakens delivery: the broker may lose or duplicate "
+                    "acknowledged records (safe value: %s)", self.name, k, v, safe,
+                )
+
+    # -- Kafka configuration -------------------------------------------------
+
+    def producer_conf(self) -> dict[str, str]:
+        """The configuration handed to ``confluent_kafka.Producer``: the user's, plus safe defaults."""
+        conf = dict(_SAFE_DEFAULTS)
+        conf.update(self.kafka_conf_items)
+        return conf
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Values of secret options (to scrub from texts produced by the Kafka client)."""
+        return tuple(v for k, v in self.kafka_conf_items if is_secret_option(k) and v)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret value of the Kafka config replaced by ``***``."""
+        for secret in self.secret_values():
+            text = text.replace(secret, _REDACTED)
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"SinkConfig(name={self.name!r}, topic={self.topic!r}, wal_dir={self.wal_dir!r}, "
+            f"kafka_conf={redact(dict(self.kafka_conf_items))!r}, ack_timeout_s={self.ack_timeout_s}, "
+            f"wal_sync={self.wal_sync!r}, max_wal_bytes={self.max_wal_bytes}, "
+            f"dead_letter_topic={self.dead_letter_topic!r}, guarantee={self.guarantee!r})"
+        )
+
+    __str__ = __repr__

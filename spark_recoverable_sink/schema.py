@@ -1,0 +1,148 @@
+"""The input schema: exactly the columns Spark's built-in Kafka sink accepts.
+
+``validate_spark_schema`` runs on the driver, before any task: it names the
+column, the type it has and the types allowed. ``normalize_batch`` runs on the
+executor and turns one Arrow batch of input rows into the WAL's canonical
+record batch (see :mod:`.encoding`), keeping null and empty apart.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .encoding import TOPIC_META
+from .errors import InvalidRecordError, SchemaError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql.types import StructType
+
+__all__ = ["KAFKA_COLUMNS", "validate_spark_schema", "normalize_batch", "HEADERS_TYPE"]
+
+#: Column name -> Spark type names allowed (as ``DataType.simpleString()``).
+KAFKA_COLUMNS: dict[str, tuple[str, ...]] = {
+    "key": ("string", "binary"),
+    "value": ("string", "binary"),
+    "topic": ("string",),
+    "partition": ("int",),
+    "headers": ("array<struct<key:string,value:binary>>",),
+    "timestamp": ("timestamp",),
+}
+
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def validate_spark_schema(schema: "StructType", default_topic: str | None) -> list[str]:
+    """Check a DataFrame schema against the Kafka sink schema.
+
+    Returns the canonical (lower-case) column names to select, in input order.
+    Column names match case-insensitively, as they do for Spark's Kafka sink.
+
+    Raises:
+        SchemaError: an unknown column, a wrong type, a duplicate, a missing
+            ``value`` column, or no ``topic`` column and no default topic.
+    """
+    seen: dict[str, str] = {}
+    for f in schema.fields:
+        canon = f.name.lower()
+        allowed = KAFKA_COLUMNS.get(canon)
+        if allowed is None:
+            raise SchemaError(
+                f"column {f.name!r} ({f.dataType.simpleString()}) is not a Kafka sink column; "
+                f"allowed columns: {', '.join(KAFKA_COLUMNS)}",
+                column=f.name, actual=f.dataType.simpleString(), allowed=tuple(KAFKA_COLUMNS),
+            )
+        if canon in seen:
+            raise SchemaError(f"column {f.name!r} appears twice (also as {seen[canon]!r})", column=f.name)
+        actual = _spark_type_name(f.dataType)
+        if actual not in allowed:
+            raise SchemaError(
+                f"column {f.name!r} has type {actual}; allowed: {' or '.join(allowed)}",
+                column=f.name, actual=actual, allowed=allowed,
+            )
+        seen[canon] = f.name
+    if "value" not in seen:
+        raise SchemaError("required column 'value' (string or binary) is missing",
+                          column=None, allowed=KAFKA_COLUMNS["value"])
+    if "topic" not in seen and default_topic is None:
+        raise SchemaError("no 'topic' column and no default topic: set topic= on the sink or add a topic column",
+                          column="topic", allowed=KAFKA_COLUMNS["topic"])
+    return [seen[c] for c in seen]
+
+
+def _spark_type_name(dt: Any) -> str:
+    # Header structs may come with nullability differences; simpleString ignores nullability.
+    return dt.simpleString()
+
+
+def _as_binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    t = arr.type
+    if pa.types.is_binary(t):
+        return arr
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return pc.cast(arr, pa.binary())
+    raise InvalidRecordError(f"cannot use Arrow type {t} as bytes")
+
+
+def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix: str, first_seq: int) -> pa.RecordBatch:
+    """One input Arrow batch -> the canonical WAL record batch.
+
+    Raises:
+        InvalidRecordError: a row has a null topic and there is no default
+            topic (no row of the batch was accepted).
+    """
+    names = [n.lower() for n in batch.schema.names]
+    cols: dict[str, pa.Array] = dict(zip(names, batch.columns))
+    arrays: list[pa.Array] = []
+    fields: list[pa.Field] = []
+
+    value = _as_binary(cols["value"])
+    arrays.append(value)
+    fields.append(pa.field("value", pa.binary()))
+    if "key" in cols:
+        arrays.append(_as_binary(cols["key"]))
+        fields.append(pa.field("key", pa.binary()))
+    if "topic" in cols:
+        topic = cols["topic"]
+        if not pa.types.is_string(topic.type):
+            topic = pc.cast(topic, pa.string())
+        if topic.null_count:
+            if default_topic is None:
+                first_null = pc.index(pc.is_null(topic), True).as_py()
+                raise InvalidRecordError(
+                    f"row {first_seq + first_null} has a null topic and the sink has no default topic",
+                    record_id=f"{id_prefix}{first_seq + first_null}",
+                )
+            topic = pc.fill_null(topic, default_topic)
+        arrays.append(topic)
+        fields.append(pa.field("topic", pa.string()))
+    if "partition" in cols:
+        arrays.append(pc.cast(cols["partition"], pa.int32()))
+        fields.append(pa.field("partition", pa.int32()))
+    if "headers" in cols:
+        h = cols["headers"]
+        if h.type != HEADERS_TYPE:
+            h = pc.cast(h, HEADERS_TYPE)
+        arrays.append(h)
+        fields.append(pa.field("headers", HEADERS_TYPE))
+    if "timestamp" in cols:
+        ts = cols["timestamp"]
+        if pa.types.is_timestamp(ts.type):
+            ts = pc.cast(ts, pa.timestamp("ms", tz=ts.type.tz), safe=False)
+        arrays.append(pc.cast(ts, pa.int64()))
+        fields.append(pa.field("timestamp", pa.int64()))
+    meta = {TOPIC_META: default_topic.encode()} if default_topic else None
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+
+
+def payload_bytes(batch: pa.RecordBatch) -> int:
+    """Bytes of keys and values in a normalised batch (what the report counts)."""
+    total = 0
+    for name in ("value", "key"):
+        i = batch.schema.get_field_index(name)
+        if i >= 0:
+            s = pc.sum(pc.binary_length(batch.column(i))).as_py()
+            total += s or 0
+    return total

@@ -1,0 +1,145 @@
+"""The driver side: :class:`RecoverableKafkaSink`, a ``foreachBatch`` function.
+
+Per batch, on the driver:
+
+1. fail if an earlier batch left dead letters and no dead-letter topic is set;
+2. validate the schema (before any task runs);
+3. run one Spark job: ``mapInArrow`` with :class:`.PartitionWriter`, which
+   returns one small report row per partition;
+4. build a :class:`.BatchReport`, keep it (``last_report``, ``reports``) and
+   log it as one ``key=value`` line.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .config import SinkConfig
+from .errors import DeadLetterError
+from .partition_writer import PartitionWriter
+from .report import REPORT_DDL, BatchReport, PartitionReport
+from .schema import validate_spark_schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
+
+__all__ = ["RecoverableKafkaSink"]
+
+log = logging.getLogger(__name__)
+
+
+class RecoverableKafkaSink:
+    """Publish a DataFrame's rows to Kafka through an executor-local write-ahead log.
+
+    Use as ``df.writeStream.foreachBatch(sink)`` or ``sink.write(df)``. The
+    DataFrame has the columns of Spark's Kafka sink: ``value`` (required),
+    ``key``, ``topic``, ``partition``, ``headers``, ``timestamp``.
+
+    Args:
+        name: Stable id of this sink; goes into WAL paths and record ids.
+        kafka_conf: confluent-kafka producer configuration, passed through
+            (``enable.idempotence=true`` and ``acks=all`` unless set).
+        topic: Default topic; a ``topic`` column overrides it per row.
+        wal_dir: Executor-local directory for the write-ahead log.
+        ack_timeout_s: How long a task waits for broker acks (0 = fully async).
+        history: How many batch reports ``reports`` keeps.
+        **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
+            ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
+            ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
+
+    Raises:
+        ConfigError: an option is wrong (the message names it).
+    """
+
+    def __init__(
+        self, name: str, kafka_conf: Mapping[str, Any], topic: str | None = None,
+        wal_dir: str = "/tmp/spark_recoverable_sink", ack_timeout_s: float = 30.0,
+        history: int = 100, **options: Any,
+    ) -> None:
+        self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
+        self.reports: deque[BatchReport] = deque(maxlen=max(1, history))
+        self._lock = threading.Lock()
+        self._unreported_dead: list[tuple[str, str]] = []
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def last_report(self) -> BatchReport | None:
+        return self.reports[-1] if self.reports else None
+
+    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
+        """``foreachBatch`` entry point.
+
+        Raises:
+            DeadLetterError: an earlier batch dead-lettered records and no
+                ``dead_letter_topic`` is set (they are kept in the WAL).
+            SchemaError: the DataFrame is not in the Kafka sink schema.
+            pyspark errors: a task failed after Spark's retries.
+        """
+        self._raise_dead_letters()
+        report = self._run(batch_df, int(batch_id))
+        if report.dead_letters and self.config.dead_letter_topic is None:
+            with self._lock:
+                self._unreported_dead.extend(report.dead_letters)
+
+    def write(self, df: "DataFrame", batch_id: int | None = None) -> BatchReport:
+        """Write a batch DataFrame; returns its report.
+
+        ``batch_id`` goes into record ids; pass the same one to re-run the same
+        write with the same ids (default: the current time in milliseconds).
+
+        Raises:
+            DeadLetterError: records failed with a non-retriable error and no
+                ``dead_letter_topic`` is set (they are kept in the WAL).
+            SchemaError: the DataFrame is not in the Kafka sink schema.
+        """
+        self._raise_dead_letters()
+        report = self._run(df, int(time.time() * 1000) if batch_id is None else int(batch_id))
+        if report.dead_letters and self.config.dead_letter_topic is None:
+            raise DeadLetterError(self._dead_message(report.dead_letters), [i for i, _ in report.dead_letters],
+                                  dict(report.dead_letters))
+        return report
+
+    def _raise_dead_letters(self) -> None:
+        with self._lock:
+            dead, self._unreported_dead = self._unreported_dead, []
+        if dead:
+            raise DeadLetterError(self._dead_message(dead), [i for i, _ in dead], dict(dead))
+
+    def _dead_message(self, dead: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> str:
+        shown = "; ".join(f"{rid}: {err}" for rid, err in list(dead)[:10])
+        more = f" (and {len(dead) - 10} more)" if len(dead) > 10 else ""
+        return (f"sink={self.config.name}: {len(dead)} record(s) failed with a non-retriable Kafka error and no "
+                f"dead_letter_topic is set; they are kept in the WAL's dead-letter store: {shown}{more}")
+
+    def _run(self, df: "DataFrame", batch_id: int) -> BatchReport:
+        t0 = time.monotonic()
+        columns = validate_spark_schema(df.schema, self.config.topic)
+        writer = PartitionWriter(self.config, batch_id)
+        rows = df.select(*columns).mapInArrow(writer, REPORT_DDL).collect()
+        report = BatchReport.from_partitions(batch_id, [PartitionReport.from_row(r) for r in rows],
+                                             time.monotonic() - t0)
+        self.reports.append(report)
+        log.info("sink=%s %s", self.config.name, report.log_line())
+        for problem in report.problems:
+            log.error("sink=%s batch_id=%d problem=%s", self.config.name, batch_id, problem)
+        return report
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Configuration only: reports and locks stay on the driver.
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config = state["config"]
+        self.reports = deque(maxlen=100)
+        self._lock = threading.Lock()
+        self._unreported_dead = []
+
+    def __repr__(self) -> str:
+        return f"RecoverableKafkaSink({self.config!r})"
