@@ -1,0 +1,38 @@
+# Two commands do everything on a fresh machine (Python 3.11+, Java 17):
+#   make demo   -- venv, install, embedded broker, a short streaming job, a read-back summary
+#   make test   -- the whole test suite (what CI runs)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: install test test-unit test-broker test-spark demo bench bench-quick soak clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra tests
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q -ra tests/unit
+
+test-broker: $(STAMP)
+	$(PY) -m pytest -q -ra tests/broker
+
+test-spark: $(STAMP)
+	$(PY) -m pytest -q -ra tests/spark
+
+demo: $(STAMP)
+	$(PY) jobs/demo.py --conf conf/demo.json
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache build *.egg-info

@@ -1,0 +1,81 @@
+"""Shared fixtures: the real test broker, a SparkSession, topic helpers, fault dir.
+
+Three tiers: ``tests/unit`` (pure), ``tests/broker`` (real broker, no Spark),
+``tests/spark`` (real Spark and the real broker). No broker mock anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+# Fault hooks read this when a worker starts: set it before Spark (and its
+# Python workers) exist, so every worker of the session inherits it.
+FAULT_DIR = tempfile.mkdtemp(prefix="rks-faults-")
+os.environ["RKS_FAULT_DIR"] = FAULT_DIR
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from spark_recoverable_sink.devbroker import EmbeddedBroker  # noqa: E402
+
+from .kafka_helpers import create_topic, read_topic  # noqa: E402,F401
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One real Kafka-protocol broker (Tansu) per test session, on a free loopback port."""
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    b = EmbeddedBroker(log_path=str(log)).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def own_broker(tmp_path: Any) -> Iterator[EmbeddedBroker]:
+    """A broker of this test's own, for tests that stop or pause it."""
+    b = EmbeddedBroker(log_path=str(tmp_path / "tansu.log")).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def topic(broker: EmbeddedBroker) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    create_topic(broker.bootstrap, name, partitions=3)
+    return name
+
+
+@pytest.fixture
+def fault_dir() -> Iterator[str]:
+    yield FAULT_DIR
+    for name in os.listdir(FAULT_DIR):  # disarm whatever a test left armed
+        if "fired" not in name:
+            os.unlink(os.path.join(FAULT_DIR, name))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One SparkSession per test session: local[2,3] (two cores, task retries allowed)."""
+    from pyspark.sql import SparkSession
+
+    t = time.monotonic()
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("spark-recoverable-sink-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    print(f"SparkSession up in {time.monotonic() - t:.1f}s", file=sys.stderr)
+    yield session
+    session.stop()
