@@ -1,0 +1,99 @@
+"""Fixtures of the fault suite: a scenario row recorded whatever the outcome, brokers that can be hurt.
+
+The shared fixtures (``spark``, ``broker``, ``own_broker``, ``fault_dir``)
+come from ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+from tests.kafka_helpers import create_topic
+
+from .harness import S3Server, ScenarioRow, TansuBroker, record_result
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+@pytest.fixture
+def scenario(request: Any) -> Iterator[ScenarioRow]:
+    """The test's result row: filled by the test, written to the results JSON at teardown."""
+    row = ScenarioRow(scenario=request.node.name, title="")
+    t0 = time.monotonic()
+    yield row
+    row.seconds = round(time.monotonic() - t0, 1)
+    row.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S")
+    call = getattr(request.node, "rep_call", None)
+    setup = getattr(request.node, "rep_setup", None)
+    if call is None:
+        row.status = "skipped" if setup is not None and setup.skipped else "error"
+        if setup is not None and setup.skipped:
+            row.failure = str(setup.longrepr[2]) if isinstance(setup.longrepr, tuple) else str(setup.longrepr)
+    elif call.skipped:
+        row.status = "skipped"
+        row.failure = str(call.longrepr[2]) if isinstance(call.longrepr, tuple) else str(call.longrepr)
+    elif call.failed:
+        row.status = "failed"
+        crash = getattr(call.longrepr, "reprcrash", None)
+        row.failure = (crash.message if crash is not None else str(call.longrepr))[:2000]
+    else:
+        row.status = "passed"
+    record_result(row)
+
+
+def new_topic(bootstrap: str, partitions: int = 3, prefix: str = "f") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, name, partitions=partitions)
+    return name
+
+
+def sink_name(tag: str) -> str:
+    return f"{tag}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def tansu(tmp_path: Any) -> Iterator[TansuBroker]:
+    """A broker of this test's own behind a TcpProxy (faults target the sink's client.id)."""
+    b = TansuBroker(str(tmp_path / "tansu.log")).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def s3_server(tmp_path: Any) -> Iterator[S3Server]:
+    why = S3Server.available()
+    if why:
+        pytest.skip(f"broker restart with durable storage needs a local S3 server: {why}")
+    s = S3Server(str(tmp_path / "moto.log")).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def local_runtimes() -> Iterator[None]:
+    """For tests that call write_partition in this process: close its runtimes afterwards."""
+    from spark_recoverable_sink.runtime import reset_runtimes
+
+    yield
+    reset_runtimes()
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.faults)
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line("markers", "faults: fault-injection scenario (tests/faults)")
