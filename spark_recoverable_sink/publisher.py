@@ -29,7 +29,7 @@ from .config import SinkConfig
 from .deadline import Deadline
 from .encoding import TOPIC_META, DeadLetter, decode_chunk, encode_dead_letter, record_id, record_id_prefix
 from .errors import ProducerError, WalError
-from .tracking import NON_RETRIABLE, ChunkTracker
+from .tracking import NON_RETRIABLE, PRODUCER_RESET, ChunkTracker
 
 __all__ = ["Publisher"]
 
@@ -72,15 +72,15 @@ class Publisher:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
         self._producer: Any = None
-        self._zombies: list[Any] = []  # producers replaced after a fatal error
+        self._zombies: deque[Any] = deque(maxlen=4)  # producers replaced after a fatal error
+        self._epoch = 0  # bumped each time the producer is replaced
         self._producer_lock = threading.Lock()
         self._incoming: deque[ChunkTracker] = deque()
         self._watch: list[ChunkTracker] = []
         self._retry: list[ChunkTracker] = []
         self._done: deque[ChunkTracker] = deque()
         self._attempts_done: deque[Any] = deque()
-        self._dlq_pending: deque[tuple[Any, bytes, DeadLetter]] = deque()
-        self._dlq_acked: deque[tuple[Any, bytes, DeadLetter]] = deque()
+        self._dlq_pending: deque[tuple[Any, bytes, DeadLetter, bool]] = deque()
         self.unreported_dead: deque[tuple[Any, bytes, DeadLetter]] = deque()
         self._cv = threading.Condition()
         self._ckpt_lock = threading.Lock()
@@ -88,6 +88,7 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._fatal: Any = None
         self._last_ckpt = time.monotonic()
+        self._last_replace = 0.0
         self.retried_records = 0
         self.on_idle: Callable[[], None] | None = None
 
@@ -153,6 +154,7 @@ class Publisher:
         sync_failed: list[tuple[int, Any]] = []
         produced = 0
         t.start_round()
+        t.epoch = self._epoch
         from confluent_kafka import KafkaException
 
         for i in (range(t.rows) if indices is None else indices):
@@ -203,13 +205,18 @@ class Publisher:
                 time.sleep(0.5)
 
     def _tick(self) -> None:
-        if self._fatal is not None:
+        if self._fatal is not None and time.monotonic() - self._last_replace >= 1.0:
+            self._last_replace = time.monotonic()
             self._replace_producer()
         producer = self.producer()
         busy = bool(self._watch or self._incoming or self._retry)
         served = producer.poll(0.05 if busy else 0.2)
         while self._incoming:
-            self._watch.append(self._incoming.popleft())
+            t = self._incoming.popleft()
+            if t.epoch != self._epoch:  # produced on a producer replaced meanwhile: send again
+                self._resend(t)
+            else:
+                self._watch.append(t)
         settled = self._settle_rounds()
         self._retry_due()
         now = time.monotonic()
@@ -238,6 +245,9 @@ class Publisher:
                 else:
                     t.failed.append((i, err))
             t.sync_failed = []
+            reset = next((e for _i, e in t.failed if e.code() in PRODUCER_RESET), None)
+            if reset is not None and self._fatal is None:
+                self._fatal = reset  # replaced on the next tick; this chunk is re-sent then
             if t.failed:
                 delay = min(self.config.retry_backoff_max_s, self.config.retry_backoff_s * (2 ** t.retries))
                 t.next_retry_at = now + delay
@@ -285,18 +295,22 @@ class Publisher:
             if self._producer is not None:
                 self._zombies.append(self._producer)  # never polled again: its callbacks never run
             self._producer = self._new_producer()
+            self._epoch += 1
         # Every record in flight on the old producer is unknown: send again what is not acked.
-        pending = self._watch + self._retry + list(self._incoming)
-        self._incoming.clear()
+        pending = self._watch + self._retry
         self._watch, self._retry = [], []
-        log.error("sink=%s replaced producer after fatal error=%s; re-sending %d chunks",
+        log.error("sink=%s replaced producer after error=%s; re-sending %d chunks",
                   self.config.name, self.config.scrub(err.str()), len(pending))
         for t in pending:
-            dead = {i for i, _c, _e in t.dead}
-            t.acked = 0
-            t.failed = [(i, err) for i in range(t.rows) if i not in dead]
-            t.next_retry_at = 0.0
-            self._retry.append(t)
+            self._resend(t)
+
+    def _resend(self, t: ChunkTracker) -> None:
+        """Queue every record of a chunk that is not known dead for sending again."""
+        dead = {i for i, _c, _e in t.dead} | t.skip
+        t.acked = 0  # which records the old producer got acked is unknown: all go again
+        t.failed = [(i, None) for i in range(t.rows) if i not in dead]
+        t.next_retry_at = 0.0
+        self._retry.append(t)
 
     # -- checkpoint --------------------------------------------------------------
 
@@ -366,7 +380,7 @@ class Publisher:
         log.error("sink=%s dead_letter record_id=%s topic=%s error_code=%d error=%s dead_letter_topic=%s",
                   self.config.name, d.record_id, d.topic, d.error_code, d.error, self.config.dead_letter_topic)
         if self.config.dead_letter_topic and not d.forwarded:
-            self._dlq_pending.append((wal, dkey, d))
+            self._dlq_pending.append((wal, dkey, d, False))
         elif not self.config.dead_letter_topic and not d.reported:
             self.unreported_dead.append((wal, dkey, d))
 
@@ -378,26 +392,41 @@ class Publisher:
                 self._on_dead_letter(wal, dkey, d)
 
     def _forward_dead_letters(self) -> None:
+        from confluent_kafka import KafkaException
+
         producer = self.producer()
         while self._dlq_pending:
-            wal, dkey, d = self._dlq_pending.popleft()
+            wal, dkey, d, omit = self._dlq_pending.popleft()
             headers = [(self.config.id_header, d.record_id.encode()), ("rks-error", d.error.encode()),
                        ("rks-error-code", str(d.error_code).encode()), ("rks-topic", d.topic.encode())]
+            value = d.value
+            if omit:
+                # The payload itself is what the topic refuses: send the id and the
+                # reason; the WAL's dead-letter store keeps the full record.
+                headers.append(("rks-payload-omitted", str(len(d.value or b"")).encode()))
+                value = None
             headers.extend(d.headers)
             try:
-                producer.produce(self.config.dead_letter_topic, d.value, d.key, headers=headers,
-                                 on_delivery=partial(self._on_dlq_delivery, wal, dkey, d))
-            except (BufferError, Exception) as exc:  # retried on a later tick
-                log.warning("sink=%s cannot forward dead letter record_id=%s: %s",
-                            self.config.name, d.record_id, self.config.scrub(str(exc)))
-                self._dlq_pending.appendleft((wal, dkey, d))
+                producer.produce(self.config.dead_letter_topic, value, d.key, headers=headers,
+                                 on_delivery=partial(self._on_dlq_delivery, wal, dkey, d, omit))
+            except BufferError:
+                self._dlq_pending.appendleft((wal, dkey, d, omit))
                 return
+            except KafkaException as exc:
+                self._dlq_failed(wal, dkey, d, omit, exc.args[0])
 
-    def _on_dlq_delivery(self, wal: Any, dkey: bytes, d: DeadLetter, err: Any, _msg: Any) -> None:
+    def _dlq_failed(self, wal: Any, dkey: bytes, d: DeadLetter, omit: bool, err: Any) -> None:
+        log.warning("sink=%s dead letter record_id=%s not forwarded to %s: %s",
+                    self.config.name, d.record_id, self.config.dead_letter_topic, self.config.scrub(err.str()))
+        if err.code() in NON_RETRIABLE and omit:
+            # Not even the id alone can go: keep it in the WAL and report it instead.
+            self.unreported_dead.append((wal, dkey, d))
+            return
+        self._dlq_pending.append((wal, dkey, d, omit or err.code() in NON_RETRIABLE))
+
+    def _on_dlq_delivery(self, wal: Any, dkey: bytes, d: DeadLetter, omit: bool, err: Any, _msg: Any) -> None:
         if err is not None:
-            log.warning("sink=%s dead letter record_id=%s not forwarded: %s; retrying",
-                        self.config.name, d.record_id, self.config.scrub(err.str()))
-            self._dlq_pending.append((wal, dkey, d))
+            self._dlq_failed(wal, dkey, d, omit, err)
             return
         from dataclasses import replace
 
@@ -431,7 +460,7 @@ class Publisher:
         for t in list(self._watch) + list(self._retry) + list(self._incoming) + list(self._done):
             if t.wal is wal:
                 return True
-        return any(w is wal for w, _k, _d in list(self._dlq_pending) + list(self.unreported_dead))
+        return any(x[0] is wal for x in list(self._dlq_pending) + list(self.unreported_dead))
 
     # -- waiting -------------------------------------------------------------------
 
@@ -467,3 +496,6 @@ class Publisher:
             self._stop.set()
             self._thread.join(timeout_s)
         self.checkpoint()
+        # Whatever the producer still holds is in the WAL: dropping it loses nothing.
+        self._producer = None
+        self._zombies.clear()

@@ -123,8 +123,7 @@ class WorkerRuntime:
             if at is None:
                 at = trackers[ck.attempt] = AttemptTracker(wal, ck.attempt, committed=False)
             dead = wal.dead_keys_in_chunk(ck, batch.num_rows)
-            t = ChunkTracker(wal, ck, batch.num_rows, size, at, replayed=True)
-            t.acked = len(dead)  # settled earlier; their dead letters are stored already
+            t = ChunkTracker(wal, ck, batch.num_rows, size, at, replayed=True, skip=frozenset(dead))
             at.add_chunk()
             replays.append((t, batch, [i for i in range(batch.num_rows) if i not in dead]))
         wal.gen = max(wal.gen, max_gen)

@@ -16,7 +16,7 @@ from .encoding import AttemptKey, ChunkKey
 if TYPE_CHECKING:  # pragma: no cover
     from .wal import Wal
 
-__all__ = ["ChunkTracker", "AttemptTracker", "NON_RETRIABLE"]
+__all__ = ["ChunkTracker", "AttemptTracker", "NON_RETRIABLE", "PRODUCER_RESET"]
 
 
 def _non_retriable_codes() -> frozenset[int]:
@@ -33,6 +33,21 @@ def _non_retriable_codes() -> frozenset[int]:
 
 #: Kafka error codes after which a record is dead-lettered instead of retried.
 NON_RETRIABLE = _non_retriable_codes()
+
+
+def _producer_reset_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+
+    names = [
+        "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID",
+        "INVALID_PRODUCER_ID_MAPPING", "_FENCED", "_FATAL", "_INCONSISTENT", "_GAPLESS_GUARANTEE",
+    ]
+    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
+
+
+#: Error codes meaning the producer's idempotence state is broken: retrying on
+#: the same producer cannot succeed, so the publisher replaces it.
+PRODUCER_RESET = _producer_reset_codes()
 
 
 class AttemptTracker:
@@ -73,11 +88,11 @@ class ChunkTracker:
     __slots__ = (
         "wal", "key", "rows", "size", "attempt", "acked", "dead", "failed", "sync_failed",
         "round_expected", "round_settled", "sealed", "retries", "retried_records",
-        "next_retry_at", "finished", "replayed",
+        "next_retry_at", "finished", "replayed", "epoch", "skip",
     )
 
     def __init__(self, wal: "Wal", key: ChunkKey, rows: int, size: int, attempt: AttemptTracker,
-                 replayed: bool = False) -> None:
+                 replayed: bool = False, skip: frozenset[int] = frozenset()) -> None:
         self.wal = wal
         self.key = key
         self.rows = rows
@@ -95,6 +110,8 @@ class ChunkTracker:
         self.next_retry_at = 0.0
         self.finished = False
         self.replayed = replayed
+        self.epoch = 0  # which producer the current round went to
+        self.skip = skip  # indices never to send: dead-lettered in an earlier life of the slot
 
     def on_delivery(self, index: int, err: Any, _msg: Any) -> None:
         """confluent-kafka delivery callback (bound to the record's index)."""
@@ -124,7 +141,7 @@ class ChunkTracker:
 
     @property
     def pending(self) -> int:
-        return self.rows - self.acked - len(self.dead)
+        return self.rows - self.acked - len(self.dead) - len(self.skip)
 
     def __repr__(self) -> str:
         return (f"ChunkTracker(key={self.key}, rows={self.rows}, acked={self.acked}, "

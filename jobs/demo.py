@@ -1,0 +1,434 @@
+"""``make demo``: a short streaming job through the sink, then a complete read-back.
+
+Steps:
+
+1. start the embedded broker (Tansu) on a free loopback port, unless
+   ``KAFKA_BOOTSTRAP`` names a real cluster;
+2. create a fresh topic ``<kafka.topic>-<run id>`` with ``kafka.partitions`` partitions;
+3. stream ``source.batches`` micro-batches of ``source.rows_per_batch`` rows
+   from Spark's ``rate-micro-batch`` source through
+   :class:`RecoverableKafkaSink` (key = the row's number, value =
+   ``{"n": <number>, "ts": "<time>"}``), then stop the query;
+4. read the topic back completely (``assign`` from the beginning of every
+   partition, until every expected record came and the topic is quiet) and
+   print a summary: rows sent, records received, distinct ``rks-id`` ids and
+   values, duplicates, lost, and the table of batch reports.
+
+Exit code: 0 when nothing was lost, 1 when something was lost or the query
+failed, 2 when the conf file is wrong.
+
+Everything the demo writes goes under ``run.work_dir`` (``.demo/``,
+gitignored). With the embedded broker (in-memory, gone after the run) the
+WAL and checkpoint of an earlier run are deleted first: records left in them
+belong to a broker that no longer exists. With ``KAFKA_BOOTSTRAP`` the WAL
+is kept, so records an interrupted earlier run left there are delivered (to
+that run's topic) by this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stream_to_kafka as job  # noqa: E402  (jobs/ is not a package)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_recoverable_sink import BatchReport, RecoverableKafkaSink
+
+__all__ = ["DemoSettings", "DEMO_SECTIONS", "setting_keys", "required_keys", "load_settings", "ReadBack",
+           "read_back", "expected_ids", "summarize", "run_demo", "main"]
+
+log = logging.getLogger("demo")
+
+ID_HEADER = "rks-id"
+
+
+# -- settings -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DemoKafkaSettings:
+    """``kafka``: ``topic`` is a prefix (the run id is appended); ``producer_conf`` as in the job template."""
+
+    topic: str = "rks-demo"
+    partitions: int = 3
+    producer_conf: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class DemoSinkSettings:
+    """``sink``: the sink's options; its WAL goes to ``<run.work_dir>/wal``."""
+
+    name: str = "demo-to-kafka"
+    ack_timeout_s: float = 30.0
+    wal_sync: str = "commit"
+    max_wal_bytes: int = 1024**3
+    max_block_s: float = 60.0
+    checkpoint_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class DemoSourceSettings:
+    """``source``: ``batches`` x ``rows_per_batch`` rows of ``rate-micro-batch``, in ``num_partitions`` tasks."""
+
+    rows_per_batch: int = 60000
+    batches: int = 5
+    num_partitions: int = 2
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``run``: where files go and how long to wait.
+
+    Attributes:
+        work_dir: Directory for the WAL, checkpoint and logs (relative to the repo root).
+        timeout_s: Longest time the streaming query may take.
+        read_idle_s: The read-back ends once the topic was quiet this long.
+        read_timeout_s: Longest time the read-back may take.
+    """
+
+    work_dir: str = ".demo"
+    timeout_s: float = 240.0
+    read_idle_s: float = 3.0
+    read_timeout_s: float = 180.0
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """Everything the demo reads, one section per conf-file object."""
+
+    spark: job.SparkSettings
+    kafka: DemoKafkaSettings
+    sink: DemoSinkSettings
+    source: DemoSourceSettings
+    run: RunSettings
+
+
+DEMO_SECTIONS: dict[str, type] = {
+    "spark": job.SparkSettings, "kafka": DemoKafkaSettings, "sink": DemoSinkSettings,
+    "source": DemoSourceSettings, "run": RunSettings,
+}
+
+
+def setting_keys() -> list[str]:
+    """Every dotted key the demo reads."""
+    return job.section_keys(DEMO_SECTIONS)
+
+
+def required_keys() -> list[str]:
+    """The dotted keys without a default."""
+    return job.section_keys(DEMO_SECTIONS, required_only=True)
+
+
+def load_settings(path: str) -> DemoSettings:
+    """Read and validate the demo's JSON conf.
+
+    Raises:
+        SettingsError: invalid JSON, an unknown/missing key or a bad value.
+        OSError: the file cannot be read.
+    """
+    with open(path, encoding="utf-8") as fh:
+        try:
+            raw = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise job.SettingsError(f"{path}: not valid JSON: {exc}") from None
+    s = DemoSettings(**job.parse_sections(raw, DEMO_SECTIONS))
+    for key, v in (("kafka.partitions", s.kafka.partitions), ("source.rows_per_batch", s.source.rows_per_batch),
+                   ("source.batches", s.source.batches), ("source.num_partitions", s.source.num_partitions),
+                   ("run.timeout_s", s.run.timeout_s), ("run.read_idle_s", s.run.read_idle_s),
+                   ("run.read_timeout_s", s.run.read_timeout_s)):
+        if v <= 0:
+            raise job.SettingsError(f"{key}: must be > 0, got {v}")
+    return s
+
+
+# -- reading back -----------------------------------------------------------------------
+
+
+@dataclass
+class ReadBack:
+    """What the topic holds: every record's id (with multiplicity) and distinct values."""
+
+    records: int = 0
+    ids: Counter = field(default_factory=Counter)
+    values: set = field(default_factory=set)
+    without_id: int = 0
+    seconds: float = 0.0
+
+    @property
+    def duplicates(self) -> int:
+        return sum(c - 1 for c in self.ids.values() if c > 1)
+
+
+def read_back(bootstrap: str, topic: str, expected: int, idle_s: float, timeout_s: float,
+              conf: Mapping[str, Any] | None = None) -> ReadBack:
+    """Consume ``topic`` from the beginning of every partition (``assign``, no group).
+
+    Stops when ``expected`` records came and nothing more arrived for a
+    second, when the topic was quiet ``idle_s`` (15 s at least while fewer
+    than ``expected`` came), or after ``timeout_s``. Watermark offsets are not
+    used: the embedded broker's are wrong.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    extra = {k: v for k, v in (conf or {}).items() if k.startswith(job._ADMIN_PREFIXES) and k != "client.id"}
+    c = Consumer({**extra, "bootstrap.servers": bootstrap, "group.id": f"rks-demo-reader-{time.time_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800})
+    out = ReadBack()
+    t0 = time.monotonic()
+    try:
+        md = c.list_topics(topic, timeout=10)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions])
+        last = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            msgs = c.consume(10000, 0.5)
+            for m in msgs:
+                if m.error():
+                    continue
+                out.records += 1
+                rid = next((v for k, v in (m.headers() or []) if k == ID_HEADER), None)
+                if rid is None:
+                    out.without_id += 1
+                else:
+                    out.ids[rid.decode()] += 1
+                try:
+                    out.values.add(json.loads(m.value())["n"])
+                except (ValueError, KeyError, TypeError):
+                    pass
+            now = time.monotonic()
+            if msgs:
+                last = now
+            quiet = now - last
+            if out.records >= expected and quiet >= min(1.0, idle_s):
+                break
+            if quiet >= (idle_s if out.records >= expected else max(idle_s, 15.0)):
+                break
+    finally:
+        c.close()
+    out.seconds = time.monotonic() - t0
+    return out
+
+
+def expected_ids(sink_name: str, reports: list["BatchReport"]) -> set[str]:
+    """The ``rks-id`` of every row the reports say was written: ``sink:batch:partition:seq``."""
+    return {f"{sink_name}:{r.batch_id}:{p.partition}:{seq}"
+            for r in reports for p in r.partition_reports for seq in range(p.rows)}
+
+
+# -- the run ----------------------------------------------------------------------------
+
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _quiet_spark(spark: job.SparkSettings, work_dir: str) -> job.SparkSettings:
+    """``spark`` with a log4j2 config that prints errors only (Spark's start-up noise included)."""
+    path = os.path.join(work_dir, "log4j2.properties")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(_LOG4J2)
+    conf = dict(spark.conf)
+    opt = f"-Dlog4j2.configurationFile=file:{os.path.abspath(path)}"
+    conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {opt}".strip()
+    return replace(spark, conf=conf)
+
+
+def _prepare_dirs(s: DemoSettings, embedded: bool) -> tuple[str, str]:
+    work = os.path.abspath(s.run.work_dir)
+    wal, chk = os.path.join(work, "wal"), os.path.join(work, "checkpoint")
+    shutil.rmtree(chk, ignore_errors=True)  # rate-micro-batch starts again at 0, batch ids at 0
+    if embedded and os.path.exists(wal):
+        log.info("demo=clean wal_dir=%s reason=embedded-broker-of-an-earlier-run-is-gone", wal)
+        shutil.rmtree(wal)
+    os.makedirs(work, exist_ok=True)
+    return wal, chk
+
+
+def run_stream(s: DemoSettings, sink: "RecoverableKafkaSink", checkpoint: str) -> float:
+    """Run the bounded streaming query; returns its seconds.
+
+    Batches after ``source.batches`` are skipped by the ``foreachBatch``
+    function (the demo's bound: they are neither written nor counted) and the
+    query is stopped as soon as the last wanted batch was reported.
+
+    Raises:
+        RuntimeError: the query did not finish within ``run.timeout_s``.
+        pyspark StreamingQueryException: the query failed.
+    """
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    wanted = s.source.batches
+
+    def bounded(df: Any, batch_id: int) -> None:
+        if batch_id < wanted:
+            sink(df, batch_id)
+
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", s.source.rows_per_batch)
+          .option("numPartitions", s.source.num_partitions).load()
+          .selectExpr("cast(value as string) as key",
+                      "to_json(named_struct('n', value, 'ts', cast(timestamp as string))) as value"))
+    t0 = time.monotonic()
+    q = df.writeStream.queryName("rks_demo").foreachBatch(bounded).option("checkpointLocation", checkpoint).start()
+    seen = 0
+    try:
+        while q.isActive and len(sink.reports) < wanted:
+            if time.monotonic() - t0 > s.run.timeout_s:
+                raise RuntimeError(f"the query wrote {len(sink.reports)} of {wanted} batches "
+                                   f"within run.timeout_s={s.run.timeout_s}")
+            q.awaitTermination(0.2)
+            for r in list(sink.reports)[seen:]:
+                log.info("demo=batch %s", r.log_line())
+            seen = len(sink.reports)
+    finally:
+        q.stop()
+    exc = q.exception()
+    if exc is not None:
+        raise exc
+    return time.monotonic() - t0
+
+
+def summarize(sink_name: str, reports: list["BatchReport"], got: ReadBack) -> dict[str, int]:
+    """The demo's numbers; ``lost`` = ids the reports promise that the topic does not hold."""
+    expected = expected_ids(sink_name, reports)
+    rows_sent = sum(r.rows for r in reports)
+    received = set(got.ids)
+    return {
+        "rows_sent": rows_sent,
+        "records_received": got.records,
+        "distinct_ids": len(received),
+        "distinct_values": len(got.values),
+        "duplicates": got.duplicates,
+        "lost": len(expected - received),
+        "unexpected_ids": len(received - expected),
+        "missing_values": len(set(range(rows_sent)) - got.values),
+        "records_without_id": got.without_id,
+    }
+
+
+def _print_summary(s: DemoSettings, where: str, bootstrap: str, topic: str, reports: list["BatchReport"],
+                   got: ReadBack, numbers: dict[str, int], stream_s: float) -> None:
+    out = sys.stdout
+    print("", file=out)
+    print(f"spark_recoverable_sink demo: broker={where} bootstrap={bootstrap} topic={topic} "
+          f"partitions={s.kafka.partitions} sink={s.sink.name}", file=out)
+    print("", file=out)
+    head = ("batch_id", "rows", "acked", "pending", "retried", "dead_lettered", "replayed", "seconds")
+    print("  ".join(f"{h:>13}" for h in head), file=out)
+    for r in reports:
+        cells = [r.batch_id, r.rows, r.acked, r.pending, r.retried, r.dead_lettered, r.replayed]
+        print("  ".join(f"{c:>13}" for c in cells) + f"  {r.seconds:>13.2f}", file=out)
+    tot = [sum(getattr(r, k) for r in reports) for k in head[1:-1]]
+    print("  ".join(f"{c:>13}" for c in ["total", *tot]) + f"  {sum(r.seconds for r in reports):>13.2f}", file=out)
+    print("", file=out)
+    rate = numbers["rows_sent"] / stream_s if stream_s > 0 else 0.0
+    print(f"streaming: seconds={stream_s:.1f} rows_per_second={rate:,.0f}", file=out)
+    print(f"read-back: seconds={got.seconds:.1f}", file=out)
+    width = max(len(k) for k in numbers)
+    for k, v in numbers.items():
+        print(f"  {k:<{width}}  {v:>10,}", file=out)
+    ok = numbers["lost"] == 0 and numbers["missing_values"] == 0 and numbers["rows_sent"] > 0
+    print("", file=out)
+    if ok:
+        print(f"RESULT: OK, all {numbers['rows_sent']:,} rows arrived (lost=0, duplicates="
+              f"{numbers['duplicates']})", file=out)
+    else:
+        print(f"RESULT: FAILED, lost={numbers['lost']} missing_values={numbers['missing_values']} "
+              f"of rows_sent={numbers['rows_sent']}", file=out)
+    out.flush()
+
+
+def run_demo(s: DemoSettings, environ: Mapping[str, str] | None = None) -> int:
+    """Run the whole demo; returns the exit code (0 = nothing lost)."""
+    from spark_recoverable_sink import RecoverableKafkaSink
+    from spark_recoverable_sink.devbroker import EmbeddedBroker
+
+    environ = os.environ if environ is None else environ
+    external = environ.get("KAFKA_BOOTSTRAP", "").strip()
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    topic = f"{s.kafka.topic}-{run_id}"
+    wal_dir, checkpoint = _prepare_dirs(s, embedded=not external)
+    broker = None
+    spark = None
+    try:
+        if external:
+            bootstrap, where = external, "external"
+        else:
+            broker = EmbeddedBroker(log_path=os.path.join(os.path.abspath(s.run.work_dir), "tansu.log")).start()
+            bootstrap, where = broker.bootstrap, "embedded"
+        log.info("demo=broker kind=%s bootstrap=%s", where, bootstrap)
+        kafka = job.KafkaSettings(bootstrap_servers=bootstrap, topic=topic, producer_conf=s.kafka.producer_conf,
+                                  create_topic_partitions=s.kafka.partitions)
+        conf = job.producer_conf(kafka, environ)
+        sink = RecoverableKafkaSink(
+            name=s.sink.name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=s.sink.ack_timeout_s,
+            wal_sync=s.sink.wal_sync, max_wal_bytes=s.sink.max_wal_bytes, max_block_s=s.sink.max_block_s,
+            checkpoint_interval_s=s.sink.checkpoint_interval_s, history=max(100, s.source.batches),
+        )
+        log.info("demo=sink %r", sink)
+        job.ensure_topic(kafka, conf)
+        log.info("demo=topic name=%s partitions=%d", topic, s.kafka.partitions)
+        t = time.monotonic()
+        spark = job.build_spark(_quiet_spark(s.spark, s.run.work_dir))
+        log.info("demo=spark master=%s seconds=%.1f", spark.sparkContext.master, time.monotonic() - t)
+        stream_s = run_stream(s, sink, checkpoint)
+        reports = list(sink.reports)
+        rows = sum(r.rows for r in reports)
+        log.info("demo=read-back topic=%s expected=%d", topic, rows)
+        got = read_back(bootstrap, topic, rows, s.run.read_idle_s, s.run.read_timeout_s, conf)
+        numbers = summarize(s.sink.name, reports, got)
+        _print_summary(s, where, bootstrap, topic, reports, got, numbers, stream_s)
+        return 0 if numbers["lost"] == 0 and numbers["missing_values"] == 0 and rows > 0 else 1
+    finally:
+        if spark is not None:
+            spark.stop()
+        if broker is not None:
+            broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (``make demo``)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conf", required=True, help="JSON settings file (conf/demo.json)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    log.setLevel(logging.INFO)
+    job.log.setLevel(logging.INFO)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        settings = load_settings(args.conf)
+    except (OSError, job.SettingsError) as exc:
+        log.error("demo=failed conf=%s error=%s", args.conf, exc)
+        return 2
+    t0 = time.monotonic()
+    try:
+        code = run_demo(settings)
+    except Exception as exc:  # noqa: BLE001 - one line, exit code 1
+        log.error("demo=failed error_type=%s error=%s", type(exc).__name__,
+                  (str(exc).splitlines() or [""])[0])
+        return 1
+    log.info("demo=done exit_code=%d seconds=%.1f", code, time.monotonic() - t0)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

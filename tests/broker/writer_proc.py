@@ -1,0 +1,45 @@
+"""A worker process for crash tests: writes one partition, then dies without cleanup.
+
+Usage: python -m tests.broker.writer_proc CONFIG_JSON BATCH PARTITION ROWS VALUE_SIZE DIE_AT
+DIE_AT: "after_commit" (os._exit right after write_partition returns, acks or not)
+or "mid_task:<rows>" (the fault hook kills the process once <rows> rows are in the WAL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pyarrow as pa
+
+
+def batches(partition: int, rows: int, size: int, chunk: int = 1000):
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        ids = range(start, start + n)
+        yield pa.RecordBatch.from_pydict({
+            "key": [f"{partition}-{i}".encode() for i in ids],
+            "value": [(f"{partition}-{i}-".encode() + b"x" * size)[:max(size, 1)] for i in ids],
+        })
+
+
+def main() -> None:
+    conf_json, batch, partition, rows, size, die_at = sys.argv[1:7]
+    if die_at.startswith("mid_task:"):
+        fdir = os.environ["RKS_FAULT_DIR"]
+        from spark_recoverable_sink import _faults
+
+        _faults.arm(fdir, "mid_task", int(die_at.split(":")[1]))
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.partition_writer import write_partition
+
+    opts = json.loads(conf_json)
+    cfg = SinkConfig.build(opts.pop("name"), opts.pop("kafka_conf"), opts.pop("wal_dir"), **opts)
+    report = write_partition(cfg, int(batch), int(partition), 0, batches(int(partition), int(rows), int(size)))
+    print(json.dumps(report.to_row()), flush=True)
+    os._exit(0)  # no close(), no atexit: whatever the producer still buffers is lost
+
+
+if __name__ == "__main__":
+    main()

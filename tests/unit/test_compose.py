@@ -1,0 +1,287 @@
+"""Tier 1 (pure): docker-compose.yml, the job confs and the jobs' settings agree.
+
+No broker, no Spark: the compose file is parsed with PyYAML and the conf
+files with the jobs' own loaders, so a setting added to a job but not to a
+conf file (or a conf key the job does not read) fails here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import sys
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOBS = os.path.join(ROOT, "jobs")
+COMPOSE = os.path.join(ROOT, "docker-compose.yml")
+JOB_SCRIPT = "jobs/stream_to_kafka.py"
+
+
+def _load(name: str, filename: str) -> ModuleType:
+    """Import a job script (jobs/ is not a package) under ``name``, once."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(JOBS, filename))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclass type hints resolve through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+job = _load("stream_to_kafka", "stream_to_kafka.py")
+demo = _load("rks_demo_job", "demo.py")
+
+
+def _flat_keys(raw: dict[str, Any]) -> set[str]:
+    return {f"{section}.{key}" for section, body in raw.items() if isinstance(body, dict) for key in body}
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def _command_text(service: dict[str, Any]) -> str:
+    cmd = service.get("command") or ""
+    return "\n".join(cmd) if isinstance(cmd, list) else str(cmd)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    with open(COMPOSE, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+@pytest.fixture(scope="module")
+def kafka_service(compose: dict[str, Any]) -> dict[str, Any]:
+    found = [s for s in compose["services"].values() if str(s.get("image", "")).startswith("apache/kafka:")]
+    assert len(found) == 1, "exactly one service must run the official apache/kafka image"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def kafka_name(compose: dict[str, Any], kafka_service: dict[str, Any]) -> str:
+    return next(n for n, s in compose["services"].items() if s is kafka_service)
+
+
+@pytest.fixture(scope="module")
+def job_service(compose: dict[str, Any]) -> dict[str, Any]:
+    found = [s for s in compose["services"].values() if JOB_SCRIPT in _command_text(s)]
+    assert len(found) == 1, f"exactly one service must run {JOB_SCRIPT}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def submit_argv(job_service: dict[str, Any]) -> list[str]:
+    """The spark-submit command line of the job service, split like a shell would."""
+    lines = [ln for ln in _command_text(job_service).splitlines() if "spark-submit" in ln]
+    assert len(lines) == 1, "the job service must run spark-submit exactly once"
+    argv = shlex.split(lines[0])
+    return argv[argv.index("spark-submit"):]
+
+
+def _host_path(service: dict[str, Any], container_path: str) -> str | None:
+    """The repo file a container path comes from, through the service's bind mounts."""
+    if not os.path.isabs(container_path):
+        container_path = os.path.join(service.get("working_dir", "/"), container_path)
+    best: tuple[int, str] | None = None
+    for vol in service.get("volumes", []):
+        src, dst = (vol["source"], vol["target"]) if isinstance(vol, dict) else vol.split(":")[:2]
+        if not src.startswith((".", "/")):
+            continue  # a named volume
+        dst = dst.rstrip("/") or "/"
+        if container_path == dst or container_path.startswith(dst + "/"):
+            if best is None or len(dst) > best[0]:
+                rel = os.path.relpath(container_path, dst)
+                best = (len(dst), os.path.normpath(os.path.join(ROOT, src, rel)))
+    return best[1] if best else None
+
+
+def _named_volume_for(service: dict[str, Any], container_path: str) -> str | None:
+    for vol in service.get("volumes", []):
+        src, dst = (vol["source"], vol["target"]) if isinstance(vol, dict) else vol.split(":")[:2]
+        if not src.startswith((".", "/")) and (container_path == dst or container_path.startswith(dst + "/")):
+            return src
+    return None
+
+
+@pytest.fixture(scope="module")
+def compose_conf_path(job_service: dict[str, Any], submit_argv: list[str]) -> str:
+    script = next(i for i, a in enumerate(submit_argv) if a.endswith(JOB_SCRIPT))
+    rest = submit_argv[script + 1:]
+    assert "--conf" in rest, "the job must be given its settings file with --conf after the script"
+    host = _host_path(job_service, rest[rest.index("--conf") + 1])
+    assert host is not None, "the --conf file must come from the repo through a bind mount"
+    return host
+
+
+# -- Kafka ------------------------------------------------------------------------
+
+
+def test_kafka_is_official_image_in_kraft_mode(kafka_service: dict[str, Any], kafka_name: str) -> None:
+    env = _env(kafka_service)
+    roles = {r.strip() for r in env.get("KAFKA_PROCESS_ROLES", "").split(",")}
+    assert roles == {"broker", "controller"}, "a single KRaft node is broker and controller"
+    assert "KAFKA_ZOOKEEPER_CONNECT" not in env
+    node = env["KAFKA_NODE_ID"]
+    voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+    assert any(v.startswith(f"{node}@") for v in voters), "the node must be a voter of its own quorum"
+    ctl = env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    listeners = {item.split("://")[0]: item.split("://")[1] for item in env["KAFKA_LISTENERS"].split(",")}
+    assert ctl in listeners
+    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(listeners) <= set(protocols)
+    voter_port = voters[0].rsplit(":", 1)[1]
+    assert listeners[ctl].endswith(f":{voter_port}")
+    assert "healthcheck" in kafka_service
+    assert kafka_name
+
+
+def test_job_reaches_kafka_through_an_advertised_listener(
+    kafka_service: dict[str, Any], kafka_name: str, job_service: dict[str, Any], compose_conf_path: str,
+) -> None:
+    settings = job.load_settings(compose_conf_path, environ=_env(job_service))
+    advertised = {item.split("://")[1] for item in _env(kafka_service)["KAFKA_ADVERTISED_LISTENERS"].split(",")}
+    for server in settings.kafka.bootstrap_servers.split(","):
+        assert server in advertised
+        host = server.rsplit(":", 1)[0]
+        assert host in (kafka_name, kafka_service.get("hostname")), "other containers reach Kafka by its name"
+    dep = job_service.get("depends_on")
+    assert dep is not None and kafka_name in dep
+    if isinstance(dep, dict):
+        assert dep[kafka_name].get("condition") == "service_healthy"
+
+
+# -- the job service --------------------------------------------------------------
+
+
+def test_job_service_runs_the_job_with_spark_submit(
+    job_service: dict[str, Any], submit_argv: list[str],
+) -> None:
+    assert submit_argv[0] == "spark-submit"
+    scripts = [a for a in submit_argv if a.endswith(".py")]
+    assert len(scripts) == 1 and scripts[0].endswith(JOB_SCRIPT)
+    host = _host_path(job_service, scripts[0])
+    assert host == os.path.join(ROOT, JOB_SCRIPT), "the script must be the repo's job, mounted in"
+    assert "--master" in submit_argv
+
+
+def test_compose_conf_exists_and_sets_every_key_the_job_reads(compose_conf_path: str) -> None:
+    assert os.path.isfile(compose_conf_path), compose_conf_path
+    with open(compose_conf_path, encoding="utf-8") as fh:
+        raw = json.load(fh)
+    missing = sorted(set(job.setting_keys()) - _flat_keys(raw))
+    assert not missing, f"{os.path.relpath(compose_conf_path, ROOT)} lacks {missing}"
+    job.load_settings(compose_conf_path, environ={})  # and nothing it does not read (strict loader)
+
+
+def test_wal_and_checkpoint_live_on_named_volumes(
+    compose: dict[str, Any], job_service: dict[str, Any], compose_conf_path: str,
+) -> None:
+    """A restarted container must find the WAL (unacked records) and the checkpoint again."""
+    settings = job.load_settings(compose_conf_path, environ={})
+    declared = set((compose.get("volumes") or {}).keys())
+    for path in (settings.sink.wal_dir, settings.query.checkpoint_location):
+        vol = _named_volume_for(job_service, path)
+        assert vol is not None, f"{path} is not on a named volume"
+        assert vol in declared
+
+
+def test_literal_secrets_are_refused_in_the_conf() -> None:
+    with open(os.path.join(ROOT, "conf/stream_to_kafka.compose.json"), encoding="utf-8") as fh:
+        raw = json.load(fh)
+    raw["kafka"]["producer_conf"]["sasl.password"] = "hunter2"
+    with pytest.raises(job.SettingsError, match="holds a secret") as info:
+        job.settings_from_dict(raw, environ={})
+    assert "hunter2" not in str(info.value)
+
+
+# -- the conf files and the loaders -------------------------------------------------
+
+
+@pytest.mark.parametrize("conf", ["conf/stream_to_kafka.json", "conf/stream_to_kafka.compose.json"])
+def test_stream_confs_load_and_set_every_key(conf: str) -> None:
+    path = os.path.join(ROOT, conf)
+    with open(path, encoding="utf-8") as fh:
+        raw = json.load(fh)
+    assert sorted(set(job.setting_keys()) - _flat_keys(raw)) == []
+    settings = job.load_settings(path, environ={})
+    assert settings.kafka.topic and settings.sink.name and settings.sink.wal_dir
+    assert settings.query.run_seconds == 0, "the shipped job runs until stopped"
+
+
+def test_demo_conf_loads_and_sets_every_key() -> None:
+    path = os.path.join(ROOT, "conf/demo.json")
+    with open(path, encoding="utf-8") as fh:
+        raw = json.load(fh)
+    assert sorted(set(demo.setting_keys()) - _flat_keys(raw)) == []
+    s = demo.load_settings(path)
+    assert s.spark.master and s.spark.master.startswith("local")
+    assert s.kafka.partitions == 3
+    assert s.run.work_dir == ".demo", "the demo writes under .demo/ (gitignored)"
+    assert 100_000 <= s.source.rows_per_batch * s.source.batches <= 1_000_000
+    with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as fh:
+        assert "/.demo/" in fh.read().split()
+
+
+def test_loader_refuses_unknown_and_missing_keys() -> None:
+    with open(os.path.join(ROOT, "conf/stream_to_kafka.json"), encoding="utf-8") as fh:
+        raw = json.load(fh)
+    typo = json.loads(json.dumps(raw))
+    typo["sink"]["ack_timeout"] = 5
+    with pytest.raises(job.SettingsError, match="sink: unknown key"):
+        job.settings_from_dict(typo, environ={})
+    missing = json.loads(json.dumps(raw))
+    del missing["kafka"]["topic"]
+    with pytest.raises(job.SettingsError, match="kafka.topic: required"):
+        job.settings_from_dict(missing, environ={})
+    wrong = json.loads(json.dumps(raw))
+    wrong["source"]["rows_per_second"] = "fast"
+    with pytest.raises(job.SettingsError, match="source.rows_per_second"):
+        job.settings_from_dict(wrong, environ={})
+    with pytest.raises(job.SettingsError, match="unknown section"):
+        job.settings_from_dict({**raw, "sinks": {}}, environ={})
+
+
+def test_env_overrides_bootstrap_and_secrets_are_never_printed() -> None:
+    with open(os.path.join(ROOT, "conf/stream_to_kafka.json"), encoding="utf-8") as fh:
+        raw = json.load(fh)
+    raw["kafka"]["producer_conf"]["sasl.password"] = {"env": "RKS_TEST_SECRET"}
+    env = {"KAFKA_BOOTSTRAP": "broker-1:9093", "RKS_TEST_SECRET": "s3cr3t-value"}
+    settings = job.settings_from_dict(raw, environ=env)
+    assert settings.kafka.bootstrap_servers == "broker-1:9093"
+    assert "s3cr3t-value" not in repr(settings)
+    conf = job.producer_conf(settings.kafka, env)
+    assert conf["sasl.password"] == "s3cr3t-value" and conf["bootstrap.servers"] == "broker-1:9093"
+    sink = job.build_sink(settings, env)
+    assert "s3cr3t-value" not in repr(sink) and "broker-1:9093" in repr(sink)
+    with pytest.raises(job.SettingsError, match="RKS_TEST_SECRET is not set") as info:
+        job.producer_conf(settings.kafka, {})
+    assert "s3cr3t" not in str(info.value)
+
+
+def test_demo_expected_ids_follow_the_record_id_format() -> None:
+    from spark_recoverable_sink import BatchReport, PartitionReport
+
+    parts = [PartitionReport(partition=p, spark_attempt=0, rows=n, bytes=0, acked=n, pending=0, retried=0,
+                             dead_lettered=0, replayed=0, seconds=0.0, pid=1, slot="s")
+             for p, n in ((0, 2), (1, 1))]
+    report = BatchReport.from_partitions(7, parts, 0.1)
+    assert demo.expected_ids("s1", [report]) == {"s1:7:0:0", "s1:7:0:1", "s1:7:1:0"}
+    got = demo.ReadBack(records=4, values={0, 1, 2})
+    got.ids.update(["s1:7:0:0", "s1:7:0:0", "s1:7:1:0", "s1:9:0:0"])
+    numbers = demo.summarize("s1", [report], got)
+    assert numbers == {
+        "rows_sent": 3, "records_received": 4, "distinct_ids": 3, "distinct_values": 3, "duplicates": 1,
+        "lost": 1, "unexpected_ids": 1, "missing_values": 0, "records_without_id": 0,
+    }

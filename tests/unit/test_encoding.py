@@ -1,0 +1,93 @@
+"""Tier 1: byte formats of the WAL and record ids."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from spark_recoverable_sink.encoding import (
+    COMMITTED,
+    OPEN,
+    AttemptKey,
+    AttemptState,
+    ChunkKey,
+    DeadLetter,
+    chunk_rows,
+    decode_attempt,
+    decode_chunk,
+    decode_dead_letter,
+    encode_attempt,
+    encode_chunk,
+    encode_dead_letter,
+    iter_rows,
+    record_id,
+)
+from spark_recoverable_sink.errors import WalFormatError
+from spark_recoverable_sink.schema import HEADERS_TYPE, normalize_batch
+
+
+def _batch() -> pa.RecordBatch:
+    raw = pa.RecordBatch.from_pydict({
+        "key": pa.array([b"k0", None, b"", "k3".encode()], pa.binary()),
+        "value": pa.array([b"v0", b"", None, b"\x00\xff"], pa.binary()),
+        "topic": pa.array(["a", None, "b", "a"]),
+        "partition": pa.array([0, None, 2, 1], pa.int32()),
+        "headers": pa.array([[{"key": "h", "value": b"1"}], None, [], [{"key": "x", "value": None}]], HEADERS_TYPE),
+    })
+    return normalize_batch(raw, "default", "s:1:2:", 0)
+
+
+def test_chunk_round_trip_keeps_null_and_empty_apart():
+    b = _batch()
+    raw = encode_chunk(b)
+    assert chunk_rows(raw) == 4
+    back = decode_chunk(raw)
+    assert back.equals(b)
+    rows = list(iter_rows(back, "default"))
+    assert [r["key"] for r in rows] == [b"k0", None, b"", b"k3"]
+    assert [r["value"] for r in rows] == [b"v0", b"", None, b"\x00\xff"]
+    assert [r["topic"] for r in rows] == ["a", "default", "b", "a"]
+    assert [r["partition"] for r in rows] == [0, None, 2, 1]
+    assert rows[0]["headers"] == [("h", b"1")] and rows[3]["headers"] == [("x", None)]
+
+
+def test_chunk_refuses_unknown_version_and_corruption():
+    raw = bytearray(encode_chunk(_batch()))
+    bad_version = bytes(raw[:4]) + (99).to_bytes(2, "big") + bytes(raw[6:])
+    with pytest.raises(WalFormatError, match="version 99"):
+        decode_chunk(bad_version)
+    corrupt = bytearray(raw)
+    corrupt[-10] ^= 0xFF
+    with pytest.raises(WalFormatError, match="checksum"):
+        decode_chunk(bytes(corrupt))
+    with pytest.raises(WalFormatError):
+        decode_chunk(bytes(raw[:10]))
+    with pytest.raises(WalFormatError, match="magic"):
+        decode_chunk(b"PKL\x80" + bytes(raw[4:]))
+
+
+def test_chunk_keys_sort_in_write_order():
+    keys = [ChunkKey(b, p, s, g) for b in (0, 1, 2**40) for p in (0, 7, 300) for s in (0, 2000, 2**33) for g in (1, 2)]
+    packed = sorted(k.pack() for k in keys)
+    assert [ChunkKey.unpack(k) for k in packed] == sorted(keys)
+    # batch first, then partition, then sequence
+    assert ChunkKey(1, 0, 0, 9).pack() > ChunkKey(0, 300, 2**33, 9).pack()
+    assert ChunkKey(1, 2, 0, 0).pack() > ChunkKey(1, 1, 99, 5).pack()
+    assert ChunkKey(5, 3, 7, 1).attempt == AttemptKey(5, 3, 1)
+    assert AttemptKey.unpack(AttemptKey(5, 3, 1).pack()) == AttemptKey(5, 3, 1)
+
+
+def test_attempt_and_dead_letter_round_trip():
+    a = AttemptState(COMMITTED, 2, 12345, 1700000000.5)
+    assert decode_attempt(encode_attempt(a)) == a
+    assert not decode_attempt(encode_attempt(AttemptState(OPEN, 0, 0, 0.0))).committed
+    d = DeadLetter("s:1:2:3", 10, "Broker: Message size too large", "t", None, None, b"", (("h", None), ("k", b"v")),
+                   None, forwarded=True)
+    assert decode_dead_letter(encode_dead_letter(d)) == d
+    with pytest.raises(WalFormatError):
+        decode_dead_letter(encode_dead_letter(d)[:-1])
+
+
+def test_record_ids_are_deterministic():
+    assert record_id("orders", 7, 3, 42) == "orders:7:3:42"
+    assert record_id("orders", 7, 3, 42) == record_id("orders", 7, 3, 42)

@@ -1,0 +1,153 @@
+"""Tier 1: the LMDB write-ahead log of one slot."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import lmdb
+import pyarrow as pa
+import pytest
+
+from spark_recoverable_sink.encoding import OPEN, AttemptKey, AttemptState, ChunkKey, DeadLetter, decode_chunk, encode_chunk
+from spark_recoverable_sink.errors import WalFormatError, WalFullError
+from spark_recoverable_sink.schema import normalize_batch
+from spark_recoverable_sink.wal import Wal, map_size_for
+
+MIB = 1024 * 1024
+
+
+def _chunk(n: int, size: int = 100, start: int = 0) -> bytes:
+    b = pa.RecordBatch.from_pydict({"value": [b"%010d" % i + b"x" * (size - 10) for i in range(start, start + n)]})
+    return encode_chunk(normalize_batch(b, "t", "s:0:0:", start))
+
+
+def _wal(tmp_path, **kw) -> Wal:
+    return Wal(str(tmp_path / "slot"), sink_name="s", map_size=kw.pop("map_size", 64 * MIB), sync=True, **kw)
+
+
+def test_append_commit_prune_and_key_order(tmp_path):
+    wal = _wal(tmp_path)
+    gen = wal.reserve_gen()
+    keys = [ChunkKey(2, 1, s, gen) for s in (0, 100, 200)] + [ChunkKey(1, 5, 0, gen), ChunkKey(2, 0, 0, gen)]
+    for i, k in enumerate(keys):
+        wal.append(k, _chunk(100, start=k.first_seq), new_attempt=AttemptState(OPEN, 0, 0, 1.0))
+    assert [k for k, _ in wal.chunk_keys()] == sorted(keys)
+    assert wal.live_bytes == sum(size for _k, size in wal.chunk_keys()) > 0
+    wal.commit_attempt(AttemptKey(2, 1, gen), 0, 300, 1.0)
+    atts = wal.attempts()
+    assert atts[AttemptKey(2, 1, gen)].committed and not atts[AttemptKey(1, 5, gen)].committed
+    rows = decode_chunk(wal.read_chunk(keys[1])).column(0).to_pylist()
+    assert rows[0].startswith(b"0000000100")
+    before = wal.live_bytes
+    pruned = [(k, s) for k, s in wal.chunk_keys() if k.attempt == AttemptKey(2, 1, gen)]
+    wal.prune(chunks=pruned, attempts_done=[AttemptKey(2, 1, gen)])
+    assert wal.live_bytes == before - sum(s for _k, s in pruned)
+    assert [k for k, _ in wal.chunk_keys()] == [ChunkKey(1, 5, 0, gen), ChunkKey(2, 0, 0, gen)]
+    assert AttemptKey(2, 1, gen) not in wal.attempts()
+    wal.close()
+
+
+def test_reopen_keeps_records_generation_and_bytes(tmp_path):
+    wal = _wal(tmp_path)
+    g1 = wal.reserve_gen()
+    wal.append(ChunkKey(1, 0, 0, g1), _chunk(10), new_attempt=AttemptState(OPEN, 0, 0, 1.0))
+    live = wal.live_bytes
+    wal.close()  # a crash is the same for LMDB: the committed txn is on disk
+    again = _wal(tmp_path)
+    assert again.live_bytes == live
+    assert again.reserve_gen() > g1
+    assert len(again.chunk_keys()) == 1
+    again.close()
+
+
+def test_abort_attempt_removes_only_its_chunks(tmp_path):
+    wal = _wal(tmp_path)
+    g1, g2 = wal.reserve_gen(), wal.reserve_gen()
+    wal.append(ChunkKey(1, 0, 0, g1), _chunk(5), new_attempt=AttemptState(OPEN, 0, 0, 1.0))
+    wal.append(ChunkKey(1, 0, 5, g1), _chunk(5))
+    wal.append(ChunkKey(1, 0, 0, g2), _chunk(5), new_attempt=AttemptState(OPEN, 1, 0, 1.0))
+    assert wal.abort_attempt(AttemptKey(1, 0, g1)) == 2
+    assert [k for k, _ in wal.chunk_keys()] == [ChunkKey(1, 0, 0, g2)]
+    wal.close()
+
+
+def test_dead_letters_stored_and_found_by_chunk(tmp_path):
+    import struct
+
+    wal = _wal(tmp_path)
+    ck = ChunkKey(3, 1, 100, 4)
+    d = DeadLetter("s:3:1:102", 10, "too large", "t", None, b"k", b"v", (), None)
+    wal.put_dead_letters([(struct.pack(">QIQI", 3, 1, 102, 4), d)])
+    assert wal.dead_keys_in_chunk(ck, 10) == {2}
+    assert wal.dead_keys_in_chunk(ChunkKey(3, 1, 100, 5), 10) == set()  # other generation
+    assert wal.dead_keys_in_chunk(ChunkKey(3, 1, 0, 4), 100) == set()  # other range
+    assert [x.record_id for _k, x in wal.dead_letters()] == ["s:3:1:102"]
+    assert wal.dead_letters_pending(forwarding=True) and wal.dead_letters_pending(forwarding=False)
+    wal.close()
+
+
+def test_files_are_owner_only(tmp_path):
+    wal = _wal(tmp_path)
+    wal.close()
+    assert stat.S_IMODE(os.stat(tmp_path / "slot").st_mode) == 0o700
+    for name in ("data.mdb", "lock.mdb"):
+        assert stat.S_IMODE(os.stat(tmp_path / "slot" / name).st_mode) == 0o600
+
+
+def test_unknown_format_version_is_refused_with_the_path(tmp_path):
+    _wal(tmp_path).close()
+    env = lmdb.open(str(tmp_path / "slot"), max_dbs=4)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        txn.put(b"format", b"99", db=meta)
+    env.close()
+    with pytest.raises(WalFormatError) as ei:
+        _wal(tmp_path)
+    assert str(tmp_path / "slot") in str(ei.value) and "99" in str(ei.value)
+    assert ei.value.path == str(tmp_path / "slot")
+
+
+def test_garbage_file_is_refused_not_crashed(tmp_path):
+    slot = tmp_path / "slot"
+    slot.mkdir()
+    (slot / "data.mdb").write_bytes(os.urandom(64 * 1024))
+    with pytest.raises(WalFormatError) as ei:
+        _wal(tmp_path)
+    assert str(slot) in str(ei.value)
+
+
+def test_map_full_is_a_clear_wal_full_error_and_nothing_half_written(tmp_path):
+    wal = _wal(tmp_path, map_size=2 * MIB)
+    gen = wal.reserve_gen()
+    written = 0
+    with pytest.raises(WalFullError) as ei:
+        for i in range(1000):
+            wal.append(ChunkKey(1, 0, i * 1000, gen), _chunk(1000, size=200, start=i * 1000))
+            written += 1
+    assert "full" in str(ei.value) and ei.value.path == str(tmp_path / "slot")
+    # every append that returned is there, the failed one is not
+    assert len(wal.chunk_keys()) == written
+    wal.close()
+
+
+def test_wait_for_space_blocks_until_pruned_or_times_out(tmp_path):
+    import threading
+    import time
+
+    wal = _wal(tmp_path)
+    gen = wal.reserve_gen()
+    k = ChunkKey(1, 0, 0, gen)
+    wal.append(k, _chunk(1000))
+    size = wal.live_bytes
+    t0 = time.monotonic()
+    assert not wal.wait_for_space(size, size + 10, timeout_s=0.3)
+    assert time.monotonic() - t0 >= 0.3
+    threading.Timer(0.2, lambda: wal.prune(chunks=[(k, size)])).start()
+    assert wal.wait_for_space(size, size + 10, timeout_s=5)
+    wal.close()
+
+
+def test_map_size_leaves_room_over_the_byte_budget():
+    assert map_size_for(20 * 1024**3) > 20 * 1024**3
+    assert map_size_for(MIB) >= 64 * MIB
