@@ -180,7 +180,7 @@ def read_back(bootstrap: str, topic: str, expected: int, idle_s: float, timeout_
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    extra = {k: v for k, v in (conf or {}).items() if k.startswith(job._ADMIN_PREFIXES) and k != "client.id"}
+    extra = {k: v for k, v in (conf or {}).items() if k.startswith(job.CLIENT_CONF_PREFIXES) and k != "client.id"}
     c = Consumer({**extra, "bootstrap.servers": bootstrap, "group.id": f"rks-demo-reader-{time.time_ns()}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800})
     out = ReadBack()
@@ -411,14 +411,14 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     log.setLevel(logging.INFO)
     job.log.setLevel(logging.INFO)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         settings = load_settings(args.conf)
     except (OSError, job.SettingsError) as exc:
         log.error("demo=failed conf=%s error=%s", args.conf, exc)
         return 2
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to a loopback" warning
     t0 = time.monotonic()
     try:
         code = run_demo(settings)

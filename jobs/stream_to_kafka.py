@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "JobSettings", "SparkSettings", "KafkaSettings", "SinkSettings", "SourceSettings", "QuerySettings",
     "SettingsError", "SECTIONS", "ENV_OVERRIDES", "setting_keys", "required_keys", "load_settings",
-    "parse_sections", "section_keys", "settings_from_dict", "producer_conf", "ensure_topic", "build_spark",
-    "build_sink", "build_source", "start_query", "run_job", "main",
+    "parse_sections", "section_keys", "settings_from_dict", "producer_conf", "CLIENT_CONF_PREFIXES",
+    "ensure_topic", "build_spark", "build_sink", "build_source", "start_query", "run_job", "main",
 ]
 
 log = logging.getLogger("stream_to_kafka")
@@ -93,8 +93,8 @@ class KafkaSettings:
         bootstrap_servers: ``host:port[,host:port]``; env ``KAFKA_BOOTSTRAP`` overrides it.
         topic: Topic the rows go to.
         producer_conf: Further confluent-kafka producer options (secrets as ``{"env": "NAME"}``).
-        create_topic_partitions: Create ``topic`` with this many partitions if it
-            does not exist (0 = never create it).
+        create_topic_partitions: Create ``topic`` (and ``sink.dead_letter_topic``) with
+            this many partitions if it does not exist (0 = never create topics).
         create_topic_replication_factor: Replication factor when creating it.
     """
 
@@ -331,15 +331,16 @@ def producer_conf(kafka: KafkaSettings, environ: Mapping[str, str] | None = None
 
 # -- building blocks ------------------------------------------------------------------
 
-#: Producer options an AdminClient needs too (connection and security).
-_ADMIN_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "client.id", "socket.",
+#: Producer options other clients (admin, consumer) need too: connection and security.
+CLIENT_CONF_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "client.id", "socket.",
                    "broker.address.family", "client.dns.lookup")
 
 
-def ensure_topic(kafka: KafkaSettings, conf: Mapping[str, Any], timeout_s: float = 30.0) -> bool:
-    """Create ``kafka.topic`` when ``create_topic_partitions`` > 0 and it does not exist.
+def ensure_topic(kafka: KafkaSettings, conf: Mapping[str, Any], topic: str | None = None,
+                 timeout_s: float = 30.0) -> bool:
+    """Create ``topic`` (default ``kafka.topic``) if it does not exist and ``create_topic_partitions`` > 0.
 
-    Returns whether it was created. Waits until the metadata shows every partition.
+    Returns whether it was created. Waits until the metadata shows its partitions.
 
     Raises:
         RuntimeError: it could not be created or did not appear within ``timeout_s``.
@@ -349,26 +350,27 @@ def ensure_topic(kafka: KafkaSettings, conf: Mapping[str, Any], timeout_s: float
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({k: v for k, v in conf.items() if k.startswith(_ADMIN_PREFIXES)})
+    name = topic or kafka.topic
+    admin = AdminClient({k: v for k, v in conf.items() if k.startswith(CLIENT_CONF_PREFIXES)})
     md = admin.list_topics(timeout=timeout_s)
     created = False
-    if kafka.topic not in md.topics:
-        new = NewTopic(kafka.topic, kafka.create_topic_partitions, kafka.create_topic_replication_factor)
+    if name not in md.topics:
+        new = NewTopic(name, kafka.create_topic_partitions, kafka.create_topic_replication_factor)
         try:
-            admin.create_topics([new])[kafka.topic].result(timeout_s)
+            admin.create_topics([new])[name].result(timeout_s)
             created = True
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise RuntimeError(f"topic={kafka.topic} could not be created: {exc.args[0].str()}") from None
+                raise RuntimeError(f"topic={name} could not be created: {exc.args[0].str()}") from None
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        t = admin.list_topics(kafka.topic, timeout=5).topics.get(kafka.topic)
+        t = admin.list_topics(name, timeout=5).topics.get(name)
         if t is not None and t.error is None and t.partitions:
             if created:
-                log.info("topic=%s created=true partitions=%d", kafka.topic, len(t.partitions))
+                log.info("topic=%s created=true partitions=%d", name, len(t.partitions))
             return created
         time.sleep(0.2)
-    raise RuntimeError(f"topic={kafka.topic} did not appear within {timeout_s}s")
+    raise RuntimeError(f"topic={name} did not appear within {timeout_s}s")
 
 
 def build_spark(spark: SparkSettings) -> "SparkSession":
@@ -466,7 +468,10 @@ def run_job(settings: JobSettings, spark: "SparkSession" | None = None,
              "checkpoint_location=%s trigger_interval_s=%s run_seconds=%s", settings.source.format,
              settings.source.rows_per_second, settings.source.rows_per_batch, settings.source.num_partitions,
              settings.query.checkpoint_location, settings.query.trigger_interval_s, settings.query.run_seconds)
-    ensure_topic(settings.kafka, producer_conf(settings.kafka, environ))
+    conf = producer_conf(settings.kafka, environ)
+    ensure_topic(settings.kafka, conf)
+    if settings.sink.dead_letter_topic:
+        ensure_topic(settings.kafka, conf, settings.sink.dead_letter_topic)
     spark = spark or build_spark(settings.spark)
     q = start_query(build_source(spark, settings.source), sink, settings.query)
     log.info("job=stream_to_kafka query_id=%s run_id=%s status=started", q.id, q.runId)

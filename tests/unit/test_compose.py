@@ -285,3 +285,11 @@ def test_demo_expected_ids_follow_the_record_id_format() -> None:
         "rows_sent": 3, "records_received": 4, "distinct_ids": 3, "distinct_values": 3, "duplicates": 1,
         "lost": 1, "unexpected_ids": 1, "missing_values": 0, "records_without_id": 0,
     }
+
+
+def test_jobs_exit_2_on_a_bad_conf(tmp_path: Any) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"sink": {"nme": "x"}}))
+    assert job.main(["--conf", str(bad)]) == 2
+    assert demo.main(["--conf", str(bad)]) == 2
+    assert job.main(["--conf", str(tmp_path / "absent.json")]) == 2
