@@ -222,8 +222,12 @@ def row_value(i: int, size: int) -> bytes:
 
 
 def write_source(directory: str, n_rows: int, n_files: int, value_size: int = 200, start: int = 0,
-                 extra: Callable[[int], dict[str, Any]] | None = None) -> list[str]:
-    """Parquet files of rows ``start .. start+n_rows-1``: key = row number (string), value = padded bytes."""
+                 sizes: dict[int, int] | None = None) -> list[str]:
+    """Parquet files of rows ``start .. start+n_rows-1``: key = row number (string), value = padded bytes.
+
+    ``sizes`` overrides the value size of chosen rows (e.g. a poison record).
+    """
+    sizes = sizes or {}
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -235,7 +239,7 @@ def write_source(directory: str, n_rows: int, n_files: int, value_size: int = 20
         if lo >= hi:
             break
         keys = [str(i) for i in range(lo, hi)]
-        vals = [row_value(i, value_size) for i in range(lo, hi)]
+        vals = [row_value(i, sizes.get(i, value_size)) for i in range(lo, hi)]
         table = pa.table({"key": pa.array(keys, pa.string()), "value": pa.array(vals, pa.binary())})
         path = os.path.join(directory, f"part-{lo:09d}.parquet")
         tmp = os.path.join(directory, f".part-{lo:09d}.tmp")
