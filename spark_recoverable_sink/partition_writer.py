@@ -89,25 +89,27 @@ def write_partition(
     started = time.time()
     seq = nbytes = 0
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            norm = normalize_batch(batch, config.topic, prefix, seq)
-            chunk = encode_chunk(norm)
-            key = ChunkKey(batch_id, partition, seq, gen)
-            rt.reserve_space(len(chunk))
-            first = None if trackers else AttemptState(OPEN, spark_attempt, 0, started)
-            rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
-            attempt.add_chunk()
-            t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
-            trackers.append(t)
-            publisher.produce_chunk(t, norm)  # ... then Kafka
-            seq += norm.num_rows
-            nbytes += payload_bytes(norm)
-            _faults.check("mid_task", seq)
-        if trackers:
-            rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
-        _faults.check("after_commit", seq)
+        with publisher.task():  # this thread polls while it produces
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                norm = normalize_batch(batch, config.topic, prefix, seq)
+                chunk = encode_chunk(norm)
+                key = ChunkKey(batch_id, partition, seq, gen)
+                rt.reserve_space(len(chunk))
+                first = None if trackers else AttemptState(OPEN, spark_attempt, 0, started)
+                rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
+                attempt.add_chunk()
+                t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
+                trackers.append(t)
+                publisher.produce_chunk(t, norm)  # ... then Kafka
+                publisher.tick(0)
+                seq += norm.num_rows
+                nbytes += payload_bytes(norm)
+                _faults.check("mid_task", seq)
+            if trackers:
+                rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
+            _faults.check("after_commit", seq)
     except BaseException:
         # Abandoned: its chunks stay until acked (or are dropped as uncommitted
         # after a crash); Spark re-runs the task.

@@ -209,7 +209,7 @@ class WorkerRuntime:
             WalFullError: still no room after ``max_block_s``; nothing was dropped.
         """
         ok = self.wal.wait_for_space(nbytes, self.config.max_wal_bytes, self.config.max_block_s,
-                                     on_wait=self.publisher.checkpoint)
+                                     on_wait=self.publisher.make_room)
         if not ok:
             raise WalFullError(
                 f"sink={self.config.name} WAL slot {self.wal.path} holds {self.wal.live_bytes} bytes not yet "

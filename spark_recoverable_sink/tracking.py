@@ -83,11 +83,16 @@ class ChunkTracker:
     ``acked`` and ``dead`` accumulate over rounds; a round is one pass of
     ``produce`` calls (the first, then one per retry). A round is settled when
     ``sealed`` and every record produced in it has had its callback.
+
+    The delivery callback is one bound method per chunk (no per-record
+    closure: it would cost a microsecond a record). Delivery reports carry no
+    headers, so a failed record is identified afterwards, by content, against
+    the chunk read back from the WAL (:meth:`resolve_failures`).
     """
 
     __slots__ = (
-        "wal", "key", "rows", "size", "attempt", "acked", "dead", "failed", "sync_failed",
-        "round_expected", "round_settled", "sealed", "retries", "retried_records",
+        "wal", "key", "rows", "size", "attempt", "acked", "dead", "failed", "failed_raw", "sync_failed",
+        "round_expected", "round_settled", "round_indices", "sealed", "retries", "retried_records",
         "next_retry_at", "finished", "replayed", "epoch", "skip",
     )
 
@@ -100,10 +105,12 @@ class ChunkTracker:
         self.attempt = attempt
         self.acked = 0
         self.dead: list[tuple[int, int, str]] = []  # (index, error code, error text)
-        self.failed: list[tuple[int, Any]] = []  # (index, KafkaError) awaiting retry
+        self.failed: list[tuple[int, Any]] = []  # (index, KafkaError or None) awaiting retry
+        self.failed_raw: list[tuple[Any, str, bytes | None, bytes | None]] = []  # (error, topic, key, value)
         self.sync_failed: list[tuple[int, Any]] = []
         self.round_expected = 0
         self.round_settled = 0
+        self.round_indices: list[int] | None = None  # None: every record
         self.sealed = False
         self.retries = 0
         self.retried_records = 0
@@ -113,31 +120,72 @@ class ChunkTracker:
         self.epoch = 0  # which producer the current round went to
         self.skip = skip  # indices never to send: dead-lettered in an earlier life of the slot
 
-    def on_delivery(self, index: int, err: Any, _msg: Any) -> None:
-        """confluent-kafka delivery callback (bound to the record's index)."""
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        """confluent-kafka delivery callback (runs under the publisher's poll lock)."""
         if err is None:
             self.acked += 1
-        elif err.code() in NON_RETRIABLE:
-            self.dead.append((index, err.code(), err.str()))
         else:
-            self.failed.append((index, err))
+            self.failed_raw.append((err, msg.topic(), msg.key(), msg.value()))
         self.round_settled += 1
 
-    def start_round(self) -> None:
+    def start_round(self, indices: list[int] | None) -> None:
         self.sealed = False
         self.failed = []
+        self.failed_raw = []
         self.sync_failed = []
         self.round_settled = 0
         self.round_expected = 0
+        self.round_indices = indices
 
     def seal(self, produced: int, sync_failed: list[tuple[int, Any]]) -> None:
         self.sync_failed = sync_failed
         self.round_expected = produced
-        self.sealed = True  # last: the poller reads the fields above once it sees this
+        self.sealed = True
 
     @property
     def round_done(self) -> bool:
         return self.sealed and self.round_settled >= self.round_expected
+
+    def resolve_failures(self, topics: list[str], keys: list[bytes | None], values: list[bytes | None]) -> None:
+        """Turn this round's failed delivery reports into record indices.
+
+        Every record of the round with the failed content (topic, key, value)
+        is taken as failed: exact unless a chunk repeats a record's content,
+        in which case the identical records are all sent again (a duplicate,
+        never a gap). Acks already counted for those are taken back.
+        """
+        by_content: dict[tuple[str, bytes | None, bytes | None], list[int]] = {}
+        wanted = {(t, k, v) for _e, t, k, v in self.failed_raw}
+        for i in (range(self.rows) if self.round_indices is None else self.round_indices):
+            c = (topics[i], keys[i], values[i])
+            if c in wanted:
+                by_content.setdefault(c, []).append(i)
+        dead: dict[int, Any] = {}
+        failed: dict[int, Any] = {}
+        for err, t, k, v in self.failed_raw:
+            found = by_content.get((t, k, v))
+            if not found:
+                # Cannot tell which record failed: send the whole round again.
+                every = range(self.rows) if self.round_indices is None else self.round_indices
+                found = [i for i in every if i not in self.skip]
+                by_content[(t, k, v)] = found
+            for i in found:
+                (dead if err.code() in NON_RETRIABLE else failed)[i] = err
+        for i in dead:
+            failed.pop(i, None)
+        # records now counted failed or dead that had been counted acked
+        self.acked = max(0, self.acked - ((len(dead) + len(failed)) - len(self.failed_raw)))
+        self.failed_raw = []
+        self.dead.extend((i, e.code(), e.str()) for i, e in sorted(dead.items()))
+        self.failed.extend(sorted(failed.items()))
+
+    def settle_sync_failures(self) -> None:
+        for i, err in self.sync_failed:
+            if err.code() in NON_RETRIABLE:
+                self.dead.append((i, err.code(), err.str()))
+            else:
+                self.failed.append((i, err))
+        self.sync_failed = []
 
     @property
     def pending(self) -> int:

@@ -1,0 +1,96 @@
+"""Tier 1: matching failed delivery reports to records, and ack accounting."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+
+from spark_recoverable_sink.encoding import AttemptKey, ChunkKey
+from spark_recoverable_sink.tracking import AttemptTracker, ChunkTracker
+
+
+class _Msg:
+    def __init__(self, topic, key, value):
+        self._t, self._k, self._v = topic, key, value
+
+    def topic(self):
+        return self._t
+
+    def key(self):
+        return self._k
+
+    def value(self):
+        return self._v
+
+
+def _tracker(rows: int) -> ChunkTracker:
+    at = AttemptTracker(None, AttemptKey(1, 0, 1))  # type: ignore[arg-type]
+    t = ChunkTracker(None, ChunkKey(1, 0, 0, 1), rows, 100, at)  # type: ignore[arg-type]
+    t.start_round(None)
+    return t
+
+
+TIMEOUT = KafkaError(KafkaError._MSG_TIMED_OUT)
+TOO_LARGE = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+
+
+def test_failures_matched_exactly_by_content():
+    topics = ["t"] * 5
+    keys = [b"k0", b"k1", None, b"k3", b"k4"]
+    values = [b"v0", b"v1", b"v2", b"v3", b"v4"]
+    t = _tracker(5)
+    for i in range(5):
+        if i == 1:
+            t.on_delivery(TIMEOUT, _Msg("t", keys[i], values[i]))
+        elif i == 2:
+            t.on_delivery(TOO_LARGE, _Msg("t", keys[i], values[i]))
+        else:
+            t.on_delivery(None, _Msg("t", keys[i], values[i]))
+    t.seal(5, [])
+    assert t.round_done and t.acked == 3
+    t.resolve_failures(topics, keys, values)
+    assert [i for i, _ in t.failed] == [1]
+    assert [(i, c) for i, c, _ in t.dead] == [(2, KafkaError.MSG_SIZE_TOO_LARGE)]
+    assert t.acked == 3 and t.pending == 1
+
+
+def test_identical_content_is_all_resent_and_acks_taken_back():
+    topics, keys, values = ["t"] * 4, [b"k"] * 4, [b"same", b"same", b"other", b"same"]
+    t = _tracker(4)
+    t.on_delivery(None, _Msg("t", b"k", b"same"))
+    t.on_delivery(TIMEOUT, _Msg("t", b"k", b"same"))  # one of the three failed: which is unknown
+    t.on_delivery(None, _Msg("t", b"k", b"other"))
+    t.on_delivery(None, _Msg("t", b"k", b"same"))
+    t.seal(4, [])
+    t.resolve_failures(topics, keys, values)
+    assert sorted(i for i, _ in t.failed) == [0, 1, 3]  # all three go again: duplicates, no gap
+    assert t.acked == 1  # only "other" counts as acked now
+    assert t.pending == 3
+
+
+def test_unmatched_failure_resends_the_whole_round():
+    t = _tracker(3)
+    t.on_delivery(None, _Msg("t", None, b"a"))
+    t.on_delivery(TIMEOUT, _Msg("renamed-topic", None, b"?"))
+    t.on_delivery(None, _Msg("t", None, b"c"))
+    t.seal(3, [])
+    t.resolve_failures(["t"] * 3, [None] * 3, [b"a", b"b", b"c"])
+    assert sorted(i for i, _ in t.failed) == [0, 1, 2]
+    assert t.acked == 0
+
+
+def test_retry_round_only_considers_its_own_indices():
+    values = [b"x", b"y", b"x"]
+    t = _tracker(3)
+    t.start_round([2])  # only record 2 is re-sent in this round
+    t.on_delivery(TIMEOUT, _Msg("t", None, b"x"))
+    t.seal(1, [])
+    t.resolve_failures(["t"] * 3, [None] * 3, values)
+    assert [i for i, _ in t.failed] == [2]  # record 0 (same content, acked earlier) is not touched
+
+
+def test_sync_failures_split_into_retry_and_dead():
+    t = _tracker(3)
+    t.seal(1, [(0, TIMEOUT), (2, TOO_LARGE)])
+    t.on_delivery(None, _Msg("t", None, b"b"))
+    t.settle_sync_failures()
+    assert [i for i, _ in t.failed] == [0] and [i for i, _c, _e in t.dead] == [2]
