@@ -44,6 +44,7 @@ __all__ = [
     "encode_chunk",
     "decode_chunk",
     "chunk_rows",
+    "check_chunk",
     "encode_attempt",
     "decode_attempt",
     "encode_dead_letter",
@@ -165,6 +166,18 @@ def _check_chunk_head(raw: bytes | memoryview) -> tuple[bytes, int, int, int, in
     if head[1] != FORMAT_VERSION:
         raise WalFormatError(f"chunk of format version {head[1]}; this build reads version {FORMAT_VERSION}")
     return head
+
+
+def check_chunk(raw: bytes | memoryview) -> int:
+    """Validate a chunk's header and checksum without decoding it; returns its row count.
+
+    Raises:
+        WalFormatError: unknown version, bad magic or checksum.
+    """
+    _magic, _version, _flags, rows, crc = _check_chunk_head(raw)
+    if zlib.crc32(memoryview(raw)[_CHUNK_HEAD.size:]) != crc:
+        raise WalFormatError("chunk checksum mismatch: the WAL bytes are corrupt")
+    return rows
 
 
 def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:

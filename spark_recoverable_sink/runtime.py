@@ -76,10 +76,18 @@ class WorkerRuntime:
         self._seen_empty: dict[int, Any] = {}
         self._adopt_lock = threading.Lock()
         self._replayed = 0
-        self.lock, self.wal = self._take_own_slot()
         self.publisher.start()
         self.publisher.on_idle = self._release_drained
-        self._replayed += self.recover(self.wal)
+        while True:
+            self.lock, self.wal = self._take_own_slot()
+            try:
+                self._replayed += self.recover(self.wal)
+                break
+            except WalError as exc:  # nothing was replayed or dropped: checked first
+                log.error("sink=%s slot=%s cannot be recovered: %s", config.name, self.wal.path, exc)
+                self.unreadable[self.lock.index] = str(exc)
+                self.wal.close()
+                self.lock.release()
         log.info("sink=%s pid=%d slot=%s opened live_bytes=%d replayed=%d",
                  config.name, os.getpid(), self.wal.path, self.wal.live_bytes, self._replayed)
 
@@ -103,37 +111,41 @@ class WorkerRuntime:
     def recover(self, wal: Wal) -> int:
         """Drop uncommitted attempts, replay committed unacked chunks; returns records replayed.
 
+        Every chunk is validated (header and checksum) before anything is
+        replayed or dropped; then chunks are decoded and produced one at a
+        time, so a large slot never has to fit in memory.
+
         Raises:
-            WalFormatError: a chunk cannot be decoded (the slot needs quarantine).
+            WalFormatError: the slot holds a corrupt chunk (it needs quarantine).
         """
         attempts = wal.attempts()
+        rows_of = wal.check_chunks()
         drop: list[tuple[Any, int]] = []
+        replay: list[tuple[Any, int]] = []
         trackers: dict[AttemptKey, AttemptTracker] = {}
-        replays: list[tuple[ChunkTracker, Any, list[int]]] = []
-        max_gen = 0
         for ck, size in wal.chunk_keys():
-            max_gen = max(max_gen, ck.gen)
             state = attempts.get(ck.attempt)
             if state is None or not state.committed:
                 drop.append((ck, size))
-                continue
-            raw = wal.read_chunk(ck)
-            batch = decode_chunk(raw)  # WalFormatError names no file: add it
-            at = trackers.get(ck.attempt)
-            if at is None:
-                at = trackers[ck.attempt] = AttemptTracker(wal, ck.attempt, committed=False)
-            dead = wal.dead_keys_in_chunk(ck, batch.num_rows)
-            t = ChunkTracker(wal, ck, batch.num_rows, size, at, replayed=True, skip=frozenset(dead))
-            at.add_chunk()
-            replays.append((t, batch, [i for i in range(batch.num_rows) if i not in dead]))
-        wal.gen = max(wal.gen, max_gen)
+            else:
+                replay.append((ck, size))
+                if ck.attempt not in trackers:
+                    trackers[ck.attempt] = AttemptTracker(wal, ck.attempt)
+                trackers[ck.attempt].add_chunk()
+        wal.gen = max([wal.gen] + [ck.gen for ck in rows_of])
         finished = [k for k, st in attempts.items() if not st.committed or k not in trackers]
         if drop or finished:
             log.warning("sink=%s slot=%s dropping %d chunks of %d uncommitted attempts (Spark re-runs them)",
                         self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
             wal.prune(chunks=drop, attempts_done=finished)
         replayed = 0
-        for t, batch, indices in replays:
+        for ck, size in replay:
+            raw = wal.read_chunk(ck)
+            batch = decode_chunk(raw)
+            dead = wal.dead_keys_in_chunk(ck, batch.num_rows)
+            t = ChunkTracker(wal, ck, batch.num_rows, size, trackers[ck.attempt], replayed=True,
+                             skip=frozenset(dead))
+            indices = [i for i in range(batch.num_rows) if i not in dead]
             self.publisher.produce_chunk(t, batch, indices)
             replayed += len(indices)
         for at in trackers.values():
@@ -148,6 +160,9 @@ class WorkerRuntime:
         """Adopt every slot of this sink whose owner is dead and which holds records."""
         total = 0
         with self._adopt_lock:
+            for index in list(self.unreadable):  # quarantined by an operator since
+                if not any(os.path.exists(p) for p in slot_paths(self.sdir, index)):
+                    del self.unreadable[index]
             for index in list_slots(self.sdir):
                 if index == self.lock.index or index in self.adopted or index in self.unreadable:
                     continue
@@ -179,7 +194,9 @@ class WorkerRuntime:
                 except WalError as exc:
                     log.error("sink=%s orphan slot=%s cannot be read: %s", self.config.name, lock.wal_path, exc)
                     self.unreadable[index] = str(exc)
-                    self.adopted.pop(index, None)
+                    adopted = self.adopted.pop(index, None)
+                    if adopted is not None:
+                        adopted[1].close()
                     lock.release()
         return total
 

@@ -25,6 +25,7 @@ _SLOT_RE = re.compile(r"^slot-(\d{5})\.lock$")
 
 def sink_dir(wal_dir: str, sink_name: str) -> str:
     """``<wal_dir>/<sink name>``, created readable by its owner only."""
+    os.makedirs(wal_dir, mode=0o700, exist_ok=True)
     path = os.path.join(wal_dir, sink_name)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
