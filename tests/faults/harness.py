@@ -47,6 +47,16 @@ SINK_CLIENT_ID = "rks-sink"  # client.id of the sink's producers: the proxy's fa
 READER_CLIENT_ID = "rks-reader"
 
 
+def run_cli(command: str, args: dict, timeout: float = 120) -> tuple[int, list[dict], str]:
+    """Run ``python -m tests.faults.writer_cli COMMAND ARGS`` (no Spark); returns (rc, JSON lines, stderr tail)."""
+    env = {**os.environ, "PYTHONPATH": REPO}
+    env.pop("RKS_FAULT_DIR", None)
+    p = subprocess.run([sys.executable, "-m", "tests.faults.writer_cli", command, json.dumps(args)],
+                       capture_output=True, timeout=timeout, env=env, cwd=REPO)
+    lines = [json.loads(line) for line in p.stdout.decode(errors="replace").splitlines() if line.startswith("{")]
+    return p.returncode, lines, p.stderr.decode(errors="replace")[-3000:]
+
+
 def results_path() -> str:
     return os.environ.get("RKS_FAULT_RESULTS") or DEFAULT_RESULTS
 
