@@ -111,9 +111,11 @@ def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix:
         if topic.null_count:
             if default_topic is None:
                 first_null = pc.index(pc.is_null(topic), True).as_py()
+                rid = f"{id_prefix}{first_seq + first_null}"
                 raise InvalidRecordError(
-                    f"row {first_seq + first_null} has a null topic and the sink has no default topic",
-                    record_id=f"{id_prefix}{first_seq + first_null}",
+                    f"record {rid} (row {first_seq + first_null} of its partition) has a null topic and the "
+                    "sink has no default topic; set topic= on the sink or fill the topic column",
+                    record_id=rid,
                 )
             topic = pc.fill_null(topic, default_topic)
         arrays.append(topic)

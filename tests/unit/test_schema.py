@@ -89,7 +89,7 @@ def test_null_topic_without_default_names_the_record():
     with pytest.raises(InvalidRecordError) as ei:
         normalize_batch(b, None, "s:4:2:", 10)
     assert ei.value.record_id == "s:4:2:11"
-    assert "row 11" in str(ei.value)
+    assert "row 11" in str(ei.value) and "s:4:2:11" in str(ei.value)
 
 
 def test_invalid_utf8_in_string_key_passes_through_as_bytes():
