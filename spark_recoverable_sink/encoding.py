@@ -141,14 +141,16 @@ def decode_attempt(raw: bytes) -> AttemptState:
 # -- chunks -------------------------------------------------------------------
 
 
-def encode_chunk(batch: pa.RecordBatch) -> bytes:
-    """Serialise one normalised record batch as a chunk value."""
+def encode_chunk(batch: pa.RecordBatch) -> bytearray:
+    """Serialise one normalised record batch as a chunk value (one copy of the IPC bytes)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     ipc = sink.getvalue()
-    head = _CHUNK_HEAD.pack(_CHUNK_MAGIC, FORMAT_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
-    return head + ipc.to_pybytes()
+    out = bytearray(_CHUNK_HEAD.size)
+    out += memoryview(ipc)
+    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, FORMAT_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
+    return out
 
 
 def chunk_rows(raw: bytes | memoryview) -> int:
