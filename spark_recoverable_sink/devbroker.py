@@ -50,15 +50,24 @@ def free_port() -> int:
 class EmbeddedBroker:
     """A Tansu broker process on ``127.0.0.1:port``; use as a context manager."""
 
-    def __init__(self, port: int | None = None, log_path: str | None = None) -> None:
+    def __init__(self, port: int | None = None, log_path: str | None = None, *,
+                 advertised_port: int | None = None, storage_engine: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """``advertised_port`` differs from ``port`` when clients must reach the broker
+        through something else (a test proxy); ``storage_engine`` is Tansu's
+        (default ``memory://``); ``env`` is added to the broker's environment."""
         self.port = port or free_port()
+        self.advertised_port = advertised_port or self.port
+        self.storage_engine = storage_engine
+        self.env = dict(env or {})
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """What clients connect to (the advertised address)."""
+        return f"127.0.0.1:{self.advertised_port}"
 
     @property
     def pid(self) -> int:
@@ -72,10 +81,15 @@ class EmbeddedBroker:
             RuntimeError: it exited or did not listen within ``timeout_s``.
         """
         url = f"tcp://127.0.0.1:{self.port}"
-        self._log = open(self.log_path, "ab") if self.log_path else None
+        cmd = [find_tansu(), "broker", "--listener-url", url,
+               "--advertised-listener-url", f"tcp://127.0.0.1:{self.advertised_port}"]
+        if self.storage_engine:
+            cmd += ["--storage-engine", self.storage_engine]
+        if self._log is None and self.log_path:
+            self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url],
-            stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+            cmd, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **self.env},
         )
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
@@ -95,6 +109,17 @@ class EmbeddedBroker:
 
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (no shutdown of any kind) and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def restart(self, timeout_s: float = 20.0) -> "EmbeddedBroker":
+        """Kill and start again on the same port (memory storage starts empty)."""
+        self.kill()
+        return self.start(timeout_s)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
