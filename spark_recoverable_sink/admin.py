@@ -53,7 +53,9 @@ def inspect_slots(wal_dir: str, sink_name: str, map_size: int = 1 << 30) -> list
                 out.append(SlotInfo(index, path, False, None, str(exc)))
                 continue
             try:
-                out.append(SlotInfo(index, path, False, wal.stats().as_dict(), None))
+                stats = wal.stats().as_dict()
+                wal.check_chunks()  # what recovery would refuse, the operator sees
+                out.append(SlotInfo(index, path, False, stats, None))
             except WalError as exc:
                 out.append(SlotInfo(index, path, False, None, str(exc)))
             finally:

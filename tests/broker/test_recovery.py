@@ -1,0 +1,71 @@
+"""Tier 2: recovery of slots whose bytes are damaged."""
+
+from __future__ import annotations
+
+import os
+
+import lmdb
+import pytest
+
+from spark_recoverable_sink.admin import inspect_slots, quarantine_slot
+from spark_recoverable_sink.config import SinkConfig
+from spark_recoverable_sink.encoding import OPEN, AttemptState, ChunkKey, encode_chunk
+from spark_recoverable_sink.partition_writer import write_partition
+from spark_recoverable_sink.schema import normalize_batch
+from spark_recoverable_sink.slots import sink_dir, slot_paths
+from spark_recoverable_sink.wal import Wal
+
+from ..kafka_helpers import read_topic
+from .writer_proc import batches
+
+pytestmark = pytest.mark.broker
+
+
+def _damaged_slot(wal_dir: str, name: str) -> str:
+    """Slot 0 with one committed attempt whose chunk bytes are then overwritten (owner dead)."""
+    import pyarrow as pa
+
+    path = slot_paths(sink_dir(wal_dir, name), 0)[1]
+    open(slot_paths(sink_dir(wal_dir, name), 0)[0], "w").close()
+    wal = Wal(path, sink_name=name, map_size=64 << 20, sync=True)
+    key = ChunkKey(1, 0, 0, wal.reserve_gen())
+    chunk = encode_chunk(normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", "x:1:0:", 0))
+    wal.append(key, chunk, new_attempt=AttemptState(OPEN, 0, 0, 0.0))
+    wal.commit_attempt(key.attempt, 0, 2, 0.0)
+    wal.close()
+    env = lmdb.open(path, max_dbs=4)
+    db = env.open_db(b"chunks")
+    with env.begin(write=True) as txn:
+        damaged = bytearray(chunk)
+        damaged[-5] ^= 0xFF
+        txn.put(key.pack(), bytes(damaged), db=db)
+    env.close()
+    return path
+
+
+def test_damaged_own_slot_is_set_aside_named_and_quarantinable(broker, topic, tmp_path):
+    name = "damaged"
+    bad = _damaged_slot(str(tmp_path), name)
+    cfg = SinkConfig.build(name, {"bootstrap.servers": broker.bootstrap}, str(tmp_path), topic=topic)
+    report = write_partition(cfg, 2, 0, 0, batches(0, 100, 10))
+    # the task still works, in another slot, and names the damaged one
+    assert report.acked == 100 and report.slot != bad
+    assert any(bad in p and "checksum" in p for p in report.problems)
+    assert len(read_topic(broker.bootstrap, topic, expected=100).distinct_ids()) == 100
+    info = {i.index: i for i in inspect_slots(str(tmp_path), name)}
+    assert info[0].error is not None and "checksum" in info[0].error
+    # nothing was dropped from the damaged slot: its bytes are still there
+    moved = quarantine_slot(str(tmp_path), name, 0)
+    assert os.path.exists(os.path.join(moved, "data.mdb")) and not os.path.exists(bad)
+    again = write_partition(cfg, 3, 0, 0, iter([]))
+    assert again.problems == ()
+
+
+def test_quarantine_refuses_a_live_owner(broker, topic, tmp_path):
+    cfg = SinkConfig.build("live", {"bootstrap.servers": broker.bootstrap}, str(tmp_path), topic=topic)
+    report = write_partition(cfg, 1, 0, 0, batches(0, 10, 10))
+    index = int(os.path.basename(report.slot).split("-")[1])
+    from spark_recoverable_sink.errors import WalError
+
+    with pytest.raises(WalError, match="live process"):
+        quarantine_slot(str(tmp_path), "live", index)
