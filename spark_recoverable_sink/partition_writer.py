@@ -21,7 +21,7 @@ from .config import SinkConfig
 from .deadline import Deadline
 from .encoding import OPEN, AttemptKey, AttemptState, ChunkKey, encode_chunk, record_id_prefix
 from .report import REPORT_FIELDS, PartitionReport
-from .runtime import get_runtime
+from .runtime import WorkerRuntime, get_runtime
 from .schema import normalize_batch, payload_bytes
 from .tracking import AttemptTracker, ChunkTracker
 
@@ -78,6 +78,12 @@ def write_partition(
     """
     t0 = time.monotonic()
     rt = get_runtime(config)
+    with rt.publisher.task():  # this thread polls for the whole task; the poller waits
+        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0)
+
+
+def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
+           batches: Iterable[pa.RecordBatch], t0: float) -> PartitionReport:
     publisher = rt.publisher
     replayed = rt.take_replayed() + rt.adopt_orphans()
     retried0 = publisher.retried_records
@@ -89,27 +95,26 @@ def write_partition(
     started = time.time()
     seq = nbytes = 0
     try:
-        with publisher.task():  # this thread polls while it produces
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                norm = normalize_batch(batch, config.topic, prefix, seq)
-                chunk = encode_chunk(norm)
-                key = ChunkKey(batch_id, partition, seq, gen)
-                rt.reserve_space(len(chunk))
-                first = None if trackers else AttemptState(OPEN, spark_attempt, 0, started)
-                rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
-                attempt.add_chunk()
-                t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
-                trackers.append(t)
-                publisher.produce_chunk(t, norm)  # ... then Kafka
-                publisher.tick(0)
-                seq += norm.num_rows
-                nbytes += payload_bytes(norm)
-                _faults.check("mid_task", seq)
-            if trackers:
-                rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
-            _faults.check("after_commit", seq)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            norm = normalize_batch(batch, config.topic, prefix, seq)
+            chunk = encode_chunk(norm)
+            key = ChunkKey(batch_id, partition, seq, gen)
+            rt.reserve_space(len(chunk))
+            first = None if trackers else AttemptState(OPEN, spark_attempt, 0, started)
+            rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
+            attempt.add_chunk()
+            t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
+            trackers.append(t)
+            publisher.produce_chunk(t, norm)  # ... then Kafka
+            publisher.tick(0)
+            seq += norm.num_rows
+            nbytes += payload_bytes(norm)
+            _faults.check("mid_task", seq)
+        if trackers:
+            rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
+        _faults.check("after_commit", seq)
     except BaseException:
         # Abandoned: its chunks stay until acked (or are dropped as uncommitted
         # after a crash); Spark re-runs the task.

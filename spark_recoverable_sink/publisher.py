@@ -68,6 +68,7 @@ class Publisher:
         self._zombies: deque[Any] = deque(maxlen=4)  # replaced producers, never polled again
         self._epoch = 0  # bumped each time the producer is replaced
         self._lock = threading.RLock()  # the poll lock: all delivery state changes under it
+        self._tasks_waiting = 0  # the poller steps aside while a task waits for the lock
         self._watch: list[ChunkTracker] = []
         self._retry: list[ChunkTracker] = []
         self._done: deque[ChunkTracker] = deque()
@@ -208,6 +209,9 @@ class Publisher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self._tasks_waiting:  # a lock is not fair: let the task have it
+                self._stop.wait(0.001)
+                continue
             try:
                 if self._watch or self._retry or self._done or self.dead_letters.busy:
                     self.tick(0.02)
@@ -375,11 +379,23 @@ class Publisher:
 
     # -- what tasks and the runtime ask ------------------------------------------------
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The poll lock (taken before any other lock of the runtime)."""
+        return self._lock
+
     @contextlib.contextmanager
     def task(self) -> Iterator[None]:
-        """Hold the poll lock for a task's produce phase: the task thread polls, the poller waits."""
-        with self._lock:
+        """Hold the poll lock for a task: the task thread polls, the poller waits."""
+        self._tasks_waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            self._tasks_waiting -= 1
+        try:
             yield
+        finally:
+            self._lock.release()
 
     def make_room(self) -> None:
         """Serve acks and prune now (called while an append waits for WAL space)."""

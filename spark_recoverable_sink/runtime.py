@@ -201,17 +201,24 @@ class WorkerRuntime:
         return total
 
     def _release_drained(self) -> None:
-        """Poller idle hook: release adopted slots whose records are all acked and pruned."""
-        if not self.adopted:
+        """Poller idle hook: release adopted slots whose records are all acked and pruned.
+
+        Lock order is poll lock, then adopt lock (as in a task); the poller
+        only tries, so it never waits behind a running task.
+        """
+        if not self.adopted or not self.publisher.lock.acquire(blocking=False):
             return
-        with self._adopt_lock:
-            for index, (lock, wal) in list(self.adopted.items()):
-                if self.publisher.references(wal) or not wal.is_empty():
-                    continue
-                wal.close()
-                lock.release()
-                del self.adopted[index]
-                log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+        try:
+            with self._adopt_lock:
+                for index, (lock, wal) in list(self.adopted.items()):
+                    if self.publisher.references(wal) or not wal.is_empty():
+                        continue
+                    wal.close()
+                    lock.release()
+                    del self.adopted[index]
+                    log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+        finally:
+            self.publisher.lock.release()
 
     def take_replayed(self) -> int:
         n, self._replayed = self._replayed, 0
