@@ -1,0 +1,293 @@
+"""The benchmark suite: one entry point, one process tree, one broker, one Spark session.
+
+Usage::
+
+    python bench/run.py --quick     # about two minutes: small sizes, 2 runs each (smoke test of the suite)
+    python bench/run.py             # the full, measured run (tens of minutes; run it on a quiet machine)
+
+Sections (``--only`` picks some, comma-separated):
+
+``throughput``  batch write of N cached rows (100 B and 1 KiB values) per writer:
+                raw, flush-writer, sink sync, sink async (+ its time until durable);
+                medians of several interleaved runs, ratios to raw and flush-writer
+``latency``     micro-batch duration p50/p95/p99 of a streaming query at a fixed
+                offered load (rate source, 1 s trigger), per writer
+``wal``         the WAL's own cost per record (bench/wal_cost.py), and the whole
+                sink path vs a plain produce loop with a callback (outside Spark)
+``memory``      peak RSS (VmHWM) of a process writing one partition of two sizes
+``recovery``    replay of orphaned records: rows/s until all acked
+``profile``     cProfile of write_partition (task thread and poller thread)
+
+Results go to ``bench/results/<timestamp>.json`` and ``bench/results/latest.json``;
+then ``bench/render.py`` writes docs/PERFORMANCE.md and docs/performance.png
+(skip with ``--no-render``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+# Spark's Python workers must use this interpreter and find bench.writers.
+os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON") or sys.executable
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
+
+from bench import common  # noqa: E402
+from bench.spark_bench import log  # noqa: E402
+
+SECTIONS = ("throughput", "latency", "wal", "memory", "recovery", "profile")
+
+MODES: dict[str, dict[str, Any]] = {
+    "quick": {
+        "tp_rows": {"100": 200_000, "1024": 200_000}, "tp_rounds": 2, "sizes": [100, 1024], "verify": True,
+        "lat_rows_per_s": 50_000, "lat_duration_s": 6, "lat_warmup_batches": 2, "lat_sizes": [100],
+        "wal_rows": 100_000, "wal_repeat": 1, "produce_rows": 200_000, "produce_repeat": 1,
+        "mem_rows": [200_000, 1_000_000], "recovery_rows": 200_000, "profile_rows": 200_000,
+    },
+    "full": {
+        "tp_rows": {"100": 5_000_000, "1024": 2_000_000}, "tp_rounds": 5, "sizes": [100, 1024], "verify": True,
+        "lat_rows_per_s": 50_000, "lat_duration_s": 60, "lat_warmup_batches": 10, "lat_sizes": [100],
+        "wal_rows": 1_000_000, "wal_repeat": 3, "produce_rows": 1_000_000, "produce_repeat": 3,
+        "mem_rows": [1_000_000, 10_000_000], "recovery_rows": 1_000_000, "profile_rows": 1_000_000,
+    },
+}
+
+
+def run_task(task: str, args: dict[str, Any], timeout_s: float, logdir: str) -> dict[str, Any]:
+    """Run a bench/tasks.py task in a child process; returns its RESULT."""
+    logfile = os.path.join(logdir, f"{task}-{uuid.uuid4().hex[:6]}.log")
+    with open(logfile, "w") as err:
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "tasks.py"), task, json.dumps(args)],
+                           stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout_s, cwd=REPO)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    with open(logfile) as f:
+        tail = f.read()[-3000:]
+    raise RuntimeError(f"task {task} exited {r.returncode} without a result; stderr tail:\n{tail}")
+
+
+def section_spark(results: dict[str, Any], p: dict[str, Any], bootstrap: str, scratch: str,
+                  want: set[str], args: argparse.Namespace) -> None:
+    from bench import spark_bench as sb
+
+    t = time.monotonic()
+    spark = sb.build_spark(args.cores, args.partitions, args.driver_memory)
+    log(f"SparkSession up in {time.monotonic() - t:.1f}s")
+    results["settings"]["spark"] = sb.spark_settings(spark)
+    try:
+        if "throughput" in want:
+            results["throughput"] = guarded(lambda: sb.throughput(
+                spark, bootstrap, rows_by_size={s: p["tp_rows"][str(s)] for s in p["sizes"]}, partitions=args.partitions,
+                topic_partitions=args.topic_partitions, rounds=p["tp_rounds"], writers=sb.WRITERS,
+                scratch=scratch, verify=p["verify"]))
+            results["throughput"]["exactly_once"] = sb.exactly_once_status()
+        if "latency" in want:
+            results["latency"] = guarded(lambda: sb.latency(
+                spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
+                topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
+                warmup_batches=p["lat_warmup_batches"], writers=sb.WRITERS, scratch=scratch))
+            results["latency"]["exactly_once"] = sb.exactly_once_status()
+    finally:
+        spark.stop()
+
+
+def section_wal(p: dict[str, Any], bootstrap: str, scratch: str, topic_partitions: int) -> dict[str, Any]:
+    out_json = os.path.join(scratch, "wal_cost.json")
+    env = dict(os.environ, BENCH_TMP=scratch)
+    cmd = [sys.executable, os.path.join(REPO, "bench", "wal_cost.py"), "--rows", str(p["wal_rows"]),
+           "--repeat", str(p["wal_repeat"]), "--sizes", ",".join(map(str, p["sizes"])), "--json", out_json]
+    log("wal: " + " ".join(cmd[1:]))
+    subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    with open(out_json) as f:
+        wal = json.load(f)
+    produce = []
+    for size in p["sizes"]:
+        name = f"bench-cost-{size}-{uuid.uuid4().hex[:6]}"
+        common.create_topic(bootstrap, name, topic_partitions)
+        try:
+            r = run_task("produce-cost", {"bootstrap": bootstrap, "topic": name, "name": name,
+                                          "wal_dir": os.path.join(scratch, "wal"), "rows": p["produce_rows"],
+                                          "value_bytes": size, "repeat": p["produce_repeat"]}, 1800, scratch)
+        finally:
+            common.delete_topic(bootstrap, name)
+        log(f"wal: {size} B produce alone {r['produce_alone_us']:.2f} us/rec, with an id header "
+            f"{r['produce_header_us']:.2f}, whole sink path {r['sink_us']:.2f} us/rec (+{r['sink_overhead_us']:.2f})")
+        produce.append(r)
+    return {"rows": p["wal_rows"], "repeat": p["wal_repeat"], "wal_only": wal, "produce_vs_sink": produce}
+
+
+def section_memory(p: dict[str, Any], bootstrap: str, scratch: str, topic_partitions: int) -> dict[str, Any]:
+    runs = []
+    for rows in p["mem_rows"]:
+        name = f"bench-mem-{rows}-{uuid.uuid4().hex[:6]}"
+        common.create_topic(bootstrap, name, topic_partitions)
+        try:
+            r = run_task("memory", {"bootstrap": bootstrap, "topic": name, "name": name, "rows": rows,
+                                    "value_bytes": 100, "wal_dir": os.path.join(scratch, "wal")}, 3600, scratch)
+        finally:
+            common.delete_topic(bootstrap, name)
+        log(f"memory: {rows} rows: peak RSS {r['peak_hwm_kib'] / 1024:.0f} MiB "
+            f"(after warm-up {r['warm_hwm_kib'] / 1024:.0f} MiB), {r['rows_per_s']:,.0f} rows/s")
+        runs.append(r)
+    growth = None
+    if len(runs) >= 2:
+        growth = runs[-1]["peak_hwm_kib"] / runs[0]["peak_hwm_kib"] - 1.0
+    return {"value_bytes": 100, "runs": runs, "growth": growth}
+
+
+def section_recovery(p: dict[str, Any], broker: Any, scratch: str, topic_partitions: int) -> dict[str, Any]:
+    rows = p["recovery_rows"]
+    name = f"bench-replay-{uuid.uuid4().hex[:6]}"
+    wal_dir = os.path.join(scratch, "wal")
+    common.create_topic(broker.bootstrap, name, topic_partitions)
+    a = {"bootstrap": broker.bootstrap, "topic": name, "name": name, "rows": rows, "value_bytes": 100,
+         "wal_dir": wal_dir}
+    try:
+        broker.pause()
+        try:
+            w = run_task("orphan-write", a, 1800, scratch)
+        finally:
+            broker.resume()
+        left = common.wal_records(wal_dir, name)
+        log(f"recovery: {rows} rows written to a paused broker in {w['seconds']:.1f}s, writer died; "
+            f"{left} records left in the WAL")
+        time.sleep(1.0)
+        r = run_task("replay", {**a, "timeout_s": 1800}, 2000, scratch)
+        log(f"recovery: replayed {r['replayed']} records, all acked after {r['acked_s']:.2f}s "
+            f"= {r['rows_per_s'] or 0:,.0f} records/s (WAL empty after {r['wal_empty_s']:.2f}s)")
+        n = common.count_topic(broker.bootstrap, name, rows)
+    finally:
+        common.delete_topic(broker.bootstrap, name)
+    return {"rows": rows, "value_bytes": 100, "orphan_write": w, "orphaned_in_wal": left, "replay": r,
+            "read_back": n, "read_back_ok": n >= rows}
+
+
+def section_profile(p: dict[str, Any], bootstrap: str, scratch: str, topic_partitions: int) -> dict[str, Any]:
+    name = f"bench-prof-{uuid.uuid4().hex[:6]}"
+    common.create_topic(bootstrap, name, topic_partitions)
+    try:
+        r = run_task("profile", {"bootstrap": bootstrap, "topic": name, "name": name, "rows": p["profile_rows"],
+                                 "value_bytes": 100, "wal_dir": os.path.join(scratch, "wal"), "top": 15}, 1800, scratch)
+    finally:
+        common.delete_topic(bootstrap, name)
+    top = r["threads"]["task"]["self"][:3]
+    log("profile: task thread top self time: " + "; ".join(f"{x['function']} {x['tottime_s']}s" for x in top))
+    return r
+
+
+def guarded(fn: Any) -> dict[str, Any]:
+    """Run a section; a failure is recorded in the results (and fails the run), never hidden."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, 2 runs each (about two minutes)")
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    ap.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="Spark local[N] (default: all cores)")
+    ap.add_argument("--partitions", type=int, default=None, help="Spark partitions for every writer (default: cores)")
+    ap.add_argument("--topic-partitions", type=int, default=4)
+    ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--rows", type=int, default=None, help="override the throughput row count")
+    ap.add_argument("--rounds", type=int, default=None, help="override the runs per writer")
+    ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))
+    ap.add_argument("--no-render", action="store_true", help="do not write docs/PERFORMANCE.md and docs/performance.png")
+    ap.add_argument("--keep-tmp", action="store_true", help="keep the scratch directory (WALs, logs)")
+    args = ap.parse_args()
+    args.partitions = args.partitions or args.cores
+    want = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = want - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown sections: {sorted(unknown)}")
+    mode = "quick" if args.quick else "full"
+    p = dict(MODES[mode])
+    if args.rows:
+        p["tp_rows"] = {str(s): args.rows for s in p["sizes"]}
+    if args.rounds:
+        p["tp_rounds"] = args.rounds
+
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    scratch = os.path.join(args.out_dir, "tmp", stamp)
+    os.makedirs(scratch, exist_ok=True)
+    started = time.monotonic()
+    from spark_recoverable_sink.devbroker import EmbeddedBroker
+
+    results: dict[str, Any] = {
+        "meta": {"timestamp": stamp, "mode": mode, "sections": sorted(want), "commit": common.git_commit(),
+                 "machine": common.machine_facts(), "params": p},
+        "settings": {"partitions": args.partitions, "cores": args.cores, "topic_partitions": args.topic_partitions,
+                     "value_sizes": p["sizes"]},
+    }
+    log(f"mode={mode} sections={','.join(sorted(want))} scratch={scratch}")
+    broker = EmbeddedBroker(log_path=os.path.join(scratch, "tansu.log")).start()
+    try:
+        results["settings"]["producer_conf"] = {
+            k: v for k, v in common.check_same_producer_conf(broker.bootstrap).items() if k != "bootstrap.servers"}
+        results["settings"]["broker"] = f"{results['meta']['machine']['broker']}, memory storage, 127.0.0.1"
+        if want & {"throughput", "latency"}:
+            try:
+                section_spark(results, p, broker.bootstrap, scratch, want, args)
+            except Exception as exc:  # noqa: BLE001 - e.g. Spark failed to start
+                traceback.print_exc()
+                for s in ("throughput", "latency"):
+                    if s in want and s not in results:
+                        results[s] = {"error": f"{type(exc).__name__}: {exc}"}
+        if "wal" in want:
+            results["wal"] = guarded(lambda: section_wal(p, broker.bootstrap, scratch, args.topic_partitions))
+        if "memory" in want:
+            results["memory"] = guarded(lambda: section_memory(p, broker.bootstrap, scratch, args.topic_partitions))
+        if "recovery" in want:
+            results["recovery"] = guarded(lambda: section_recovery(p, broker, scratch, args.topic_partitions))
+        if "profile" in want:
+            results["profile"] = guarded(lambda: section_profile(p, broker.bootstrap, scratch, args.topic_partitions))
+    finally:
+        broker.stop()
+    results["meta"]["elapsed_s"] = round(time.monotonic() - started, 1)
+    results["meta"]["loadavg_end"] = list(os.getloadavg())
+
+    from bench import render
+
+    results["targets"] = render.evaluate_targets(results)
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"{stamp}.json")
+    for out in (path, os.path.join(args.out_dir, "latest.json")):
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+            f.write("\n")
+    log(f"results: {path} (and latest.json), {results['meta']['elapsed_s']}s")
+    for t in results["targets"]:
+        log(f"target {t['status']:>12}: {t['name']}: {t['measured_text']}")
+    if not args.no_render:
+        render.render(results)
+    if not args.keep_tmp:
+        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            os.rmdir(os.path.join(args.out_dir, "tmp"))
+        except OSError:
+            pass
+    failed = [s for s in SECTIONS if isinstance(results.get(s), dict) and "error" in results[s]]
+    if failed:
+        log(f"FAILED sections: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

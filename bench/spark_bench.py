@@ -1,0 +1,396 @@
+"""The Spark benchmarks: batch-write throughput and micro-batch latency, per writer.
+
+Every writer gets the same cached DataFrame (or the same rate source), the
+same partition count, the same Spark settings, the same broker and the same
+producer settings. Runs are interleaved (round 1 of every writer, then round 2
+..., the order rotated each round) so that a noisy neighbour hurts every writer
+alike, and each timed run is preceded by an untimed warm-up task
+(:class:`bench.writers.Prepare`). Every run writes to a topic of its own, which
+is deleted afterwards (the embedded broker keeps everything in memory).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import common
+from .writers import FlushWriter, Prepare, RawWriter
+
+RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-async", "sink-exactly-once"
+WRITERS = (RAW, FLUSH, SYNC, ASYNC)
+LABELS = {
+    RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
+    SYNC: "sink at-least-once sync", ASYNC: "sink at-least-once async", EXACTLY: "sink exactly-once",
+}
+SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def exactly_once_status() -> dict[str, Any]:
+    """The placeholder entry: asks the sink whether the mode exists (it does not; nothing is faked)."""
+    from spark_recoverable_sink.config import SinkConfig
+
+    try:
+        SinkConfig.build("probe", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused", guarantee="exactly_once")
+    except Exception as exc:  # noqa: BLE001 - the refusal is the answer
+        return {"writer": EXACTLY, "label": LABELS[EXACTLY], "status": "not available yet",
+                "reason": f"{type(exc).__name__}: {exc}"}
+    return {"writer": EXACTLY, "label": LABELS[EXACTLY], "status": "exists but not benchmarked",
+            "reason": "the sink accepted guarantee='exactly_once'; add it to bench/spark_bench.py"}
+
+
+def build_spark(cores: int, partitions: int, driver_memory: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("rks-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .config("spark.default.parallelism", str(partitions))
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.stopTimeout", "60s")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_settings(spark: Any) -> dict[str, Any]:
+    conf = spark.sparkContext.getConf()
+    keys = ["spark.master", "spark.driver.memory", "spark.sql.shuffle.partitions", "spark.python.worker.reuse",
+            "spark.sql.execution.arrow.maxRecordsPerBatch"]
+    out = {k: conf.get(k) for k in keys}
+    out["spark.sql.execution.arrow.maxRecordsPerBatch"] = spark.conf.get(
+        "spark.sql.execution.arrow.maxRecordsPerBatch")
+    out["spark.version"] = spark.version
+    return out
+
+
+def kafka_columns(df: Any, id_col: str, value_bytes: int) -> Any:
+    """key = the number as text (binary); value = that text left-padded with 'v' to ``value_bytes`` (binary)."""
+    from pyspark.sql import functions as F
+
+    s = F.col(id_col).cast("string")
+    return df.select(s.cast("binary").alias("key"), F.lpad(s, value_bytes, "v").cast("binary").alias("value"))
+
+
+@dataclass
+class Target:
+    """One writer bound to one topic (and, for the sink, one sink object)."""
+
+    writer: str
+    topic: str
+    fn: Callable[..., Any]  # mapInArrow function (baselines) or the sink's PartitionWriter factory
+    ddl: str
+    sink: Any = None
+    wal_dir: str | None = None
+
+    def warm_up(self, spark: Any, partitions: int, value_bytes: int) -> None:
+        """Untimed: drop leftovers of earlier runs in the workers, then write a few rows (batch id 0)."""
+        df = kafka_columns(spark.range(0, 10 * partitions, 1, partitions), "id", value_bytes)
+        df.mapInArrow(Prepare(self.task_fn(0)), self.ddl).collect()
+        if self.writer == ASYNC:
+            self.wait_durable(120.0)
+
+    def task_fn(self, batch_id: int) -> Callable[..., Any]:
+        if self.sink is None:
+            return self.fn
+        from spark_recoverable_sink.partition_writer import PartitionWriter
+
+        return PartitionWriter(self.sink.config, batch_id)
+
+    def write(self, df: Any, batch_id: int) -> dict[str, Any]:
+        """The timed write; returns what the writer reported."""
+        if self.sink is not None:
+            r = self.sink.write(df, batch_id=batch_id)
+            return {"rows": r.rows, "acked": r.acked, "pending": r.pending, "retried": r.retried,
+                    "dead_lettered": r.dead_lettered, "replayed": r.replayed}
+        rows = df.mapInArrow(self.fn, self.ddl).collect()
+        unflushed = sum(r["unflushed"] for r in rows)
+        if unflushed:
+            log(f"WARNING {self.writer}: {unflushed} records still unflushed when the write returned")
+        return {"rows": sum(r["rows"] for r in rows), "unflushed": unflushed}
+
+    def foreach_batch(self) -> Callable[[Any, int], None]:
+        if self.sink is not None:
+            return self.sink
+        fn, ddl = self.fn, self.ddl
+
+        def run(batch_df: Any, _batch_id: int) -> None:
+            batch_df.mapInArrow(fn, ddl).collect()
+
+        return run
+
+    def wait_durable(self, timeout_s: float) -> float | None:
+        """For the sink: poll its WAL until empty; returns the monotonic time it was (None for baselines)."""
+        if self.sink is None:
+            return None
+        return common.wait_wal_empty(self.wal_dir, self.sink.config.name, timeout_s)
+
+
+def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name: str) -> Target:
+    from spark_recoverable_sink import RecoverableKafkaSink
+    from spark_recoverable_sink.report import REPORT_DDL as SINK_DDL
+
+    conf = common.producer_conf(bootstrap)
+    if writer == RAW:
+        fn = RawWriter(conf, topic)
+        return Target(writer, topic, fn, fn.ddl)
+    if writer == FLUSH:
+        fn = FlushWriter(conf, topic)
+        return Target(writer, topic, fn, fn.ddl)
+    ack = SYNC_ACK_TIMEOUT_S if writer == SYNC else 0.0
+    sink = RecoverableKafkaSink(name=run_name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=ack)
+    return Target(writer, topic, None, SINK_DDL, sink=sink, wal_dir=wal_dir)  # type: ignore[arg-type]
+
+
+# -- 1. throughput -----------------------------------------------------------------------
+
+
+def cached_sizes(spark: Any) -> dict[str, int]:
+    """Bytes of cached data in memory and on disk (a cache that spilled to disk is partly re-read)."""
+    mem = disk = 0
+    for info in spark.sparkContext._jsc.sc().getRDDStorageInfo():
+        mem += info.memSize()
+        disk += info.diskSize()
+    return {"memory_bytes": mem, "disk_bytes": disk}
+
+
+def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], partitions: int, topic_partitions: int,
+               rounds: int, writers: tuple[str, ...], scratch: str, verify: bool) -> dict[str, Any]:
+    """Median time of a batch write of cached rows, per writer and value size."""
+    uid = uuid.uuid4().hex[:6]
+    runs: list[dict[str, Any]] = []
+    sizes = list(rows_by_size)
+    cache: dict[int, dict[str, int]] = {}
+    for size in sizes:
+        rows = rows_by_size[size]
+        df = kafka_columns(spark.range(0, rows, 1, partitions), "id", size).cache()
+        t = time.monotonic()
+        assert df.count() == rows
+        cache[size] = cached_sizes(spark)
+        log(f"throughput: {rows} rows of {size} B cached in {time.monotonic() - t:.1f}s "
+            f"({df.rdd.getNumPartitions()} partitions, {cache[size]['memory_bytes'] / 2**20:.0f} MiB in memory, "
+            f"{cache[size]['disk_bytes'] / 2**20:.0f} MiB on disk)")
+        if cache[size]["disk_bytes"]:
+            log("throughput: WARNING part of the cached data spilled to disk: raise --driver-memory")
+        payload = rows * size + _key_bytes(rows)
+        for rnd in range(rounds):
+            order = writers[rnd % len(writers):] + writers[:rnd % len(writers)]  # rotate: no writer always first
+            for writer in order:
+                name = f"bench-{writer}-{size}-{rnd}-{uid}"
+                topic = name
+                common.create_topic(bootstrap, topic, topic_partitions)
+                wal_dir = os.path.join(scratch, "wal")
+                tg = make_target(writer, bootstrap, topic, wal_dir, name)
+                try:
+                    tw = time.monotonic()
+                    tg.warm_up(spark, partitions, size)
+                    t0 = time.monotonic()
+                    if t0 - tw > 15:
+                        log(f"throughput: {writer} warm-up took {t0 - tw:.1f}s")
+                    rep = tg.write(df, batch_id=1)
+                    t1 = time.monotonic()
+                    durable = None
+                    if writer == ASYNC:
+                        end = tg.wait_durable(600.0)
+                        durable = None if end is None else end - t0
+                    run = {"writer": writer, "value_bytes": size, "round": rnd, "rows": rows, "payload_bytes": payload,
+                           "seconds": t1 - t0, "durable_seconds": durable, "report": rep}
+                    if verify and rnd == 0:
+                        warm = 10 * partitions
+                        tv = time.monotonic()
+                        n = common.count_topic(bootstrap, topic, rows + warm)
+                        run["read_back_s"] = time.monotonic() - tv
+                        run["read_back"] = n - warm
+                        run["read_back_ok"] = n >= rows + warm
+                        if not run["read_back_ok"]:
+                            # Tell a flaky read from records really missing: count again.
+                            n2 = common.count_topic(bootstrap, topic, rows + warm)
+                            run["read_back_again"] = n2 - warm
+                            log(f"throughput: {writer} {size} B: read back {n - warm} of {rows} rows "
+                                f"(+{warm} warm-up rows); a second count found {n2 - warm}")
+                    runs.append(run)
+                    extra = f" durable {durable:.2f}s" if durable is not None else ""
+                    log(f"throughput: {writer:12s} {size:5d} B round {rnd}: {t1 - t0:.2f}s "
+                        f"= {rows / (t1 - t0):,.0f} rows/s{extra}" +
+                        (f" read back {run['read_back']}" if "read_back" in run else ""))
+                finally:
+                    common.delete_topic(bootstrap, topic)
+        df.unpersist()
+    return {"rows_by_size": {str(k): v for k, v in rows_by_size.items()}, "partitions": partitions,
+            "topic_partitions": topic_partitions, "rounds": rounds, "sizes": sizes, "cache": cache, "runs": runs,
+            "summary": summarize_throughput(runs, writers, sizes)}
+
+
+def _key_bytes(rows: int) -> int:
+    """Bytes of the keys 0..rows-1 as decimal text."""
+    total, lo, digits = 0, 0, 1
+    while lo < rows:
+        hi = min(rows, 10 ** digits)
+        total += (hi - lo) * digits
+        lo, digits = hi, digits + 1
+    return total
+
+
+def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], sizes: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for size in sizes:
+        med: dict[str, float] = {}
+        for w in writers:
+            secs = [r["seconds"] for r in runs if r["writer"] == w and r["value_bytes"] == size]
+            if secs:
+                med[w] = common.median(secs)
+        for w in writers:
+            rs = [r for r in runs if r["writer"] == w and r["value_bytes"] == size]
+            if not rs:
+                continue
+            rows, payload = rs[0]["rows"], rs[0]["payload_bytes"]
+            m = med[w]
+            row: dict[str, Any] = {
+                "writer": w, "rows": rows, "label": LABELS[w], "value_bytes": size, "runs": len(rs), "median_s": m,
+                "min_s": min(r["seconds"] for r in rs), "max_s": max(r["seconds"] for r in rs),
+                "rows_per_s": rows / m, "mb_per_s": payload / m / 1e6,
+                "vs_raw": (med[RAW] / m) if RAW in med else None,
+                "vs_flush": (med[FLUSH] / m) if FLUSH in med else None,
+            }
+            if w == ASYNC:
+                ds = [r["durable_seconds"] for r in rs if r["durable_seconds"] is not None]
+                dm = common.median(ds)
+                row["durable_median_s"] = dm
+                row["durable_rows_per_s"] = rows / dm if dm else None
+                row["durable_vs_raw"] = (med[RAW] / dm) if (RAW in med and dm) else None
+                row["durable_vs_flush"] = (med[FLUSH] / dm) if (FLUSH in med and dm) else None
+                acked = [r["report"]["acked"] / r["rows"] for r in rs if r["report"].get("acked") is not None]
+                row["acked_at_task_end"] = common.median(acked)
+            checks = [r for r in rs if "read_back" in r]
+            if checks:
+                row["read_back_ok"] = all(r["read_back_ok"] for r in checks)
+                bad = [r for r in checks if not r["read_back_ok"]]
+                if bad:
+                    row["read_back_text"] = "; ".join(
+                        f"{r['read_back']:,} of {r['rows']:,} read back"
+                        + (f", {r['read_back_again']:,} on a second read" if "read_back_again" in r else "")
+                        for r in bad)
+            out.append(row)
+    return out
+
+
+# -- 2. micro-batch latency -----------------------------------------------------------------
+
+
+def latency(spark: Any, bootstrap: str, *, rows_per_s: int, sizes: list[int], partitions: int, topic_partitions: int,
+            duration_s: float, warmup_batches: int, writers: tuple[str, ...], scratch: str) -> dict[str, Any]:
+    """Batch durations of a streaming query at a fixed offered load (rate source, 1 s trigger), per writer."""
+    uid = uuid.uuid4().hex[:6]
+    results = []
+    for size in sizes:
+        for writer in writers:
+            name = f"bench-lat-{writer}-{size}-{uid}"
+            topic = name
+            common.create_topic(bootstrap, topic, topic_partitions)
+            wal_dir = os.path.join(scratch, "wal")
+            chk = os.path.join(scratch, "chk", name)
+            tg = make_target(writer, bootstrap, topic, wal_dir, name)
+            q = None
+            try:
+                tg.warm_up(spark, partitions, size)
+                src = (spark.readStream.format("rate").option("rowsPerSecond", rows_per_s)
+                       .option("numPartitions", partitions).load())
+                q = (kafka_columns(src, "value", size).writeStream.foreachBatch(tg.foreach_batch())
+                     .option("checkpointLocation", chk).trigger(processingTime="1 second").start())
+                end = time.monotonic() + duration_s + warmup_batches * 1.0 + 3.0
+                while time.monotonic() < end and q.isActive:
+                    time.sleep(0.5)
+                    lp = q.lastProgress
+                    if lp is not None and lp["batchId"] >= warmup_batches + int(duration_s):
+                        break
+                if not q.isActive:
+                    raise RuntimeError(f"streaming query of {writer} stopped: {q.exception()}")
+                progress = [dict(p) for p in q.recentProgress]
+                ts = time.monotonic()
+                between = stop_between_triggers(q)
+                t_stop = time.monotonic()
+                if t_stop - ts > 10 or not between:
+                    log(f"latency: stopping the {writer} query took {t_stop - ts:.1f}s "
+                        f"({'between triggers' if between else 'during a trigger'})")
+                drain, adopted = None, False
+                if writer == ASYNC:
+                    end_t = tg.wait_durable(60.0)
+                    if end_t is None:
+                        # A worker died with records in its WAL slot (e.g. a task killed by the
+                        # stop): only a later task of the sink adopts them. Run one, as a job would.
+                        log("latency: async sink's WAL not empty 60 s after the stop; running an empty batch "
+                            "so that a task adopts the orphaned slot")
+                        adopted = True
+                        tg.sink.write(kafka_columns(spark.range(0, 0, 1, partitions), "id", size), batch_id=10**9)
+                        end_t = tg.wait_durable(300.0)
+                    drain = None if end_t is None else end_t - t_stop
+                res = summarize_latency(writer, size, rows_per_s, progress, warmup_batches)
+                res["drain_after_stop_s"] = drain
+                res["stopped_between_triggers"] = between
+                res["drain_needed_orphan_adoption"] = adopted
+                results.append(res)
+                log(f"latency: {writer:12s} {size:5d} B: p50 addBatch {res['add_batch_ms']['p50']} ms, "
+                    f"p95 {res['add_batch_ms']['p95']} ms, p99 {res['add_batch_ms']['p99']} ms over "
+                    f"{res['batches']} batches; kept up: {res['kept_up']}")
+            finally:
+                if q is not None and q.isActive:
+                    q.stop()
+                common.delete_topic(bootstrap, topic)
+                shutil.rmtree(chk, ignore_errors=True)
+    return {"rows_per_s": rows_per_s, "trigger_s": 1.0, "partitions": partitions, "sizes": sizes,
+            "duration_s": duration_s, "warmup_batches": warmup_batches, "results": results}
+
+
+def stop_between_triggers(q: Any, timeout_s: float = 30.0) -> bool:
+    """Stop a query right after a trigger ended, never during one.
+
+    Stopping during a trigger interrupts the running ``foreachBatch`` and
+    kills its tasks (and their Python workers). Returns whether the stop
+    happened between triggers (False: the query never went idle in time).
+    """
+    end = time.monotonic() + timeout_s
+    seen_active = False
+    while time.monotonic() < end and q.isActive:
+        active = bool(q.status.get("isTriggerActive"))
+        if active:
+            seen_active = True
+        elif seen_active:  # a trigger just ended: the next one is most of a second away
+            q.stop()
+            return True
+        time.sleep(0.01)
+    q.stop()
+    return False
+
+
+def summarize_latency(writer: str, size: int, rows_per_s: int, progress: list[dict[str, Any]],
+                      warmup: int) -> dict[str, Any]:
+    ps = [p for p in progress if p.get("batchId", 0) >= warmup and p.get("numInputRows", 0) > 0]
+    add = [float(p["durationMs"].get("addBatch", 0)) for p in ps]
+    trig = [float(p["durationMs"].get("triggerExecution", 0)) for p in ps]
+    rows = [int(p["numInputRows"]) for p in ps]
+
+    def pct(xs: list[float]) -> dict[str, float | None]:
+        return {"p50": common.percentile(xs, 50), "p95": common.percentile(xs, 95), "p99": common.percentile(xs, 99),
+                "max": max(xs) if xs else None}
+
+    mean_rows = sum(rows) / len(rows) if rows else 0.0
+    # Kept up: batches stayed about one trigger's worth of rows (a writer that falls
+    # behind gets ever larger batches and triggers longer than the interval).
+    kept_up = bool(ps) and (common.percentile(trig, 95) or 0) <= 1000.0 and mean_rows <= 1.2 * rows_per_s
+    return {"writer": writer, "label": LABELS[writer], "value_bytes": size, "batches": len(ps),
+            "rows_per_batch_mean": mean_rows, "add_batch_ms": pct(add), "trigger_ms": pct(trig), "kept_up": kept_up,
+            "batch_ids": [p.get("batchId") for p in ps]}

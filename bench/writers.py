@@ -1,0 +1,151 @@
+"""The baseline writers, as ``mapInArrow`` functions, and the warm-up wrapper.
+
+* :class:`RawWriter` -- the ceiling: produces every row with confluent-kafka,
+  no delivery callback at all, ``flush()`` at the end of the partition.
+* :class:`FlushWriter` -- what Spark's built-in Kafka sink does, written in
+  Python (it stands in for the built-in sink, whose jar cannot be installed
+  here): a delivery callback per record that keeps the first error, a check
+  for that error before each send, ``flush()`` at the end of the partition and
+  an error check after it; fails the task on the first error.
+
+Both produce exactly like the sink's produce loop does: one ``produce`` call
+per row with ``(topic, value, key)``, ``poll(0)`` once per Arrow batch to
+serve delivery reports, ``poll(0.05)`` and retry when the local queue is full.
+The producer is created once per worker process and run (like the sink's
+per-process runtime), with :func:`bench.common.producer_conf` settings.
+
+:class:`Prepare` is the untimed warm-up task run before every timed write: it
+closes whatever earlier runs left in the worker process (sink runtimes and
+their poller threads, cached producers) and then writes a few rows with the
+writer about to be timed, so that every timed run starts with a connected
+producer (and, for the sink, an open WAL slot) and no leftovers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+
+#: Output of the baseline writers: one row per partition.
+REPORT_DDL = "rows long, unflushed long, seconds double, pid long"
+_REPORT_SCHEMA = pa.schema([("rows", pa.int64()), ("unflushed", pa.int64()), ("seconds", pa.float64()),
+                            ("pid", pa.int64())])
+
+_PRODUCERS: dict[tuple, Any] = {}  # this worker process's producers, by (conf, run key)
+
+
+def _producer(conf: dict[str, str], run_key: str) -> Any:
+    from confluent_kafka import Producer
+
+    key = (tuple(sorted(conf.items())), run_key)
+    p = _PRODUCERS.get(key)
+    if p is None:
+        p = _PRODUCERS[key] = Producer(dict(conf))
+    return p
+
+
+def _report(rows: int, unflushed: int, seconds: float) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"rows": rows, "unflushed": unflushed, "seconds": seconds, "pid": os.getpid()}], schema=_REPORT_SCHEMA)
+
+
+class RawWriter:
+    """The ceiling: produce every row, no delivery callback, flush at the end of the partition."""
+
+    ddl = REPORT_DDL
+
+    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0) -> None:
+        self.conf = dict(conf)
+        self.topic = topic
+        self.flush_timeout_s = flush_timeout_s
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        t0 = time.monotonic()
+        p = _producer(self.conf, self.topic)
+        produce, poll, topic = p.produce, p.poll, self.topic
+        rows = 0
+        for b in batches:
+            keys = b.column("key").to_pylist()
+            values = b.column("value").to_pylist()
+            for k, v in zip(keys, values):
+                while True:
+                    try:
+                        produce(topic, v, k)
+                        break
+                    except BufferError:
+                        poll(0.05)
+            rows += len(values)
+            poll(0)
+        unflushed = p.flush(self.flush_timeout_s)
+        yield _report(rows, unflushed, time.monotonic() - t0)
+
+
+class FlushWriter:
+    """Spark's built-in Kafka sink in Python: a callback per record, fail on the first error."""
+
+    ddl = REPORT_DDL
+
+    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0) -> None:
+        self.conf = dict(conf)
+        self.topic = topic
+        self.flush_timeout_s = flush_timeout_s
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import KafkaException
+
+        t0 = time.monotonic()
+        p = _producer(self.conf, self.topic)
+        produce, poll, topic = p.produce, p.poll, self.topic
+        failed: list[Any] = []  # the first delivery error, as Spark's KafkaDataWriter keeps it
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None and not failed:
+                failed.append(err)
+
+        rows = 0
+        for b in batches:
+            keys = b.column("key").to_pylist()
+            values = b.column("value").to_pylist()
+            for k, v in zip(keys, values):
+                if failed:  # checkForErrors() before each send
+                    raise KafkaException(failed[0])
+                while True:
+                    try:
+                        produce(topic, v, k, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        poll(0.05)
+            rows += len(values)
+            poll(0)
+        unflushed = p.flush(self.flush_timeout_s)
+        if failed:
+            raise KafkaException(failed[0])
+        if unflushed:
+            raise RuntimeError(f"{unflushed} records not delivered within {self.flush_timeout_s}s")
+        yield _report(rows, unflushed, time.monotonic() - t0)
+
+
+class Prepare:
+    """Untimed warm-up task: drop earlier runs' leftovers in this worker, then run ``inner``.
+
+    ``hold_s`` keeps the task busy a little so that concurrent warm-up tasks
+    land on different worker processes (each worker gets warmed up).
+    """
+
+    def __init__(self, inner: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+                 hold_s: float = 0.3) -> None:
+        self.inner = inner
+        self.hold_s = hold_s
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_recoverable_sink.runtime import reset_runtimes
+
+        reset_runtimes()  # earlier runs' sink runtimes: everything is acked by now (checked by the driver)
+        for p in _PRODUCERS.values():
+            p.flush(30)
+        _PRODUCERS.clear()
+        time.sleep(self.hold_s)
+        yield from self.inner(batches)
