@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {f: 0 for f in faults}
     counts["query_failed"] = 0
     end = t_start + args.minutes * 60
-    first_fault = None
+    first_fault = last_fault_end = None
     try:
         while time.time() < end:
             time.sleep(min(rng.uniform(8, 15), max(0.0, end - time.time())))
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 q.stop()
                 sink, q = start_query()
                 note("query stopped and restarted from its checkpoint")
+            last_fault_end = time.time()
         stop_feed.set()
         feeder.join(10)
         note(f"feeding stopped after {sent[0]} rows; draining")
@@ -191,18 +192,24 @@ def main(argv: list[str] | None = None) -> int:
     row = ScenarioRow(scenario="soak", title=f"Soak: {args.minutes:g} min of random faults (seed {args.seed})")
     row.fault = ", ".join(f"{k}={v}" for k, v in counts.items() if v)
     row.apply(t)
-    row.recovery(first_fault, full_at)
+    row.recovery(last_fault_end, full_at)  # from the end of the last fault
     row.status = "passed" if t.lost == 0 else "failed"
     row.seconds = round(time.time() - t_start, 1)
     row.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S")
-    row.figures = {"drain_s": round(full_at - drain_from, 1) if full_at else None, "seed": args.seed, "minutes": args.minutes, "rows_per_second": args.rows_per_second,
+    row.figures = {"drain_s": round(full_at - drain_from, 1) if full_at else None, "seed": args.seed,
+                   "first_fault_to_full_delivery_s": round(full_at - first_fault, 1) if full_at and first_fault else None, "minutes": args.minutes, "rows_per_second": args.rows_per_second,
                    "faults": counts, "log": log_lines[-60:]}
     if args.results:
         os.environ["RKS_FAULT_RESULTS"] = args.results
     record_result(row)
     print()
     print_table([row.__dict__])
-    print(f"work dir: {work}")
+    if t.lost == 0:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"rows were lost; work dir kept for inspection: {work}")
     return 0 if t.lost == 0 else 1
 
 

@@ -101,9 +101,11 @@ def test_08_wal_full_while_broker_down_then_everything_accepted_arrives(spark, o
     scenario.recovery(fault_at, full_at)
     scenario.figures.update(
         committed_batches=committed, failed_batch=failed_batch, failed_batch_seconds=round(blocked_s or 0, 1),
-        accepted_rows=len(accepted), accepted_lost_before_restart=first.lost,
+        accepted_rows=len(accepted), accepted_missing_before_restart=first.lost,
         accepted_visible_after_resume_s=round(accepted_at - restored_at, 2) if accepted_at else None,
         error=(str(exc)[str(exc).find("WalFullError"):][:300] if exc else None))
+    if first.lost:
+        scenario.notes.append(f"{first.lost} of {len(accepted)} accepted rows arrived only after the query restart")
     assert exc is not None and "WalFullError" in str(exc), f"expected the query to fail with WalFullError: {exc}"
     assert "max_wal_bytes" in str(exc) and wal in str(exc), "the WalFullError does not name the slot and the limit"
     assert blocked_s is not None and blocked_s >= 3.0, "the writer did not block max_block_s before failing"
