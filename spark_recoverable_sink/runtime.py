@@ -139,15 +139,17 @@ class WorkerRuntime:
                         self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
             wal.prune(chunks=drop, attempts_done=finished)
         replayed = 0
-        for ck, size in replay:
-            raw = wal.read_chunk(ck)
-            batch = decode_chunk(raw)
-            dead = wal.dead_keys_in_chunk(ck, batch.num_rows)
-            t = ChunkTracker(wal, ck, batch.num_rows, size, trackers[ck.attempt], replayed=True,
-                             skip=frozenset(dead))
-            indices = [i for i in range(batch.num_rows) if i not in dead]
-            self.publisher.produce_chunk(t, batch, indices)
-            replayed += len(indices)
+        with self.publisher.task():  # like a task: this thread polls, the poller waits
+            for ck, size in replay:
+                raw = wal.read_chunk(ck)
+                batch = decode_chunk(raw)
+                dead = wal.dead_keys_in_chunk(ck, batch.num_rows)
+                t = ChunkTracker(wal, ck, batch.num_rows, size, trackers[ck.attempt], replayed=True,
+                                 skip=frozenset(dead))
+                self.publisher.produce_chunk(t, batch, None if not dead else
+                                             [i for i in range(batch.num_rows) if i not in dead])
+                self.publisher.tick(0)
+                replayed += batch.num_rows - len(dead)
         for at in trackers.values():
             self.publisher.attempt_closed(at)
         self.publisher.load_dead_letters(wal)
