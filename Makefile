@@ -34,5 +34,12 @@ test-spark: $(STAMP)
 demo: $(STAMP)
 	$(PY) jobs/demo.py --conf conf/demo.json
 
+# Benchmarks (not in CI): results in bench/results/, report in docs/PERFORMANCE.md
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+bench-quick: $(STAMP)
+	$(PY) bench/run.py --quick
+
 clean:
 	rm -rf $(VENV) .demo .pytest_cache build *.egg-info
