@@ -71,6 +71,10 @@ def write_partition(
        ``ack_timeout_s``, prune what is acked, and return the report. Records
        still unacked stay in the WAL and are delivered by the poller thread.
 
+    With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL: the
+    task returns once its records are durable on local disk, and the worker's
+    poller thread produces them between tasks.
+
     Raises:
         InvalidRecordError: a row cannot be a Kafka record (nothing of its batch was accepted).
         WalFullError / WalWriteError: the WAL refused an append (nothing of that batch was accepted).
@@ -107,8 +111,11 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
             attempt.add_chunk()
             t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
             trackers.append(t)
-            publisher.produce_chunk(t, norm)  # ... then Kafka
-            publisher.tick(0)
+            if config.ack_timeout_s > 0:
+                publisher.produce_chunk(t, norm)  # ... then Kafka
+                publisher.tick(0)
+            else:
+                publisher.enqueue_chunk(t, norm)  # ... then Kafka, from the poller thread
             seq += norm.num_rows
             nbytes += payload_bytes(norm)
             _faults.check("mid_task", seq)

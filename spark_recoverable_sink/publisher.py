@@ -42,6 +42,7 @@ __all__ = ["Publisher"]
 log = logging.getLogger(__name__)
 
 _POLL_EVERY = 1024  # records between two inline poll(0) calls
+_BACKLOG_MEMORY = 256 * 1024 * 1024  # async chunks kept in memory; more are read back from the WAL
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
@@ -69,6 +70,8 @@ class Publisher:
         self._epoch = 0  # bumped each time the producer is replaced
         self._lock = threading.RLock()  # the poll lock: all delivery state changes under it
         self._tasks_waiting = 0  # the poller steps aside while a task waits for the lock
+        self._backlog: deque[tuple[ChunkTracker, pa.RecordBatch | None]] = deque()  # async: not yet produced
+        self._backlog_bytes = 0
         self._watch: list[ChunkTracker] = []
         self._retry: list[ChunkTracker] = []
         self._done: deque[ChunkTracker] = deque()
@@ -134,6 +137,34 @@ class Publisher:
             self._watch.append(t)
             produced, sync_failed = self._produce_rows(producer, t, batch, indices)
             t.seal(produced, sync_failed)
+
+    def enqueue_chunk(self, t: ChunkTracker, batch: pa.RecordBatch) -> None:
+        """Fully async mode: the chunk is in the WAL; the poller thread produces it later.
+
+        The Arrow batch is kept in memory up to a bound, beyond which it is
+        read back from the WAL when its turn comes.
+        """
+        with self._lock:
+            keep = self._backlog_bytes + t.size <= _BACKLOG_MEMORY
+            self._backlog.append((t, batch if keep else None))
+            self._backlog_bytes += t.size if keep else 0
+
+    def _produce_backlog(self, max_chunks: int | None) -> None:
+        n = 0
+        while self._backlog and (max_chunks is None or n < max_chunks):
+            t, batch = self._backlog.popleft()
+            if batch is not None:
+                self._backlog_bytes -= t.size
+            else:
+                try:
+                    batch = self._read_chunk(t)
+                except WalError:
+                    log.exception("sink=%s cannot read chunk %s to produce it; retrying later",
+                                  self.config.name, t.key)
+                    self._backlog.append((t, None))
+                    return
+            self.produce_chunk(t, batch)
+            n += 1
 
     def _produce_rows(self, producer: Any, t: ChunkTracker, batch: pa.RecordBatch,
                       indices: Sequence[int] | None) -> tuple[int, list[tuple[int, Any]]]:
@@ -213,7 +244,9 @@ class Publisher:
                 self._stop.wait(0.001)
                 continue
             try:
-                if self._watch or self._retry or self._done or self.dead_letters.busy:
+                if self._backlog:
+                    self.tick(0, backlog_chunks=1)  # one chunk at a time: a task may be waiting
+                elif self._watch or self._retry or self._done or self.dead_letters.busy:
                     self.tick(0.02)
                 else:
                     self.tick(0)
@@ -224,9 +257,15 @@ class Publisher:
                 log.exception("sink=%s poller iteration failed", self.config.name)
                 time.sleep(0.5)
 
-    def tick(self, timeout_s: float = 0.0) -> None:
-        """One round of the work described in the module docstring."""
+    def tick(self, timeout_s: float = 0.0, backlog_chunks: int | None = 0) -> None:
+        """One round of the work described in the module docstring.
+
+        ``backlog_chunks``: how many not-yet-produced async chunks to produce
+        in this round (``None``: all of them).
+        """
         with self._lock:
+            if backlog_chunks != 0 and self._backlog:
+                self._produce_backlog(backlog_chunks)
             if self._fatal is not None and time.monotonic() - self._last_replace >= 1.0:
                 self._last_replace = time.monotonic()
                 self._replace_producer()
@@ -398,8 +437,8 @@ class Publisher:
             self._lock.release()
 
     def make_room(self) -> None:
-        """Serve acks and prune now (called while an append waits for WAL space)."""
-        self.tick(0.05)
+        """Produce what waits, serve acks and prune now (an append is waiting for WAL space)."""
+        self.tick(0.05, backlog_chunks=None)
         self.checkpoint()
 
     def wait_finished(self, trackers: list[ChunkTracker], deadline: Deadline) -> bool:
@@ -407,7 +446,7 @@ class Publisher:
         while not all(t.finished for t in trackers):
             if deadline.expired():
                 return False
-            self.tick(deadline.cap(0.05))
+            self.tick(deadline.cap(0.05), backlog_chunks=None)
         return True
 
     def attempt_closed(self, attempt: AttemptTracker) -> None:
@@ -426,23 +465,24 @@ class Publisher:
     def references(self, wal: Any) -> bool:
         """Whether anything in flight or queued still needs ``wal`` open."""
         with self._lock:
-            if any(t.wal is wal for t in self._watch + self._retry + list(self._done)):
+            backlog = [t for t, _b in self._backlog]
+            if any(t.wal is wal for t in self._watch + self._retry + list(self._done) + backlog):
                 return True
             return self.dead_letters.references(wal)
 
     def in_flight(self) -> int:
         """Records not yet acked or dead."""
         with self._lock:
-            return sum(t.pending for t in self._watch + self._retry)
+            return sum(t.pending for t in self._watch + self._retry + [t for t, _b in self._backlog])
 
     def idle(self) -> bool:
-        return not (self._watch or self._retry or self._done)
+        return not (self._backlog or self._watch or self._retry or self._done)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the poller after a last flush and checkpoint. Optional: correctness never needs it."""
         end = Deadline(timeout_s)
         while not self.idle() and not end.expired():
-            self.tick(0.05)
+            self.tick(0.05, backlog_chunks=None)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
