@@ -90,6 +90,7 @@ class Wal:
         except lmdb.Error as exc:
             raise WalError(f"cannot open WAL slot {path}: {exc}", path) from exc
         try:
+            self._check_file_size()
             self._meta = self.env.open_db(b"meta")
             self._chunks = self.env.open_db(b"chunks")
             self._attempts = self.env.open_db(b"attempts")
@@ -105,6 +106,16 @@ class Wal:
         self.live_bytes = self._count_live_bytes()
 
     # -- format ----------------------------------------------------------------
+
+    def _check_file_size(self) -> None:
+        """A data file shorter than LMDB's last page is truncated: reading it would SIGBUS."""
+        info, stat = self.env.info(), self.env.stat()
+        need = (info["last_pgno"] + 1) * stat["psize"]
+        have = os.path.getsize(os.path.join(self.path, "data.mdb"))
+        if have < need:
+            raise WalFormatError(
+                f"WAL slot {self.path}: data.mdb is truncated ({have} bytes, its last page ends at {need}); "
+                "quarantine the slot", self.path)
 
     def _check_format(self) -> None:
         with self.env.begin() as txn:
@@ -155,7 +166,17 @@ class Wal:
         except (lmdb.Error, OSError) as exc:
             # ENOSPC and EIO arrive as lmdb.Error (DiskError or a generic one):
             # the transaction was aborted, so nothing of it was written.
-            raise WalWriteError(f"WAL slot {self.path}: {what} failed, nothing written: {exc}", self.path) from exc
+            raise WalWriteError(
+                f"WAL slot {self.path}: {what} failed, nothing written: {exc} ({self._free_space()})", self.path,
+            ) from exc
+
+    def _free_space(self) -> str:
+        # LMDB reports a short write on a full disk as EIO: say how much room is left.
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return "free space unknown"
+        return f"{st.f_bavail * st.f_frsize} bytes free on its file system"
 
     def reserve_gen(self) -> int:
         """A fresh generation number for a task attempt in this slot.

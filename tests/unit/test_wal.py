@@ -151,3 +151,16 @@ def test_wait_for_space_blocks_until_pruned_or_times_out(tmp_path):
 def test_map_size_leaves_room_over_the_byte_budget():
     assert map_size_for(20 * 1024**3) > 20 * 1024**3
     assert map_size_for(MIB) >= 64 * MIB
+
+
+def test_truncated_data_file_is_refused_not_a_sigbus(tmp_path):
+    wal = _wal(tmp_path)
+    gen = wal.reserve_gen()
+    for i in range(30):
+        wal.append(ChunkKey(1, 0, i * 1000, gen), _chunk(1000, size=300, start=i * 1000))
+    wal.close()
+    data = tmp_path / "slot" / "data.mdb"
+    os.truncate(data, os.path.getsize(data) // 2)
+    with pytest.raises(WalFormatError, match="truncated") as ei:
+        _wal(tmp_path)
+    assert ei.value.path == str(tmp_path / "slot")
