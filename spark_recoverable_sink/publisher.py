@@ -72,6 +72,9 @@ class Publisher:
         self._tasks_waiting = 0  # the poller steps aside while a task waits for the lock
         self._backlog: deque[tuple[ChunkTracker, pa.RecordBatch | None]] = deque()  # async: not yet produced
         self._backlog_bytes = 0
+        conf = config.producer_conf()
+        self._queue_messages = int(conf.get("queue.buffering.max.messages", 100_000))
+        self._queue_bytes = int(conf.get("queue.buffering.max.kbytes", 1_048_576)) * 1024
         self._watch: list[ChunkTracker] = []
         self._retry: list[ChunkTracker] = []
         self._done: deque[ChunkTracker] = deque()
@@ -138,21 +141,35 @@ class Publisher:
             produced, sync_failed = self._produce_rows(producer, t, batch, indices)
             t.seal(produced, sync_failed)
 
-    def enqueue_chunk(self, t: ChunkTracker, batch: pa.RecordBatch) -> None:
+    def enqueue_chunk(self, t: ChunkTracker, batch: pa.RecordBatch | None) -> None:
         """Fully async mode: the chunk is in the WAL; the poller thread produces it later.
 
         The Arrow batch is kept in memory up to a bound, beyond which it is
         read back from the WAL when its turn comes.
         """
         with self._lock:
-            keep = self._backlog_bytes + t.size <= _BACKLOG_MEMORY
+            keep = batch is not None and self._backlog_bytes + t.size <= _BACKLOG_MEMORY
             self._backlog.append((t, batch if keep else None))
             self._backlog_bytes += t.size if keep else 0
 
-    def _produce_backlog(self, max_chunks: int | None) -> None:
+    def _room_for(self, producer: Any, t: ChunkTracker) -> bool:
+        """Whether the client's queue can take a whole chunk without blocking."""
+        queued = len(producer)
+        if queued == 0:
+            return True  # a chunk larger than the queue still goes, when nothing else waits
+        in_flight_bytes = sum(w.size for w in self._watch)
+        return (queued + t.rows <= self._queue_messages * 0.9
+                and in_flight_bytes + t.size <= self._queue_bytes * 0.9)
+
+    def _produce_backlog(self, max_chunks: int | None) -> int:
+        """Produce waiting chunks while the client's queue has room; never blocks."""
+        producer = self.producer()
         n = 0
         while self._backlog and (max_chunks is None or n < max_chunks):
-            t, batch = self._backlog.popleft()
+            t, batch = self._backlog[0]
+            if not self._room_for(producer, t):
+                break
+            self._backlog.popleft()
             if batch is not None:
                 self._backlog_bytes -= t.size
             else:
@@ -162,9 +179,11 @@ class Publisher:
                     log.exception("sink=%s cannot read chunk %s to produce it; retrying later",
                                   self.config.name, t.key)
                     self._backlog.append((t, None))
-                    return
-            self.produce_chunk(t, batch)
+                    break
+            skip = t.skip
+            self.produce_chunk(t, batch, None if not skip else [i for i in range(t.rows) if i not in skip])
             n += 1
+        return n
 
     def _produce_rows(self, producer: Any, t: ChunkTracker, batch: pa.RecordBatch,
                       indices: Sequence[int] | None) -> tuple[int, list[tuple[int, Any]]]:
@@ -244,9 +263,9 @@ class Publisher:
                 self._stop.wait(0.001)
                 continue
             try:
-                if self._backlog:
-                    self.tick(0, backlog_chunks=1)  # one chunk at a time: a task may be waiting
-                elif self._watch or self._retry or self._done or self.dead_letters.busy:
+                if self._backlog and self.tick(0, backlog_chunks=1):
+                    continue  # one chunk at a time: a task may be waiting
+                if self._backlog or self._watch or self._retry or self._done or self.dead_letters.busy:
                     self.tick(0.02)
                 else:
                     self.tick(0)
@@ -257,15 +276,17 @@ class Publisher:
                 log.exception("sink=%s poller iteration failed", self.config.name)
                 time.sleep(0.5)
 
-    def tick(self, timeout_s: float = 0.0, backlog_chunks: int | None = 0) -> None:
+    def tick(self, timeout_s: float = 0.0, backlog_chunks: int | None = 0) -> int:
         """One round of the work described in the module docstring.
 
-        ``backlog_chunks``: how many not-yet-produced async chunks to produce
-        in this round (``None``: all of them).
+        ``backlog_chunks``: how many waiting chunks (async writes, replays) to
+        produce in this round, as far as the client's queue has room (``None``:
+        as many as fit). Returns how many were produced.
         """
+        produced = 0
         with self._lock:
             if backlog_chunks != 0 and self._backlog:
-                self._produce_backlog(backlog_chunks)
+                produced = self._produce_backlog(backlog_chunks)
             if self._fatal is not None and time.monotonic() - self._last_replace >= 1.0:
                 self._last_replace = time.monotonic()
                 self._replace_producer()
@@ -278,6 +299,7 @@ class Publisher:
                 self.checkpoint()
             if self.dead_letters.busy:
                 self.dead_letters.forward(producer)
+        return produced
 
     def _settle_rounds(self) -> None:
         keep: list[ChunkTracker] = []

@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from .config import SinkConfig
-from .encoding import AttemptKey, decode_chunk
+from .encoding import AttemptKey
 from .errors import WalError, WalFullError
 from .publisher import Publisher
 from .slots import SlotLock, acquire_free_slot, list_slots, sink_dir, slot_paths
@@ -35,6 +36,7 @@ __all__ = ["WorkerRuntime", "get_runtime", "reset_runtimes"]
 
 log = logging.getLogger(__name__)
 
+_IDLE_SCAN_S = 5.0  # how often an idle worker looks for orphan slots
 _RUNTIMES: dict[SinkConfig, "WorkerRuntime"] = {}
 _RUNTIMES_PID = os.getpid()
 _RUNTIMES_LOCK = threading.Lock()
@@ -77,7 +79,8 @@ class WorkerRuntime:
         self._adopt_lock = threading.Lock()
         self._replayed = 0
         self.publisher.start()
-        self.publisher.on_idle = self._release_drained
+        self.publisher.on_idle = self._on_idle
+        self._last_scan = time.monotonic()
         while True:
             self.lock, self.wal = self._take_own_slot()
             try:
@@ -138,18 +141,14 @@ class WorkerRuntime:
             log.warning("sink=%s slot=%s dropping %d chunks of %d uncommitted attempts (Spark re-runs them)",
                         self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
             wal.prune(chunks=drop, attempts_done=finished)
+        # Replays wait in the publisher's backlog (read back from the WAL when
+        # their turn comes): adopting never blocks a task, even with the broker down.
         replayed = 0
-        with self.publisher.task():  # like a task: this thread polls, the poller waits
-            for ck, size in replay:
-                raw = wal.read_chunk(ck)
-                batch = decode_chunk(raw)
-                dead = wal.dead_keys_in_chunk(ck, batch.num_rows)
-                t = ChunkTracker(wal, ck, batch.num_rows, size, trackers[ck.attempt], replayed=True,
-                                 skip=frozenset(dead))
-                self.publisher.produce_chunk(t, batch, None if not dead else
-                                             [i for i in range(batch.num_rows) if i not in dead])
-                self.publisher.tick(0)
-                replayed += batch.num_rows - len(dead)
+        for ck, size in replay:
+            t = ChunkTracker(wal, ck, rows_of[ck], size, trackers[ck.attempt], replayed=True,
+                             skip=frozenset(wal.dead_keys_in_chunk(ck, rows_of[ck])))
+            self.publisher.enqueue_chunk(t, None)
+            replayed += t.rows - len(t.skip)
         for at in trackers.values():
             self.publisher.attempt_closed(at)
         self.publisher.load_dead_letters(wal)
@@ -202,25 +201,32 @@ class WorkerRuntime:
                     lock.release()
         return total
 
-    def _release_drained(self) -> None:
-        """Poller idle hook: release adopted slots whose records are all acked and pruned.
+    def _on_idle(self) -> None:
+        """Poller idle hook: release drained adopted slots; every few seconds, adopt orphans.
 
         Lock order is poll lock, then adopt lock (as in a task); the poller
         only tries, so it never waits behind a running task.
         """
-        if not self.adopted or not self.publisher.lock.acquire(blocking=False):
+        if not self.publisher.lock.acquire(blocking=False):
             return
         try:
-            with self._adopt_lock:
-                for index, (lock, wal) in list(self.adopted.items()):
-                    if self.publisher.references(wal) or not wal.is_empty():
-                        continue
-                    wal.close()
-                    lock.release()
-                    del self.adopted[index]
-                    log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+            if time.monotonic() - self._last_scan >= _IDLE_SCAN_S:
+                self._last_scan = time.monotonic()
+                self._replayed += self.adopt_orphans()
+            if self.adopted:
+                self._release_drained()
         finally:
             self.publisher.lock.release()
+
+    def _release_drained(self) -> None:
+        with self._adopt_lock:
+            for index, (lock, wal) in list(self.adopted.items()):
+                if self.publisher.references(wal) or not wal.is_empty():
+                    continue
+                wal.close()
+                lock.release()
+                del self.adopted[index]
+                log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
 
     def take_replayed(self) -> int:
         n, self._replayed = self._replayed, 0

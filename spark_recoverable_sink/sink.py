@@ -19,7 +19,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .config import SinkConfig
-from .errors import DeadLetterError
+from .drain import DRAIN_DDL, DrainReport, DrainTask
+from .errors import DeadLetterError, RecoverableSinkError
 from .partition_writer import PartitionWriter
 from .report import REPORT_DDL, BatchReport, PartitionReport
 from .schema import validate_spark_schema
@@ -47,6 +48,10 @@ class RecoverableKafkaSink:
         wal_dir: Executor-local directory for the write-ahead log.
         ack_timeout_s: How long a task waits for broker acks (0 = fully async).
         history: How many batch reports ``reports`` keeps.
+        drain_on_failure_s: After a batch's job fails, how long a drain job
+            waits for acks before the error is re-raised (0: no drain). The
+            drain leaves a live worker delivering what the failed workers had
+            accepted, even if the broker is still down.
         **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
             ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
             ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
@@ -58,9 +63,10 @@ class RecoverableKafkaSink:
     def __init__(
         self, name: str, kafka_conf: Mapping[str, Any], topic: str | None = None,
         wal_dir: str = "/tmp/spark_recoverable_sink", ack_timeout_s: float = 30.0,
-        history: int = 100, **options: Any,
+        history: int = 100, drain_on_failure_s: float = 10.0, **options: Any,
     ) -> None:
         self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
+        self.drain_on_failure_s = float(drain_on_failure_s)
         self.reports: deque[BatchReport] = deque(maxlen=max(1, history))
         self._lock = threading.Lock()
         self._unreported_dead: list[tuple[str, str]] = []
@@ -118,11 +124,44 @@ class RecoverableKafkaSink:
         return (f"sink={self.config.name}: {len(dead)} record(s) failed with a non-retriable Kafka error and no "
                 f"dead_letter_topic is set; they are kept in the WAL's dead-letter store: {shown}{more}")
 
+    def drain(self, spark: Any = None, timeout_s: float = 60.0, tasks: int | None = None) -> DrainReport:
+        """Deliver what executors' WALs still hold for this sink, writing nothing new.
+
+        Runs one small job: its tasks adopt orphan slots (left by dead
+        workers) and wait up to ``timeout_s`` for their worker's records to be
+        acked. Call it at the end of a bounded job in async mode, or after a
+        failure. ``pending > 0`` in the result means records are still in the
+        WALs (delivered later by live workers, or by the next run).
+        """
+        from pyspark.sql import SparkSession
+
+        spark = spark or SparkSession.getActiveSession()
+        if spark is None:
+            raise RecoverableSinkError("drain needs a SparkSession")
+        n = tasks or max(1, spark.sparkContext.defaultParallelism)
+        t0 = time.monotonic()
+        rows = spark.range(0, n, 1, n).mapInArrow(DrainTask(self.config, timeout_s), DRAIN_DDL).collect()
+        report = DrainReport(replayed=sum(r.replayed for r in rows), pending=sum(r.pending for r in rows),
+                             workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0)
+        log.info("sink=%s drain replayed=%d pending=%d workers=%d seconds=%.3f", self.config.name,
+                 report.replayed, report.pending, report.workers, report.seconds)
+        return report
+
     def _run(self, df: "DataFrame", batch_id: int) -> BatchReport:
         t0 = time.monotonic()
         columns = validate_spark_schema(df.schema, self.config.topic)
         writer = PartitionWriter(self.config, batch_id)
-        rows = df.select(*columns).mapInArrow(writer, REPORT_DDL).collect()
+        try:
+            rows = df.select(*columns).mapInArrow(writer, REPORT_DDL).collect()
+        except Exception:
+            # The failed tasks' workers are gone, with the threads that would have
+            # delivered what they accepted: leave a live worker on the job.
+            if self.drain_on_failure_s > 0:
+                try:
+                    self.drain(df.sparkSession, self.drain_on_failure_s)
+                except Exception:  # the original error is what the caller must see
+                    log.exception("sink=%s drain after a failed batch_id=%d failed", self.config.name, batch_id)
+            raise
         report = BatchReport.from_partitions(batch_id, [PartitionReport.from_row(r) for r in rows],
                                              time.monotonic() - t0)
         self.reports.append(report)
@@ -133,10 +172,11 @@ class RecoverableKafkaSink:
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: reports and locks stay on the driver.
-        return {"config": self.config}
+        return {"config": self.config, "drain_on_failure_s": self.drain_on_failure_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.config = state["config"]
+        self.drain_on_failure_s = state["drain_on_failure_s"]
         self.reports = deque(maxlen=100)
         self._lock = threading.Lock()
         self._unreported_dead = []
