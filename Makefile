@@ -41,5 +41,10 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) bench/run.py --quick
 
+# A bounded, seeded soak run with random faults (not in CI); SEED=n replays a run
+SEED ?= 1
+soak: $(STAMP)
+	$(PY) -m tests.faults.soak --minutes 3 --seed $(SEED)
+
 clean:
 	rm -rf $(VENV) .demo .pytest_cache build *.egg-info
