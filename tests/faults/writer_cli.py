@@ -100,7 +100,10 @@ def cmd_writer(a: dict) -> None:
 
     rt = get_runtime(cfg)
     end = time.monotonic() + a.get("linger_s", 10)
-    while time.monotonic() < end and not (rt.publisher.idle() and rt.wal.is_empty()):
+    # An armed crash always fires: a writer that finished early dies idle, holding its slot
+    # (a crash point like any other), instead of leaving before its crash time.
+    armed = crash is not None
+    while time.monotonic() < end and (armed or not (rt.publisher.idle() and rt.wal.is_empty())):
         time.sleep(0.05)
     _event("exit")
     os._exit(0)
