@@ -493,10 +493,14 @@ def run_job(settings: JobSettings, spark: "SparkSession" | None = None,
     totals = _totals(sink)
     log.info("job=stream_to_kafka status=stopped reason=%s seconds=%.1f %s", reason, time.monotonic() - t0,
              " ".join(f"{k}={v}" for k, v in totals.items()))
-    if totals["pending"]:
-        log.warning("job=stream_to_kafka pending=%d records were not acked when their tasks ended; they stay "
-                    "in the WAL under %s and are delivered by the executors (or the next run)",
-                    totals["pending"], settings.sink.wal_dir)
+    if totals["pending"] and exc is None:
+        # Records not acked when their tasks ended: deliver them before the application stops.
+        drained = sink.drain(spark, timeout_s=settings.query.stop_grace_s)
+        log.info("job=stream_to_kafka drain replayed=%d pending=%d workers=%d seconds=%.1f",
+                 drained.replayed, drained.pending, drained.workers, drained.seconds)
+        if drained.pending:
+            log.warning("job=stream_to_kafka pending=%d records are still not acked; they stay in the WAL "
+                        "under %s and are delivered by the next run", drained.pending, settings.sink.wal_dir)
     if exc is not None:
         raise exc
     return sink
