@@ -361,7 +361,11 @@ class Publisher:
         if not due:
             return
         self._retry = [t for t in self._retry if t.next_retry_at > now]
+        producer = self.producer()
         for t in due:
+            if not self._room_for(producer, t):
+                self._retry.append(t)  # the client's queue is full: never block the poll lock on it
+                continue
             indices = sorted({i for i, _ in t.failed})
             try:
                 batch = self._read_chunk(t)
