@@ -134,11 +134,16 @@ def markdown(results: dict[str, Any]) -> str:
         w("**Quick mode: small sizes and 2 runs each, a smoke test of the suite, not a measurement.** "
           "The figures below only show the suite works; run `make bench` on a quiet machine for numbers.\n")
     la0, la1 = m.get("loadavg_start"), meta.get("loadavg_end")
-    if la0 and (max(la0) > 0.5 * (m.get("cores") or 1) or (la1 and max(la1) > (m.get("cores") or 1))):
-        w(f"> **The machine was busy** during this run (load average {la0[0]:.1f} / {la0[1]:.1f} / {la0[2]:.1f} "
-          f"at the start, {la1[0]:.1f} / {la1[1]:.1f} / {la1[2]:.1f} at the end, on {m.get('cores')} cores): "
-          "other work shared the CPUs, so absolute figures are low and noisy; the ratios between writers are "
-          "more telling because runs were interleaved.\n")
+    cores = m.get("cores") or 1
+    # Only the load before the run tells whether other work shared the machine: at
+    # the end, the benchmark's own Spark job has kept every core busy.
+    if la0 and la0[0] > 0.5 * cores:
+        w(f"> **The machine was busy** when this run started (1-minute load average {la0[0]:.1f} on {cores} "
+          "cores): other work shared the CPUs, so absolute figures are low and noisy; the ratios between "
+          "writers are more telling because runs were interleaved.\n")
+    elif la0:
+        w(f"The machine was otherwise idle when the run started (1-minute load average {la0[0]:.1f} on "
+          f"{cores} cores{f'; {la1[0]:.1f} at the end, the benchmark itself' if la1 else ''}).\n")
     del busy
     w("![throughput and latency per writer](performance.png)\n")
 
@@ -182,8 +187,8 @@ which `bench/run.py` checks are exactly what the sink hands to confluent-kafka. 
   for it before each send and after `flush()`, failing on the first error: what Spark's built-in Kafka
   sink does, written in Python. It stands in for the built-in sink, whose jar cannot be installed here.
 * **sink sync**: `RecoverableKafkaSink(..., ack_timeout_s=900)`: every task waits for all its acks.
-* **sink async**: `ack_timeout_s=0`: tasks return once their records are in the WAL and handed to the
-  producer; acks arrive later. Its *time to durable in Kafka* is measured separately, from the start of
+* **sink async**: `ack_timeout_s=0`: tasks return once their records are committed to the WAL; the
+  worker's background thread produces them after the task. Its *time to durable in Kafka* is measured separately, from the start of
   the write until the WAL is empty (all acked *and pruned*; pruning runs at least every
   `checkpoint_interval_s` = 1 s, so this overstates the time to the last ack by up to about a second).
 * **sink exactly-once**: not available yet (see below); nothing is reported for it.
