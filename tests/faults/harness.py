@@ -38,7 +38,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
-from spark_recoverable_sink.devbroker import find_tansu, free_port
+from spark_recoverable_sink.devbroker import EmbeddedBroker, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -565,7 +565,7 @@ class S3Server:
                 self.proc.wait(10)
 
 
-class TansuBroker:
+class TansuBroker(EmbeddedBroker):
     """Tansu on ``127.0.0.1:broker_port``, advertising the proxy's port when ``proxied``.
 
     Can be paused (SIGSTOP), SIGKILLed and restarted on the same ports; with
@@ -575,75 +575,35 @@ class TansuBroker:
 
     def __init__(self, log_path: str, proxied: bool = True, storage: str | None = None,
                  env: dict[str, str] | None = None, targets: tuple[str, ...] | None = (SINK_CLIENT_ID,)) -> None:
-        self.log_path = log_path
-        self.storage = storage
-        self.env = env or {}
-        self.broker_port = free_port()
-        self.proxy = TcpProxy(self.broker_port, targets=targets) if proxied else None
-        self.proc: subprocess.Popen[bytes] | None = None
+        broker_port = free_port()
+        self.proxy = TcpProxy(broker_port, targets=targets) if proxied else None
+        super().__init__(broker_port, log_path, advertised_port=self.proxy.port if self.proxy else None,
+                         storage_engine=storage, env=env)
 
     @property
-    def advertised_port(self) -> int:
-        return self.proxy.port if self.proxy is not None else self.broker_port
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.advertised_port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    def broker_port(self) -> int:
+        return self.port
 
     def start(self, timeout_s: float = 20.0) -> "TansuBroker":
         if self.proxy is not None and self.proxy._thread is None:
             self.proxy.start()
-        cmd = [find_tansu(), "broker", "--listener-url", f"tcp://127.0.0.1:{self.broker_port}",
-               "--advertised-listener-url", f"tcp://127.0.0.1:{self.advertised_port}"]
-        if self.storage:
-            cmd += ["--storage-engine", self.storage]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **self.env})
-        log.close()
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with code {self.proc.returncode}; see {self.log_path}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.broker_port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"tansu did not listen on {self.broker_port}")
+        super().start(timeout_s)
+        return self
 
-    def pause(self) -> None:
-        os.kill(self.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
-
-    def kill(self) -> float:
+    def kill(self) -> float:  # type: ignore[override]
+        """SIGKILL from outside; returns when the signal was sent."""
         assert self.proc is not None
         t = kill9(self.proc.pid)
         self.proc.wait(10)
         return t
 
-    def restart(self) -> "TansuBroker":
+    def restart(self, timeout_s: float = 20.0) -> "TansuBroker":
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
-        return self.start()
+        return self.start(timeout_s)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        super().stop()
         if self.proxy is not None:
             self.proxy.stop()
 
