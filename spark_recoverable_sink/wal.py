@@ -28,7 +28,6 @@ import lmdb
 from .encoding import (
     COMMITTED,
     FORMAT_VERSION,
-    OPEN,
     AttemptKey,
     AttemptState,
     ChunkKey,
@@ -358,5 +357,3 @@ class Wal:
         with contextlib.suppress(lmdb.Error):
             self.env.close()
 
-
-OPEN_STATE = OPEN
