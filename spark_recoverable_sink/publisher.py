@@ -343,9 +343,9 @@ class Publisher:
         try:
             batch = self._read_chunk(t)
         except WalError:
-            log.exception("sink=%s cannot read chunk %s to match failures; resending it", self.config.name, t.key)
-            t.failed_raw = []
-            self._resend(t)
+            log.exception("sink=%s cannot read chunk %s to match failures; retrying its whole round",
+                          self.config.name, t.key)
+            t.fail_round()  # the caller schedules the retry, as for any failure
             return
         topic = _chunk_topic(batch, self.config.topic)
         values = _column(batch, "value") or []

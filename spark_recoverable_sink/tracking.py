@@ -179,6 +179,16 @@ class ChunkTracker:
         self.dead.extend((i, e.code(), e.str()) for i, e in sorted(dead.items()))
         self.failed.extend(sorted(failed.items()))
 
+    def fail_round(self) -> None:
+        """Take every record of this round that is not dead as failed (failures cannot be matched)."""
+        every = range(self.rows) if self.round_indices is None else self.round_indices
+        known_dead = {i for i, _c, _e in self.dead} | self.skip
+        failed = [i for i in every if i not in known_dead]
+        err = self.failed_raw[0][0] if self.failed_raw else None
+        self.acked = max(0, self.acked - (len(failed) - len(self.failed_raw)))
+        self.failed_raw = []
+        self.failed.extend((i, err) for i in failed)
+
     def settle_sync_failures(self) -> None:
         for i, err in self.sync_failed:
             if err.code() in NON_RETRIABLE:

@@ -94,3 +94,15 @@ def test_sync_failures_split_into_retry_and_dead():
     t.on_delivery(None, _Msg("t", None, b"b"))
     t.settle_sync_failures()
     assert [i for i, _ in t.failed] == [0] and [i for i, _c, _e in t.dead] == [2]
+
+
+def test_fail_round_retries_every_record_not_known_dead():
+    t = _tracker(4)
+    t.on_delivery(None, _Msg("t", None, b"a"))
+    t.on_delivery(TIMEOUT, _Msg("t", None, b"b"))
+    t.on_delivery(None, _Msg("t", None, b"c"))
+    t.on_delivery(None, _Msg("t", None, b"d"))
+    t.seal(4, [])
+    t.fail_round()  # e.g. the chunk could not be read back to match the failure
+    assert sorted(i for i, _ in t.failed) == [0, 1, 2, 3]
+    assert t.acked == 0 and t.failed_raw == [] and t.pending == 4
