@@ -265,8 +265,11 @@ SOURCE_SCHEMA = "key string, value binary"
 class BatchProbe:
     """``foreachBatch`` function wrapping a sink; notes when each batch starts and ends (driver side)."""
 
-    def __init__(self, sink: Any) -> None:
+    def __init__(self, sink: Any, record_rows: bool = False) -> None:
+        """With ``record_rows`` it also notes the row numbers (keys) each batch held."""
         self.sink = sink
+        self.record_rows = record_rows
+        self.rows: dict[int, list[int]] = {}
         self.current: int | None = None
         self.started: dict[int, float] = {}
         self.ended: dict[int, float] = {}
@@ -277,6 +280,8 @@ class BatchProbe:
         self.current = batch_id
         self.calls.append(batch_id)
         self.started[batch_id] = time.time()
+        if self.record_rows:
+            self.rows[batch_id] = [int(r.key) for r in df.select("key").collect()]
         try:
             self.sink(df, batch_id)
         except BaseException as exc:
