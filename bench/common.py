@@ -211,7 +211,7 @@ def _version(mod: str) -> str | None:
 
 def tansu_version() -> str | None:
     try:
-        from spark_recoverable_sink.devbroker import find_tansu
+        from devtools.devbroker import find_tansu
 
         return subprocess.run([find_tansu(), "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     except Exception as exc:  # noqa: BLE001

@@ -227,7 +227,7 @@ def main() -> int:
     scratch = os.path.join(args.out_dir, "tmp", stamp)
     os.makedirs(scratch, exist_ok=True)
     started = time.monotonic()
-    from spark_recoverable_sink.devbroker import EmbeddedBroker
+    from devtools.devbroker import EmbeddedBroker
 
     results: dict[str, Any] = {
         "meta": {"timestamp": stamp, "mode": mode, "sections": sorted(want), "commit": common.git_commit(),

@@ -39,6 +39,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The embedded broker launcher (devtools/) lives at the repository root, outside the installed package.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+    sys.path.append(_REPO)
 import stream_to_kafka as job  # noqa: E402  (jobs/ is not a package)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -357,7 +361,7 @@ def _print_summary(s: DemoSettings, where: str, bootstrap: str, topic: str, repo
 def run_demo(s: DemoSettings, environ: Mapping[str, str] | None = None) -> int:
     """Run the whole demo; returns the exit code (0 = nothing lost)."""
     from spark_recoverable_sink import RecoverableKafkaSink
-    from spark_recoverable_sink.devbroker import EmbeddedBroker
+    from devtools.devbroker import EmbeddedBroker
 
     environ = os.environ if environ is None else environ
     external = environ.get("KAFKA_BOOTSTRAP", "").strip()

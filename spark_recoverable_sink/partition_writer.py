@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from . import _faults
+from . import _points
 from .config import SinkConfig
 from .deadline import Deadline
 from .encoding import OPEN, AttemptKey, AttemptState, ChunkKey, encode_chunk, record_id_prefix
@@ -118,10 +118,10 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                 publisher.enqueue_chunk(t, norm)  # ... then Kafka, from the poller thread
             seq += norm.num_rows
             nbytes += payload_bytes(norm)
-            _faults.check("mid_task", seq)
+            _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
         if trackers:
             rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
-        _faults.check("after_commit", seq)
+        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
     except BaseException:
         # Abandoned: its chunks stay until acked (or are dropped as uncommitted
         # after a crash); Spark re-runs the task.

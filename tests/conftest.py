@@ -1,4 +1,4 @@
-"""Shared fixtures: the real test broker, a SparkSession, topic helpers, fault dir.
+"""Shared fixtures: the real test broker, a SparkSession, topic helpers, test hooks.
 
 Three tiers: ``tests/unit`` (pure), ``tests/broker`` (real broker, no Spark),
 ``tests/spark`` (real Spark and the real broker). No broker mock anywhere.
@@ -15,15 +15,23 @@ from typing import Any, Iterator
 
 import pytest
 
-# Fault hooks read this when a worker starts: set it before Spark (and its
-# Python workers) exist, so every worker of the session inherits it.
-FAULT_DIR = tempfile.mkdtemp(prefix="rks-faults-")
-os.environ["RKS_FAULT_DIR"] = FAULT_DIR
+# Test hooks (tests/hooks.py) on the sink's named points, in every process of the
+# session: set before Spark (and its Python workers) exist, so every worker
+# inherits them. Workers import ``tests.hooks`` themselves: the repository root
+# goes on their PYTHONPATH (Spark appends the inherited PYTHONPATH to its own).
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOOK_DIR = tempfile.mkdtemp(prefix="rks-hooks-")
+os.environ["RKS_TEST_HOOKS"] = "tests.hooks"
+os.environ["RKS_HOOK_DIR"] = HOOK_DIR
+_pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if REPO not in [os.path.abspath(p) for p in _pp]:
+    os.environ["PYTHONPATH"] = os.pathsep.join(_pp + [REPO])
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from spark_recoverable_sink.devbroker import EmbeddedBroker  # noqa: E402
+from devtools.devbroker import EmbeddedBroker  # noqa: E402
 
+from .hooks import Hooks  # noqa: E402
 from .kafka_helpers import create_topic, read_topic  # noqa: E402,F401
 
 
@@ -52,11 +60,12 @@ def topic(broker: EmbeddedBroker) -> str:
 
 
 @pytest.fixture
-def fault_dir() -> Iterator[str]:
-    yield FAULT_DIR
-    for name in os.listdir(FAULT_DIR):  # disarm whatever a test left armed
-        if "fired" not in name:
-            os.unlink(os.path.join(FAULT_DIR, name))
+def hooks() -> Iterator[Hooks]:
+    """Park or crash processes at the sink's named points (see tests/hooks.py); reset after the test."""
+    h = Hooks(HOOK_DIR)
+    h.reset()
+    yield h
+    h.reset()  # releases whatever is still parked, disarms the rest
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,10 @@ class Record:
 @dataclass
 class TopicContents:
     records: list[Record] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # errors the consumer reported while reading
+
+    def per_partition(self) -> dict[tuple[str, int], int]:
+        return dict(sorted(Counter((r.topic, r.partition) for r in self.records).items()))
 
     @property
     def ids(self) -> Counter:
@@ -91,6 +95,7 @@ def read_topic(bootstrap: str, topics: str | list[str], expected: int | None = N
             msgs = c.consume(10000, 0.5)
             for m in msgs:
                 if m.error():
+                    out.errors.append(f"{m.topic()}[{m.partition()}]: {m.error()}")
                     continue
                 out.records.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                                           list(m.headers() or []), m.timestamp()[1]))

@@ -41,7 +41,9 @@ def _run_child(cfg: SinkConfig, batch: int, partition: int, rows: int, die_at: s
             "ack_timeout_s": cfg.ack_timeout_s}
     env = dict(os.environ, PYTHONPATH=ROOT)
     if fault_dir:
-        env["RKS_FAULT_DIR"] = fault_dir
+        from tests.hooks import env_for
+
+        env.update(env_for(fault_dir))
     return subprocess.run([sys.executable, "-m", "tests.broker.writer_proc", json.dumps(opts), str(batch),
                            str(partition), str(rows), str(size), die_at], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -2,7 +2,7 @@
 
 Usage: python -m tests.broker.writer_proc CONFIG_JSON BATCH PARTITION ROWS VALUE_SIZE DIE_AT
 DIE_AT: "after_commit" (os._exit right after write_partition returns, acks or not)
-or "mid_task:<rows>" (the fault hook kills the process once <rows> rows are in the WAL).
+or "mid_task:<rows>" (the test hook ends the process once <rows> rows are in the WAL).
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ def batches(partition: int, rows: int, size: int, chunk: int = 1000):
 
 def main() -> None:
     conf_json, batch, partition, rows, size, die_at = sys.argv[1:7]
-    if die_at.startswith("mid_task:"):
-        fdir = os.environ["RKS_FAULT_DIR"]
-        from spark_recoverable_sink import _faults
+    if die_at.startswith("mid_task:"):  # hooks installed through RKS_TEST_HOOKS / RKS_HOOK_DIR (tests/hooks.py)
+        from tests.hooks import ENV_DIR, Hooks
 
-        _faults.arm(fdir, "mid_task", int(die_at.split(":")[1]))
+        Hooks(os.environ[ENV_DIR]).crash("task.mid_task", after_rows=int(die_at.split(":")[1]))
     from spark_recoverable_sink.config import SinkConfig
     from spark_recoverable_sink.partition_writer import write_partition
 

@@ -6,8 +6,10 @@ Everything here works on real processes and real sockets:
   find the pids to kill through ``/proc`` (children of *this* test process's
   JVM's ``pyspark.daemon``; ``CoarseGrainedExecutorBackend`` JVMs; the holder
   of a WAL slot's ``flock`` from ``/proc/locks``) -- never by name;
-* :func:`slot_attempts` reads a slot's ``attempts`` table read-only, to kill a
-  worker exactly while one of its task attempts is open (mid-task);
+* :func:`slot_attempts` and :func:`slot_row_keys` read a slot's attempts and
+  chunks read-only (what a dead or live worker left in its WAL);
+* faults are timed by the test hooks of ``tests/hooks.py`` (a task parked at
+  a named point until the test releases it), never by polling for a moment;
 * :class:`TcpProxy` sits between producers and the broker and can refuse, cut
   or stall the connections of chosen clients (by Kafka ``client.id``);
 * :class:`TansuBroker` launches Tansu advertising the proxy's port (so the
@@ -38,7 +40,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
-from spark_recoverable_sink.devbroker import EmbeddedBroker, free_port
+from devtools.devbroker import EmbeddedBroker, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -50,7 +52,6 @@ READER_CLIENT_ID = "rks-reader"
 def run_cli(command: str, args: dict, timeout: float = 120) -> tuple[int, list[dict], str]:
     """Run ``python -m tests.faults.writer_cli COMMAND ARGS`` (no Spark); returns (rc, JSON lines, stderr tail)."""
     env = {**os.environ, "PYTHONPATH": REPO}
-    env.pop("RKS_FAULT_DIR", None)
     p = subprocess.run([sys.executable, "-m", "tests.faults.writer_cli", command, json.dumps(args)],
                        capture_output=True, timeout=timeout, env=env, cwd=REPO)
     lines = [json.loads(line) for line in p.stdout.decode(errors="replace").splitlines() if line.startswith("{")]
@@ -131,6 +132,16 @@ def executor_jvms(root: int) -> list[int]:
     return [p for p in descendants(root) if "CoarseGrainedExecutorBackend" in cmdline(p) and alive(p)]
 
 
+def wait_dead(pid: int, timeout_s: float) -> bool:
+    """Wait until ``pid`` has exited (or is a zombie); False after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def kill9(pid: int) -> float:
     """SIGKILL ``pid``; returns the time of the kill (``time.time()``)."""
     t = time.time()
@@ -200,26 +211,58 @@ def slot_attempts(slot_path: str) -> dict[tuple[int, int, int], int]:
         env.close()
 
 
-def find_worker_mid_task(wal_dir: str, sink: str, candidates: Callable[[], Iterable[int]],
-                         timeout_s: float, min_batch: int = 0) -> tuple[int, int] | None:
-    """Wait until a candidate process holds a slot with an OPEN attempt of batch >= ``min_batch``.
+def slot_row_keys(slot_path: str) -> dict[bytes, int]:
+    """Row key -> count of every record in a slot's chunks, read-only (committed or not, acked or not)."""
+    import lmdb
 
-    Returns (pid, slot index), or None after ``timeout_s``.
+    from spark_recoverable_sink.encoding import decode_chunk
+
+    out: dict[bytes, int] = {}
+    if not os.path.exists(os.path.join(slot_path, "data.mdb")):
+        return out
+    env = lmdb.open(slot_path, readonly=True, lock=True, max_dbs=4, subdir=True, create=False)
+    try:
+        try:
+            db = env.open_db(b"chunks", create=False)
+        except lmdb.NotFoundError:
+            return out
+        with env.begin(db=db) as txn:
+            for _k, v in txn.cursor():
+                batch = decode_chunk(bytes(v))
+                for key in batch.column(batch.schema.names.index("key")).to_pylist():
+                    out[key] = out.get(key, 0) + 1
+        return out
+    finally:
+        env.close()
+
+
+def explain_missing(t: "Tally", wal_dir: str, sink: str, parts: list[Any]) -> str:
+    """Why rows are missing from Kafka: still in a WAL slot (whose owner is dead or alive), or nowhere.
+
+    For the end-of-test check of a scenario: 'in a WAL' is pending (within the
+    guarantee; nobody came for it yet), 'nowhere' is a loss.
     """
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        cands = set(candidates())
-        for idx, pid in slot_holders(wal_dir, sink).items():
-            if pid is None or pid not in cands:
-                continue
-            try:
-                states = slot_attempts(os.path.join(wal_dir, sink, f"slot-{idx:05d}"))
-            except Exception:  # being created: try again
-                continue
-            if any(st == 1 and key[0] >= min_batch for key, st in states.items()):
-                return pid, idx
-        time.sleep(0.02)
-    return None
+    missing = {str(i).encode() for i in t.lost_rows}
+    where: dict[str, int] = {}
+    found: set[bytes] = set()
+    for idx, pid in slot_holders(wal_dir, sink).items():
+        try:
+            keys = slot_row_keys(os.path.join(wal_dir, sink, f"slot-{idx:05d}"))
+        except Exception as exc:  # noqa: BLE001 -- part of the diagnosis
+            where[f"slot {idx} unreadable ({type(exc).__name__}: {exc})"] = -1
+            continue
+        hit = missing & set(keys)
+        if hit:
+            owner = "free (owner dead)" if pid is None else f"held by pid {pid} ({'alive' if alive(pid) else 'dead'})"
+            where[f"slot {idx} {owner}"] = len(hit)
+            found |= hit
+    nowhere = len(missing - found)
+    pending = {(p.partition, p.spark_attempt, p.pid): p.pending for p in parts if p.pending}
+    case = ("LOSS: rows in neither Kafka nor any WAL" if nowhere
+            else "PENDING: every missing row is still in a WAL slot (accepted, not delivered)")
+    return (f"{case}. missing={t.lost} in_wal={len(found)} nowhere={nowhere} by_slot={where} "
+            f"sample={t.lost_sample[:10]} task_reports_with_pending={pending} "
+            f"per_kafka_partition={t.per_partition} reader_errors={t.errors[:5]}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -630,6 +673,7 @@ class LiveReader:
         self._thread = threading.Thread(target=self._run, name="live-reader", daemon=True)
         self._cv = threading.Condition()
         self.error: BaseException | None = None
+        self.errors: list[str] = []  # per-message errors the consumer reported (never skipped silently)
 
     def start(self) -> "LiveReader":
         self._thread.start()
@@ -664,6 +708,7 @@ class LiveReader:
                 with self._cv:
                     for m in msgs:
                         if m.error():
+                            self.errors.append(str(m.error()))
                             continue
                         self.records += 1
                         k = m.key()
@@ -715,6 +760,9 @@ class Tally:
     duplicates: int
     lost_sample: list[int]
     foreign: int  # records whose key is not one of the expected rows
+    lost_rows: list[int] = field(default_factory=list, repr=False)
+    per_partition: dict[int, int] = field(default_factory=dict)  # records read per Kafka partition
+    errors: list[str] = field(default_factory=list)  # errors the reader's consumer reported
 
 
 def tally(contents: Any, expected_rows: Iterable[int]) -> Tally:
@@ -735,9 +783,11 @@ def tally(contents: Any, expected_rows: Iterable[int]) -> Tally:
         else:
             foreign += 1
     lost = sorted(want - set(counts))
+    per_partition = Counter(r.partition for r in contents.records)
     return Tally(
         rows_sent=len(want), records_read=len(contents.records), distinct_ids=len(counts), lost=len(lost),
-        duplicates=sum(c - 1 for c in counts.values()), lost_sample=lost[:20], foreign=foreign,
+        duplicates=sum(c - 1 for c in counts.values()), lost_sample=lost[:20], foreign=foreign, lost_rows=lost,
+        per_partition=dict(sorted(per_partition.items())), errors=list(getattr(contents, "errors", []))[:20],
     )
 
 
@@ -753,7 +803,10 @@ def read_back(bootstrap: str, topic: str, expected_rows: Iterable[int], reader: 
         contents = read_topic(bootstrap, topic, expected=max(seen, len(rows)), idle_s=3.0, timeout_s=wait_s + 60)
     else:
         contents = read_topic(bootstrap, topic, expected=len(rows), idle_s=5.0, timeout_s=wait_s + 60)
-    return tally(contents, rows)
+    t = tally(contents, rows)
+    if reader is not None:
+        t.errors += reader.errors[:20]
+    return t
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ A feeder writes a parquet file every second; a processing-time query writes
 it through the sink to a Tansu broker of its own behind the TcpProxy. Every
 8-15 s (seeded) one fault from this list is injected:
 
-* ``kill_worker``   -- kill -9 of a pyspark worker with an open task attempt
-* ``after_commit``  -- the fault hook: the next worker to commit exits before acks
+* ``kill_worker``   -- kill -9 of a pyspark worker parked mid-task (test hook ``task.mid_task``)
+* ``after_commit``  -- the test hook ``task.after_commit``: the next worker to commit exits before acks
 * ``broker_pause``  -- SIGSTOP the broker for 3-8 s (message.timeout.ms=5000)
 * ``proxy_cut``     -- reset the sink's connections and refuse new ones for 3-8 s
 * ``proxy_stall``   -- freeze the sink's connections for 3-8 s
@@ -42,35 +42,39 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--minutes must be in (0, 30]")
 
     work = tempfile.mkdtemp(prefix="rks-soak-")
-    fault_dir = os.path.join(work, "faults")
-    os.makedirs(fault_dir)
-    os.environ["RKS_FAULT_DIR"] = fault_dir  # before Spark starts its Python workers
+    hook_dir = os.path.join(work, "hooks")
+    os.makedirs(hook_dir)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Test hooks in Spark's Python workers: set before Spark starts them (tests/hooks.py).
+    os.environ.update({"RKS_TEST_HOOKS": "tests.hooks", "RKS_HOOK_DIR": hook_dir})
+    os.environ["PYTHONPATH"] = os.pathsep.join([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+                                               + [repo])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if repo not in sys.path:
         sys.path.insert(0, repo)
 
     from pyspark.sql import SparkSession
 
-    from spark_recoverable_sink import RecoverableKafkaSink, _faults
+    from spark_recoverable_sink import RecoverableKafkaSink
     from tests.faults.harness import (
         SINK_CLIENT_ID,
         BatchProbe,
         LiveReader,
         ScenarioRow,
         TansuBroker,
-        find_worker_mid_task,
         keys_of,
         kill9,
         print_table,
         read_back,
         record_result,
-        spark_python_workers,
         start_stream,
         write_source,
     )
+    from tests.hooks import Hooks
     from tests.kafka_helpers import create_topic
+
+    hooks = Hooks(hook_dir)
 
     rng = random.Random(args.seed)
     t_start = time.time()
@@ -136,14 +140,18 @@ def main(argv: list[str] | None = None) -> int:
             first_fault = first_fault or time.time()
             hold = rng.uniform(3, 8)
             if f == "kill_worker":
-                hit = find_worker_mid_task(wal, name, spark_python_workers, timeout_s=10)
-                if hit:
-                    kill9(hit[0])
-                    note(f"kill -9 worker pid={hit[0]} (slot {hit[1]})")
+                parked = hooks.park("task.mid_task")
+                try:
+                    at = parked.wait(10)
+                except AssertionError:
+                    hooks.reset()  # no task ran within 10 s: disarm (and free one that just parked)
+                    note("kill_worker: no task reached task.mid_task within 10 s")
                 else:
-                    note("kill_worker: no worker mid-task within 10 s")
+                    kill9(at["pid"])
+                    parked.release()
+                    note(f"kill -9 worker pid={at['pid']} parked at {at['coords']}")
             elif f == "after_commit":
-                _faults.arm(fault_dir, "after_commit", 1)
+                hooks.crash("task.after_commit", after_rows=1)
                 note("armed after_commit")
             elif f == "broker_pause":
                 broker.pause()
@@ -164,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         feeder.join(10)
         note(f"feeding stopped after {sent[0]} rows; draining")
         drain_from = time.time()
-        for p in os.listdir(fault_dir):  # disarm a hook that did not fire
-            if "fired" not in p:
-                os.unlink(os.path.join(fault_dir, p))
+        hooks.reset()  # disarm a hook that did not fire
         if not q.isActive:
             counts["query_failed"] += 1
             note(f"query had stopped: {str(q.exception())[:300]}; restarting it to drain")

@@ -19,11 +19,9 @@ from .harness import (
     BatchProbe,
     LiveReader,
     TansuBroker,
-    find_worker_mid_task,
     keys_of,
     partition_reports,
     read_back,
-    spark_python_workers,
     start_stream,
     write_source,
 )
@@ -33,9 +31,11 @@ pytestmark = pytest.mark.spark
 FAST_TIMEOUTS = {"message.timeout.ms": 5000, "retry.backoff.ms": 200}
 
 
-def _stream_with_fault(spark, tmp_path, bootstrap, topic, name, inject, n=30000, files=6, **sink_opts):
-    """Run the query; ``inject(probe)`` is called once a task of batch >= 1 is in progress and returns
-    (fault_at, restored_at). Returns (sink, probe, tally, fault_at, restored_at, full_at)."""
+def _stream_with_fault(spark, tmp_path, bootstrap, topic, name, inject, hooks, n=30000, files=6, **sink_opts):
+    """Run the query; a task of batch >= 1 is parked mid-task (its first Arrow batch in the WAL and
+    produced) and ``inject(probe, release)`` is called: it starts the fault, calls ``release()`` to let
+    the task go on under the fault, ends the fault and returns (fault_at, restored_at).
+    Returns (sink, probe, tally, fault_at, restored_at, full_at)."""
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
     write_source(src, n, files, value_size=300)
     conf = {"bootstrap.servers": bootstrap, "client.id": SINK_CLIENT_ID, **FAST_TIMEOUTS}
@@ -44,10 +44,13 @@ def _stream_with_fault(spark, tmp_path, bootstrap, topic, name, inject, n=30000,
     probe = BatchProbe(sink)
     reader = LiveReader(bootstrap, topic).start()
     try:
+        parked = hooks.park("task.mid_task", batch__ge=1)
         q = start_stream(spark, src, probe, str(tmp_path / "chk"), files_per_trigger=1)
-        hit = find_worker_mid_task(wal, name, spark_python_workers, timeout_s=120, min_batch=1)
-        assert hit is not None, "never saw a task in progress"
-        fault_at, restored_at = inject(probe)
+        parked.wait(120)
+        try:
+            fault_at, restored_at = inject(probe, parked.release)
+        finally:
+            parked.release()
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
         full_at = reader.wait_for(keys_of(range(n)), 120)
@@ -57,25 +60,27 @@ def _stream_with_fault(spark, tmp_path, bootstrap, topic, name, inject, n=30000,
     return sink, probe, t, fault_at, restored_at, full_at
 
 
-def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_path, scenario):
+def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_path, scenario, hooks):
     """SIGSTOP the broker for 12 s with message.timeout.ms=5000; the query keeps running; SIGCONT."""
     scenario.scenario, scenario.title = "04_broker_sigstop", "Broker SIGSTOPped longer than delivery.timeout.ms"
-    scenario.fault = "SIGSTOP broker 12 s during batch 1 (message.timeout.ms=5000), then SIGCONT"
+    scenario.fault = ("SIGSTOP broker 12 s while a task of batch 1 is parked mid-task, release it "
+                      "(message.timeout.ms=5000), then SIGCONT")
     topic = new_topic(own_broker.bootstrap)
     pause_s = 12.0
     during: dict[str, list[int]] = {}
 
-    def inject(probe):
+    def inject(probe, release):
         before = set(probe.ended)
         own_broker.pause()
         t0 = time.time()
-        time.sleep(pause_s)
+        release()  # the parked task goes on producing into a stopped broker
+        time.sleep(pause_s)  # the outage's length, not a synchronisation
         during["batches_finished_while_paused"] = sorted(set(probe.ended) - before)
         own_broker.resume()
         return t0, time.time()
 
     sink, probe, t, fault_at, restored_at, full_at = _stream_with_fault(
-        spark, tmp_path, own_broker.bootstrap, topic, sink_name("f04"), inject)
+        spark, tmp_path, own_broker.bootstrap, topic, sink_name("f04"), inject, hooks)
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
     parts = partition_reports(sink)
@@ -88,24 +93,26 @@ def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_p
 
 
 @pytest.mark.parametrize("mode", ["cut", "stall"])
-def test_05_network_cut_or_stall_via_proxy(spark, tansu, tmp_path, scenario, mode):
+def test_05_network_cut_or_stall_via_proxy(spark, tansu, tmp_path, scenario, mode, hooks):
     """The proxy resets (cut) or freezes (stall) every producer connection for 10 s during a batch."""
     scenario.scenario = f"05_network_{mode}"
     scenario.title = {"cut": "Network cut (connections reset, new ones refused)",
                       "stall": "Network stall (connections open, no byte forwarded)"}[mode]
-    scenario.fault = f"TcpProxy.{mode}() on the sink's connections for 10 s during batch 1, then restore()"
+    scenario.fault = (f"TcpProxy.{mode}() on the sink's connections while a task of batch 1 is parked mid-task, "
+                      "release it; restore() 10 s later")
     topic = new_topic(tansu.bootstrap)
     outage_s = 10.0
 
-    def inject(probe):
+    def inject(probe, release):
         getattr(tansu.proxy, mode)()
         t0 = time.time()
-        time.sleep(outage_s)
+        release()
+        time.sleep(outage_s)  # the outage's length, not a synchronisation
         tansu.proxy.restore()
         return t0, time.time()
 
     sink, probe, t, fault_at, restored_at, full_at = _stream_with_fault(
-        spark, tmp_path, tansu.bootstrap, topic, sink_name(f"f05{mode[0]}"), inject)
+        spark, tmp_path, tansu.bootstrap, topic, sink_name(f"f05{mode[0]}"), inject, hooks)
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
     scenario.figures.update(outage_s=outage_s, after_restore_s=round(full_at - restored_at, 2) if full_at else None,
@@ -113,24 +120,26 @@ def test_05_network_cut_or_stall_via_proxy(spark, tansu, tmp_path, scenario, mod
     assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"
 
 
-def test_06_broker_sigkill_and_restart_with_durable_storage(spark, s3_server, tmp_path, scenario):
+def test_06_broker_sigkill_and_restart_with_durable_storage(spark, s3_server, tmp_path, scenario, hooks):
     """Tansu on S3 storage (moto): SIGKILL it during a batch, restart it 6 s later on the same port."""
     scenario.scenario, scenario.title = "06_broker_restart", "Broker SIGKILLed and restarted (S3 storage)"
-    scenario.fault = "kill -9 broker during batch 1, restart on the same port after 6 s (storage s3:// on moto)"
+    scenario.fault = ("kill -9 broker while a task of batch 1 is parked mid-task, release it, restart on the "
+                      "same port after 6 s (storage s3:// on moto)")
     broker = TansuBroker(str(tmp_path / "tansu.log"), proxied=False, storage=f"s3://{s3_server.bucket}/",
                          env=s3_server.env()).start()
     try:
         topic = new_topic(broker.bootstrap)
         down_s = 6.0
 
-        def inject(probe):
+        def inject(probe, release):
             t0 = broker.kill()
-            time.sleep(down_s)
+            release()
+            time.sleep(down_s)  # the outage's length, not a synchronisation
             broker.start()
             return t0, time.time()
 
         sink, probe, t, fault_at, restored_at, full_at = _stream_with_fault(
-            spark, tmp_path, broker.bootstrap, topic, sink_name("f06"), inject)
+            spark, tmp_path, broker.bootstrap, topic, sink_name("f06"), inject, hooks)
     finally:
         broker.stop()
     scenario.apply(t)

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -26,14 +25,13 @@ from .harness import (
     REPO,
     LiveReader,
     executor_jvms,
-    find_worker_mid_task,
     keys_of,
     kill9,
     ppid,
     read_back,
     slot_attempts,
     slot_holders,
-    spark_python_workers,
+    wait_dead,
     write_source,
 )
 
@@ -49,9 +47,10 @@ def _executor_of(pid: int, executors: list[int]) -> int | None:
     return None
 
 
-def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scenario):
+def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scenario, hooks):
     scenario.scenario, scenario.title = "03_executor_sigkill", "Executor JVM SIGKILLed mid-batch (local-cluster)"
-    scenario.fault = "kill -9 of the CoarseGrainedExecutorBackend JVM whose Python worker has an OPEN attempt"
+    scenario.fault = ("kill -9 of the CoarseGrainedExecutorBackend JVM whose Python worker is parked at "
+                      "task.mid_task (batch >= 1, attempt OPEN)")
     n, files = 40000, 8
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
     write_source(src, n, files, value_size=300)
@@ -60,28 +59,30 @@ def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scena
     status, out = str(tmp_path / "status.txt"), str(tmp_path / "out.json")
     args = {"bootstrap": broker.bootstrap, "topic": topic, "src": src, "wal_dir": wal, "chk": str(tmp_path / "chk"),
             "name": name, "status": status, "out": out, "files_per_trigger": 2, "spark_home": str(tmp_path / "spark_home")}
-    env = {**os.environ, "PYTHONPATH": REPO}
-    env.pop("RKS_FAULT_DIR", None)
+    env = {**os.environ, "PYTHONPATH": REPO}  # keeps RKS_TEST_HOOKS / RKS_HOOK_DIR: executors inherit them
+    parked = hooks.park("task.mid_task", batch__ge=1)
     log = open(tmp_path / "app.log", "wb")
     app = subprocess.Popen([sys.executable, "-m", "tests.faults.cluster_app", json.dumps(args)], cwd=REPO, env=env,
                            stdout=log, stderr=subprocess.STDOUT)
     reader = LiveReader(broker.bootstrap, topic).start()
     killed = None
     try:
-        end = time.monotonic() + 180
-        while len(executor_jvms(app.pid)) < 2 and time.monotonic() < end and app.poll() is None:
-            time.sleep(0.2)
-        executors = executor_jvms(app.pid)  # known before the hunt, so that the kill follows the sighting at once
-        hit = find_worker_mid_task(wal, name, lambda: spark_python_workers(app.pid), timeout_s=180, min_batch=1)
-        assert hit is not None, f"no executor worker was seen mid-task; app rc={app.poll()}"
-        victim = _executor_of(hit[0], executors)
-        assert victim is not None, f"worker {hit[0]} is under no executor JVM {executors}"
+        at = parked.wait(240)  # the app's start-up (two executor JVMs) included
+        worker = at["pid"]
+        executors = executor_jvms(app.pid)
+        victim = _executor_of(worker, executors)
+        assert victim is not None, f"worker {worker} is under no executor JVM {executors}"
+        holders = {pid: idx for idx, pid in slot_holders(wal, name).items() if pid is not None}
+        slot = holders.get(worker)
         fault_at = kill9(victim)
-        # What the dead executor's slot holds at once (before its worker, dying, releases the slot's lock).
-        left = slot_attempts(os.path.join(wal, name, f"slot-{hit[1]:05d}"))
-        killed = {"executor_pid": victim, "worker_pid": hit[0], "slot": hit[1], "executors_before": len(executors),
+        # What the dead executor's slot holds (its worker is parked: the attempt is still open).
+        left = slot_attempts(os.path.join(wal, name, f"slot-{slot:05d}")) if slot is not None else {}
+        # The parked worker dies with its executor (its daemon sees stdin EOF and SIGHUPs its group).
+        worker_died = wait_dead(worker, 30)
+        parked.release()
+        killed = {"executor_pid": victim, "worker_pid": worker, "slot": slot, "executors_before": len(executors),
+                  "parked_at": at["coords"], "worker_died_with_executor": worker_died,
                   "slot_attempts_after_kill": {str(k): v for k, v in left.items()}}
-        time.sleep(1)
         try:
             app.wait(400)
         except subprocess.TimeoutExpired:

@@ -90,7 +90,6 @@ def test_11_four_crashing_writers_share_one_wal_dir(broker, tmp_path, scenario):
     base = {"name": name, "kafka_conf": {"bootstrap.servers": broker.bootstrap}, "wal_dir": wal_dir,
             "topic": topic, "opts": {"ack_timeout_s": 5.0}, "value_size": 500, "linger_s": 10}
     env = {**os.environ, "PYTHONPATH": REPO}
-    env.pop("RKS_FAULT_DIR", None)
     launches = defaultdict(int)
     crashes = defaultdict(int)
     deaths: dict[int, float] = {}

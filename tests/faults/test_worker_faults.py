@@ -6,24 +6,22 @@ query over parquet files whose rows carry their row number as key.
 
 from __future__ import annotations
 
-import glob
-import os
 import time
 
 import pytest
 
-from spark_recoverable_sink import RecoverableKafkaSink, _faults
+from spark_recoverable_sink import RecoverableKafkaSink
 
 from .conftest import new_topic, sink_name
 from .harness import (
     BatchProbe,
     LiveReader,
-    find_worker_mid_task,
+    alive,
+    explain_missing,
     keys_of,
     kill9,
     partition_reports,
     read_back,
-    spark_python_workers,
     start_stream,
     write_source,
 )
@@ -31,10 +29,11 @@ from .harness import (
 pytestmark = pytest.mark.spark
 
 
-def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario):
-    """A pyspark worker is SIGKILLed by pid while one of its task attempts is open in its WAL slot."""
+def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario, hooks):
+    """A pyspark worker is SIGKILLed by pid while parked mid-task, its attempt open in its WAL slot."""
     scenario.scenario, scenario.title = "01_worker_sigkill_mid_task", "Python worker SIGKILLed mid-task"
-    scenario.fault = "kill -9 of the pyspark worker holding a slot with an OPEN attempt (batch >= 1)"
+    scenario.fault = ("kill -9 of the pyspark worker parked at task.mid_task (batch >= 1, first Arrow batch "
+                      "in the WAL and produced, attempt OPEN)")
     n, files = 40000, 8
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
     write_source(src, n, files, value_size=300)
@@ -45,14 +44,16 @@ def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario):
     probe = BatchProbe(sink)
     reader = LiveReader(broker.bootstrap, topic).start()
     try:
+        parked = hooks.park("task.mid_task", batch__ge=1)
         q = start_stream(spark, src, probe, str(tmp_path / "chk"), files_per_trigger=2)
-        hit = find_worker_mid_task(wal, name, spark_python_workers, timeout_s=120, min_batch=1)
-        assert hit is not None, "never saw a worker in the middle of a task"
-        pid, slot = hit
+        at = parked.wait(120)
+        pid = at["pid"]
         fault_at = kill9(pid)
-        scenario.figures["killed_pid"], scenario.figures["killed_slot"] = pid, slot
+        parked.release()  # nobody is left to read it: the process is gone
+        scenario.figures["killed_pid"], scenario.figures["killed_at"] = pid, at["coords"]
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
+        assert not alive(pid)
         full_at = reader.wait_for(keys_of(range(n)), 90)
         t = read_back(broker.bootstrap, topic, range(n), reader)
     finally:
@@ -62,16 +63,28 @@ def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario):
     parts = partition_reports(sink)
     rerun = [p for p in parts if p.spark_attempt > 0]
     scenario.figures.update(batches=len(sink.reports), tasks_rerun=len(rerun),
-                            replayed=sum(p.replayed for p in parts))
-    assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"
+                            replayed=sum(p.replayed for p in parts), pending_at_task_end=sum(p.pending for p in parts),
+                            per_kafka_partition=t.per_partition, reader_errors=t.errors[:5])
+    if t.lost:
+        # Which case is it: records still in a WAL (accepted, pending: nobody came for them, e.g. the
+        # worker that held them was closed idle after the query ended) or in neither Kafka nor any WAL (a loss)?
+        why = explain_missing(t, wal, name, parts)
+        scenario.notes.append(why[:1500])
+        assert why.startswith("PENDING"), why
+        # Pending is within the guarantee; the documented way to deliver it at the end of a bounded job:
+        drained = sink.drain(spark, timeout_s=60)
+        t = read_back(broker.bootstrap, topic, range(n))
+        scenario.apply(t)
+        scenario.figures.update(drain_replayed=drained.replayed, drain_pending=drained.pending)
+        assert t.lost == 0, f"still missing after sink.drain(): {explain_missing(t, wal, name, parts)}"
     assert sum(r.rows for r in sink.reports) >= n
     assert rerun, "the killed task was not re-run by Spark (was the worker really mid-task?)"
 
 
-def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path, scenario, fault_dir):
+def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path, scenario, hooks):
     """The first worker to commit a task exits (os._exit) right after the commit, ack_timeout_s=0."""
     scenario.scenario, scenario.title = "02_worker_dies_after_commit", "Python worker dies after commit, before acks"
-    scenario.fault = "after_commit hook: os._exit right after the attempt is committed (ack_timeout_s=0)"
+    scenario.fault = "crash at task.after_commit: os._exit right after the attempt is committed (ack_timeout_s=0)"
     n, files = 30000, 6
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
     write_source(src, n, files, value_size=300)
@@ -80,21 +93,19 @@ def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path,
     sink = RecoverableKafkaSink(name, {"bootstrap.servers": broker.bootstrap}, topic=topic, wal_dir=wal,
                                 ack_timeout_s=0.0)
     probe = BatchProbe(sink)
-    _faults.arm(fault_dir, "after_commit", 1)
+    crash = hooks.crash("task.after_commit", after_rows=1)
     reader = LiveReader(broker.bootstrap, topic).start()
     try:
         q = start_stream(spark, src, probe, str(tmp_path / "chk"), files_per_trigger=2)
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
-        fired = glob.glob(os.path.join(fault_dir, "after_commit.fired.*"))
+        fired = crash.fired()
         assert fired, "the after_commit fault never fired"
-        fault_at = max(os.stat(f).st_mtime for f in fired)
+        fault_at = fired["time"]
         full_at = reader.wait_for(keys_of(range(n)), 90)
         t = read_back(broker.bootstrap, topic, range(n), reader)
     finally:
         reader.stop()
-        for f in glob.glob(os.path.join(fault_dir, "after_commit.fired.*")):
-            os.unlink(f)
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
     parts = partition_reports(sink)
@@ -104,10 +115,11 @@ def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path,
     assert replayed > 0, "no task report shows the orphaned slot's committed records replayed"
 
 
-def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_path, scenario):
-    """query.stop() while a batch is being written, then a new query on the same checkpoint and WAL."""
+def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_path, scenario, hooks):
+    """query.stop() while a task of batch 2 is parked mid-task, then a new query on the same checkpoint and WAL."""
     scenario.scenario, scenario.title = "12_query_stop_restart", "Driver stops and restarts the query mid-run"
-    scenario.fault = "StreamingQuery.stop() while a task attempt is open, restart from the checkpoint"
+    scenario.fault = ("StreamingQuery.stop() while a task of batch >= 2 is parked at task.mid_task (attempt OPEN), "
+                      "restart from the checkpoint")
     n, files = 40000, 8
     src, wal, chk = str(tmp_path / "src"), str(tmp_path / "wal"), str(tmp_path / "chk")
     write_source(src, n, files, value_size=300)
@@ -118,13 +130,14 @@ def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_p
     probe1 = BatchProbe(sink1)
     reader = LiveReader(broker.bootstrap, topic).start()
     try:
+        parked = hooks.park("task.mid_task", batch__ge=2)
         q1 = start_stream(spark, src, probe1, chk, files_per_trigger=1)
-        hit = find_worker_mid_task(wal, name, spark_python_workers, timeout_s=120, min_batch=2)
-        assert hit is not None, "never saw a task in progress"
-        interrupted = probe1.current
+        at = parked.wait(120)
+        interrupted = at["coords"]["batch"]
         fault_at = time.time()
-        q1.stop()
+        q1.stop()  # Spark cancels the parked task (and ends its worker); the query stops mid-batch
         stopped_in = time.time() - fault_at
+        parked.release()  # if the worker outlived the cancel, let it go
         sink2 = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=30.0)
         probe2 = BatchProbe(sink2)
         q2 = start_stream(spark, src, probe2, chk, files_per_trigger=1)
@@ -141,4 +154,5 @@ def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_p
                             first_run_errors=probe1.errors[:3])
     assert t.lost == 0, f"lost {t.lost} rows (a gap), e.g. {t.lost_sample}"
     assert probe2.calls, "the restarted query ran no batch"
-    assert probe2.calls[0] <= (interrupted if interrupted is not None else probe1.calls[-1]) + 1
+    assert interrupted not in [r.batch_id for r in sink1.reports], "the parked batch completed in the first run"
+    assert probe2.calls[0] == interrupted, (probe2.calls, interrupted)

@@ -20,7 +20,6 @@ from pyspark.sql.types import (
 )
 
 from spark_recoverable_sink import RecoverableKafkaSink, SchemaError
-from spark_recoverable_sink._faults import arm
 
 from ..kafka_helpers import create_topic, read_topic
 
@@ -124,13 +123,13 @@ def _stream(spark, sink, src: str, chk: str):
     return q
 
 
-def test_worker_killed_mid_task_loses_nothing(spark, broker, topic, tmp_path, fault_dir):
+def test_worker_killed_mid_task_loses_nothing(spark, broker, topic, tmp_path, hooks):
     n = 24000
     src = _parquet_source(spark, tmp_path, n, files=4)
     sink = _sink(broker, tmp_path, topic=topic, name="killmid", ack_timeout_s=30)
-    arm(fault_dir, "mid_task", 3000)  # the first worker past 3000 rows dies (os._exit)
+    crash = hooks.crash("task.mid_task", after_rows=3000)  # the first worker past 3000 rows dies (os._exit)
     _stream(spark, sink, src, str(tmp_path / "chk"))
-    assert not os.path.exists(os.path.join(fault_dir, "mid_task")), "the fault never fired"
+    assert crash.fired(), "the fault never fired"
     got = read_topic(broker.bootstrap, topic, expected=n)
     keys = {r.key for r in got.records}
     assert keys == {str(i).encode() for i in range(n)}
@@ -138,13 +137,13 @@ def test_worker_killed_mid_task_loses_nothing(spark, broker, topic, tmp_path, fa
     print(f"killmid: rows={n} received={len(got.records)} duplicates={got.duplicates()}")
 
 
-def test_worker_killed_after_commit_before_acks_is_replayed(spark, broker, topic, tmp_path, fault_dir):
+def test_worker_killed_after_commit_before_acks_is_replayed(spark, broker, topic, tmp_path, hooks):
     n = 24000
     src = _parquet_source(spark, tmp_path, n, files=4)
     sink = _sink(broker, tmp_path, topic=topic, name="killcommit", ack_timeout_s=0)
-    arm(fault_dir, "after_commit", 1)  # the first worker to commit dies before its acks
+    crash = hooks.crash("task.after_commit", after_rows=1)  # the first worker to commit dies before its acks
     _stream(spark, sink, src, str(tmp_path / "chk"))
-    assert not os.path.exists(os.path.join(fault_dir, "after_commit")), "the fault never fired"
+    assert crash.fired(), "the fault never fired"
     # A later batch on the same WAL directory adopts the dead worker's slot.
     sink.write(spark.createDataFrame([("late", b"late")], "key string, value binary"), batch_id=10**6)
     got = read_topic(broker.bootstrap, topic, expected=n + 1)

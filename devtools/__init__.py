@@ -1,0 +1,1 @@
+"""Development tools kept out of the wheel: the embedded test broker (Tansu)."""
