@@ -145,7 +145,18 @@ class RecoverableKafkaSink:
                              workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0)
         log.info("sink=%s drain replayed=%d pending=%d workers=%d seconds=%.3f", self.config.name,
                  report.replayed, report.pending, report.workers, report.seconds)
+        if report.pending:
+            self._warn_pending("drain", report.pending)
         return report
+
+    def _warn_pending(self, where: str, pending: int) -> None:
+        # Nothing on the driver can know when an executor's worker goes away (Spark closes Python
+        # workers idle for a minute): say where the records are and how to get them out.
+        log.warning("sink=%s %s pending=%d records are in executors' WALs, not yet acked by Kafka; the workers' "
+                    "background threads deliver them while the workers live (Spark closes a Python worker idle "
+                    "for about a minute). If the application ends first, they stay in the WAL until "
+                    "sink.drain(spark) or the next run of sink name=%s with wal_dir=%s on that executor",
+                    self.config.name, where, pending, self.config.name, self.config.wal_dir)
 
     def _run(self, df: "DataFrame", batch_id: int) -> BatchReport:
         t0 = time.monotonic()
@@ -166,6 +177,8 @@ class RecoverableKafkaSink:
                                              time.monotonic() - t0)
         self.reports.append(report)
         log.info("sink=%s %s", self.config.name, report.log_line())
+        if report.pending:
+            self._warn_pending(f"batch_id={batch_id}", report.pending)
         for problem in report.problems:
             log.error("sink=%s batch_id=%d problem=%s", self.config.name, batch_id, problem)
         return report
