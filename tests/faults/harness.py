@@ -258,11 +258,17 @@ def explain_missing(t: "Tally", wal_dir: str, sink: str, parts: list[Any]) -> st
             found |= hit
     nowhere = len(missing - found)
     pending = {(p.partition, p.spark_attempt, p.pid): p.pending for p in parts if p.pending}
-    case = ("LOSS: rows in neither Kafka nor any WAL" if nowhere
-            else "PENDING: every missing row is still in a WAL slot (accepted, not delivered)")
+    skipped = sum(b - a + 1 for gs in t.offset_gaps.values() for a, b in gs)
+    if not nowhere:
+        case = "PENDING: every missing row is still in a WAL slot (accepted, not delivered)"
+    elif skipped >= nowhere:
+        case = "READER: rows in no WAL, and the reader skipped offsets the broker holds (read again)"
+    else:
+        case = "LOSS: rows in neither Kafka nor any WAL"
     return (f"{case}. missing={t.lost} in_wal={len(found)} nowhere={nowhere} by_slot={where} "
-            f"sample={t.lost_sample[:10]} task_reports_with_pending={pending} "
-            f"per_kafka_partition={t.per_partition} reader_errors={t.errors[:5]}")
+            f"offset_gaps={dict(list(t.offset_gaps.items())[:5])} sample={t.lost_sample[:10]} "
+            f"task_reports_with_pending={pending} per_kafka_partition={t.per_partition} "
+            f"reader_errors={t.errors[:5]}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -763,6 +769,9 @@ class Tally:
     lost_rows: list[int] = field(default_factory=list, repr=False)
     per_partition: dict[int, int] = field(default_factory=dict)  # records read per Kafka partition
     errors: list[str] = field(default_factory=list)  # errors the reader's consumer reported
+    # Offsets the reader never got, per Kafka partition: (first, last) ranges. Offsets are contiguous
+    # here (no transactions, no compaction), so a gap is records the broker has and the reader skipped.
+    offset_gaps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def tally(contents: Any, expected_rows: Iterable[int]) -> Tally:
@@ -784,10 +793,21 @@ def tally(contents: Any, expected_rows: Iterable[int]) -> Tally:
             foreign += 1
     lost = sorted(want - set(counts))
     per_partition = Counter(r.partition for r in contents.records)
+    offsets: dict[int, set[int]] = {}
+    for r in contents.records:
+        offsets.setdefault(r.partition, set()).add(r.offset)
+    gaps: dict[int, list[tuple[int, int]]] = {}
+    for p, offs in offsets.items():
+        expect = 0
+        for o in sorted(offs):
+            if o > expect:
+                gaps.setdefault(p, []).append((expect, o - 1))
+            expect = o + 1
     return Tally(
         rows_sent=len(want), records_read=len(contents.records), distinct_ids=len(counts), lost=len(lost),
         duplicates=sum(c - 1 for c in counts.values()), lost_sample=lost[:20], foreign=foreign, lost_rows=lost,
         per_partition=dict(sorted(per_partition.items())), errors=list(getattr(contents, "errors", []))[:20],
+        offset_gaps=gaps,
     )
 
 
