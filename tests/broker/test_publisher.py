@@ -144,9 +144,22 @@ def test_broker_stall_longer_than_message_timeout_is_retried_from_wal(own_broker
                   retry_backoff_s=0.2, retry_backoff_max_s=1.0,
                   kafka_conf={"message.timeout.ms": 2000, "request.timeout.ms": 1000})
     write_partition(cfg, 0, 0, 0, batches(0, 10, 10))  # connect first
+    publisher = get_runtime(cfg).publisher
     own_broker.pause()
-    threading.Timer(5.0, own_broker.resume).start()
-    report = write_partition(cfg, 1, 0, 0, batches(0, 4000, 40))
+
+    def resume_once_retried() -> None:  # on an event the code reports, not after a guessed delay
+        end = time.monotonic() + 50
+        while publisher.retried_records == 0 and time.monotonic() < end:
+            time.sleep(0.05)
+        own_broker.resume()
+
+    resumer = threading.Thread(target=resume_once_retried, daemon=True)
+    resumer.start()
+    try:
+        report = write_partition(cfg, 1, 0, 0, batches(0, 4000, 40))
+    finally:
+        resumer.join(60)
+        own_broker.resume()
     assert report.retried > 0
     assert report.acked == 4000 and report.pending == 0
     got = read_topic(own_broker.bootstrap, topic, expected=4010)
