@@ -1,6 +1,6 @@
 """Fixtures of the fault suite: a scenario row recorded whatever the outcome, brokers that can be hurt.
 
-The shared fixtures (``spark``, ``broker``, ``own_broker``, ``fault_dir``)
+The shared fixtures (``spark``, ``broker``, ``own_broker``, ``hooks``)
 come from ``tests/conftest.py``.
 """
 
