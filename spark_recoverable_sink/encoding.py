@@ -13,9 +13,26 @@ Keys (big-endian, so LMDB's byte order is write order):
 the same (batch, partition) that met in one slot. It is never part of a
 record's id: ids are ``sink:batch:partition:seq`` and depend only on the data.
 
-Chunk value (format 1)::
+Chunk value (chunk format 1, unchanged in slot format 2)::
 
     b"RKSC" | u16 format | u16 flags | u32 rows | u32 crc32(ipc) | Arrow IPC stream
+
+Attempt value (format 2; format 1 had no trailing checksum)::
+
+    b"RKSA" | u16 format | u8 state | u32 spark attempt | u64 rows | f64 started | u32 crc32(all before)
+
+Dead-letter value (format 2; in format 1 the last header field was 0)::
+
+    b"RKSD" | u16 format | u8 flags | i32 code | i64 ts | i32 partition | u32 n headers | u32 crc
+    | (i32 length | bytes){5 + 2 * n headers}        (length -1: null)
+
+    crc = crc32(header without crc, then the body).
+
+A slot's format (meta ``format``) is 2 since attempt and dead-letter records
+carry a checksum; slots of format 1 are read (their unchecksummed records are
+parsed strictly) and every record written into them is of format 2. Any
+record that does not decode raises :class:`WalFormatError`, never a
+``struct.error``, ``UnicodeDecodeError`` or ``ValueError``.
 
 The Arrow stream holds one record batch with the columns ``value`` (binary),
 and when the input had them ``key`` (binary), ``topic`` (string),
@@ -37,6 +54,8 @@ from .errors import WalFormatError
 
 __all__ = [
     "FORMAT_VERSION",
+    "READABLE_FORMATS",
+    "CHUNK_VERSION",
     "ChunkKey",
     "AttemptKey",
     "AttemptState",
@@ -53,17 +72,21 @@ __all__ = [
     "record_id_prefix",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the slot format (meta) and the attempt and dead-letter record format
+READABLE_FORMATS = (1, 2)
+CHUNK_VERSION = 1  # chunks were checksummed from the start: their format did not change
 
 _CHUNK_KEY = struct.Struct(">QIQI")
 _ATTEMPT_KEY = struct.Struct(">QII")
 _CHUNK_HEAD = struct.Struct(">4sHHII")
 _CHUNK_MAGIC = b"RKSC"
-_ATTEMPT_VAL = struct.Struct(">4sHBIQd")
+_ATTEMPT_VAL1 = struct.Struct(">4sHBIQd")
+_ATTEMPT_VAL = struct.Struct(">4sHBIQdI")
 _ATTEMPT_MAGIC = b"RKSA"
 _DEAD_HEAD = struct.Struct(">4sHBiqiII")
 _DEAD_MAGIC = b"RKSD"
 _LEN = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 TOPIC_META = b"rks.topic"
 
 OPEN = 1
@@ -126,15 +149,31 @@ class AttemptState:
 
 
 def encode_attempt(a: AttemptState) -> bytes:
-    return _ATTEMPT_VAL.pack(_ATTEMPT_MAGIC, FORMAT_VERSION, a.state, a.spark_attempt, a.rows, a.started_at)
+    body = _ATTEMPT_VAL1.pack(_ATTEMPT_MAGIC, FORMAT_VERSION, a.state, a.spark_attempt, a.rows, a.started_at)
+    return body + _CRC.pack(zlib.crc32(body))
 
 
-def decode_attempt(raw: bytes) -> AttemptState:
-    if len(raw) != _ATTEMPT_VAL.size:
+def decode_attempt(raw: bytes | memoryview) -> AttemptState:
+    """Parse an attempt record (format 2 with its checksum, or format 1).
+
+    Raises:
+        WalFormatError: wrong size, magic, version, state or checksum.
+    """
+    raw = bytes(raw)
+    if len(raw) == _ATTEMPT_VAL.size:
+        magic, version, state, attempt, rows, started, crc = _ATTEMPT_VAL.unpack(raw)
+        if version == FORMAT_VERSION and zlib.crc32(raw[:-_CRC.size]) != crc:
+            raise WalFormatError("attempt record checksum mismatch: the WAL bytes are corrupt")
+        want = FORMAT_VERSION
+    elif len(raw) == _ATTEMPT_VAL1.size:
+        magic, version, state, attempt, rows, started = _ATTEMPT_VAL1.unpack(raw)
+        want = 1
+    else:
         raise WalFormatError(f"attempt record of {len(raw)} bytes, expected {_ATTEMPT_VAL.size}")
-    magic, version, state, attempt, rows, started = _ATTEMPT_VAL.unpack(raw)
-    if magic != _ATTEMPT_MAGIC or version != FORMAT_VERSION or state not in (OPEN, COMMITTED):
+    if magic != _ATTEMPT_MAGIC or version != want or state not in (OPEN, COMMITTED):
         raise WalFormatError(f"attempt record with magic {magic!r} version {version} state {state}")
+    if attempt < 0 or rows < 0 or started != started:  # NaN: never written by this sink
+        raise WalFormatError(f"attempt record with spark attempt {attempt} rows {rows} started {started}")
     return AttemptState(state, attempt, rows, started)
 
 
@@ -149,7 +188,7 @@ def encode_chunk(batch: pa.RecordBatch) -> bytearray:
     ipc = sink.getvalue()
     out = bytearray(_CHUNK_HEAD.size)
     out += memoryview(ipc)
-    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, FORMAT_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
+    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, CHUNK_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
     return out
 
 
@@ -165,8 +204,8 @@ def _check_chunk_head(raw: bytes | memoryview) -> tuple[bytes, int, int, int, in
     head = _CHUNK_HEAD.unpack_from(raw, 0)
     if head[0] != _CHUNK_MAGIC:
         raise WalFormatError(f"chunk has magic {bytes(head[0])!r}, expected {_CHUNK_MAGIC!r}")
-    if head[1] != FORMAT_VERSION:
-        raise WalFormatError(f"chunk of format version {head[1]}; this build reads version {FORMAT_VERSION}")
+    if head[1] != CHUNK_VERSION:
+        raise WalFormatError(f"chunk of format version {head[1]}; this build reads version {CHUNK_VERSION}")
     return head
 
 
@@ -235,13 +274,22 @@ def _put_bytes(out: list[bytes], b: bytes | None) -> None:
 
 
 def _get_bytes(raw: memoryview, pos: int) -> tuple[bytes | None, int]:
+    if pos + _LEN.size > len(raw):
+        raise WalFormatError("dead-letter record truncated")
     (n,) = _LEN.unpack_from(raw, pos)
     pos += _LEN.size
-    if n < 0:
+    if n < -1:
+        raise WalFormatError(f"dead-letter record with a field of length {n}")
+    if n == -1:
         return None, pos
     if pos + n > len(raw):
         raise WalFormatError("dead-letter record truncated")
     return bytes(raw[pos:pos + n]), pos + n
+
+
+def _dead_crc(raw: bytes | memoryview) -> int:
+    raw = memoryview(raw)
+    return zlib.crc32(raw[_DEAD_HEAD.size:], zlib.crc32(raw[:_DEAD_HEAD.size - _CRC.size]))
 
 
 def encode_dead_letter(d: DeadLetter) -> bytes:
@@ -258,33 +306,49 @@ def encode_dead_letter(d: DeadLetter) -> bytes:
     for hk, hv in d.headers:
         _put_bytes(out, hk.encode())
         _put_bytes(out, hv)
-    return b"".join(out)
+    raw = bytearray(b"".join(out))
+    _CRC.pack_into(raw, _DEAD_HEAD.size - _CRC.size, _dead_crc(raw))
+    return bytes(raw)
 
 
 def decode_dead_letter(raw: bytes | memoryview) -> DeadLetter:
+    """Parse a dead-letter record (format 2 with its checksum, or format 1).
+
+    Raises:
+        WalFormatError: wrong magic, version or checksum, truncated, or not UTF-8 where text is due.
+    """
     raw = memoryview(raw)
     if len(raw) < _DEAD_HEAD.size:
         raise WalFormatError("dead-letter record shorter than its header")
-    magic, version, flags, code, ts, part, nh, _ = _DEAD_HEAD.unpack_from(raw, 0)
-    if magic != _DEAD_MAGIC or version != FORMAT_VERSION:
+    magic, version, flags, code, ts, part, nh, crc = _DEAD_HEAD.unpack_from(raw, 0)
+    if magic != _DEAD_MAGIC or version not in READABLE_FORMATS:
         raise WalFormatError(f"dead-letter record with magic {bytes(magic)!r} version {version}")
+    if version == FORMAT_VERSION and _dead_crc(raw) != crc:
+        raise WalFormatError("dead-letter record checksum mismatch: the WAL bytes are corrupt")
+    if nh > len(raw):  # each header takes at least 8 bytes: a huge count is garbage
+        raise WalFormatError(f"dead-letter record claims {nh} headers in {len(raw)} bytes")
     pos = _DEAD_HEAD.size
     fields = []
     for _ in range(5):
         v, pos = _get_bytes(raw, pos)
         fields.append(v)
     headers = []
-    for _ in range(nh):
-        hk, pos = _get_bytes(raw, pos)
-        hv, pos = _get_bytes(raw, pos)
-        headers.append(((hk or b"").decode(), hv))
-    rid, err, topic, key, value = fields
-    return DeadLetter(
-        record_id=(rid or b"").decode(), error_code=code, error=(err or b"").decode(),
-        topic=(topic or b"").decode(), partition=None if part < 0 else part, key=key, value=value,
-        headers=tuple(headers), timestamp_ms=None if ts < 0 else ts,
-        forwarded=bool(flags & FORWARDED), reported=bool(flags & REPORTED),
-    )
+    try:
+        for _ in range(nh):
+            hk, pos = _get_bytes(raw, pos)
+            hv, pos = _get_bytes(raw, pos)
+            headers.append(((hk or b"").decode(), hv))
+        if pos != len(raw):
+            raise WalFormatError(f"dead-letter record has {len(raw) - pos} bytes after its last field")
+        rid, err, topic, key, value = fields
+        return DeadLetter(
+            record_id=(rid or b"").decode(), error_code=code, error=(err or b"").decode(),
+            topic=(topic or b"").decode(), partition=None if part < 0 else part, key=key, value=value,
+            headers=tuple(headers), timestamp_ms=None if ts < 0 else ts,
+            forwarded=bool(flags & FORWARDED), reported=bool(flags & REPORTED),
+        )
+    except UnicodeDecodeError as exc:
+        raise WalFormatError(f"dead-letter record with text that is not UTF-8: {exc}") from exc
 
 
 # -- record ids ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The write-ahead log of one slot: an LMDB environment with four tables.
 
-* ``meta``     -- format version, sink name, the slot's attempt generation counter
+* ``meta``     -- format version, sink name, the slot's attempt generation counter,
+  the sync mode it was last opened with and, with ``wal_sync="none"``, the boot id
 * ``chunks``   -- records, one entry per Arrow batch (see :mod:`.encoding`)
 * ``attempts`` -- one entry per task attempt: open, or committed
 * ``dead``     -- records that failed with a non-retriable error, with the reason
@@ -8,7 +9,17 @@
 Every change is one LMDB write transaction (a context manager that commits on
 success and aborts on error). With ``sync=True`` each commit is fsynced, so a
 record in a committed transaction survives power loss; with ``sync=False`` it
-survives the crash of the process but not of the machine.
+survives the crash of the process but not of the machine, and LMDB documents
+that a system crash without sync can corrupt the whole environment. So a slot
+opened with ``sync=False`` records the machine's boot id in its meta; opened
+again after a reboot, it is validated in full (every key, chunk, attempt and
+dead letter) and refused with :class:`WalUncleanError` if anything fails, for
+the runtime to quarantine it.
+
+Every LMDB failure, reads included, becomes a :class:`WalError` subclass naming
+the slot (one context manager for reads, one for writes), and every record
+that does not decode is a :class:`WalFormatError` naming the slot and the
+record's key.
 
 A :class:`Wal` is used by one process at a time -- the slot lock in
 :mod:`.slots` sees to that -- but by two threads in it (the task thread
@@ -28,25 +39,41 @@ import lmdb
 from .encoding import (
     COMMITTED,
     FORMAT_VERSION,
+    READABLE_FORMATS,
     AttemptKey,
     AttemptState,
     ChunkKey,
     DeadLetter,
+    check_chunk,
+    chunk_rows,
     decode_attempt,
     decode_dead_letter,
     encode_attempt,
     encode_dead_letter,
 )
-from .errors import WalError, WalFormatError, WalFullError, WalWriteError
+from .errors import WalError, WalFormatError, WalFullError, WalReadError, WalUncleanError, WalWriteError
+from .slots import ensure_private_dir
 
-__all__ = ["Wal", "WalStats", "map_size_for"]
+__all__ = ["Wal", "WalStats", "map_size_for", "boot_id"]
 
 log = logging.getLogger(__name__)
 
 _FORMAT_KEY = b"format"
 _SINK_KEY = b"sink"
 _GEN_KEY = b"gen"
+_SYNC_KEY = b"sync"
+_BOOT_KEY = b"boot"
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 _MIB = 1024 * 1024
+
+
+def boot_id() -> bytes | None:
+    """This machine's boot id (Linux), or None where there is none."""
+    try:
+        with open(_BOOT_ID_FILE, "rb") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def map_size_for(max_wal_bytes: int) -> int:
@@ -78,7 +105,9 @@ class Wal:
     def __init__(self, path: str, *, sink_name: str, map_size: int, sync: bool) -> None:
         self.path = path
         self.sink_name = sink_name
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        self.sync = sync
+        self.validated_after_reboot = False
+        ensure_private_dir(path, "WAL slot directory")
         try:
             self.env = lmdb.open(
                 path, map_size=map_size, subdir=True, max_dbs=4, sync=sync, metasync=sync,
@@ -95,14 +124,15 @@ class Wal:
             self._attempts = self.env.open_db(b"attempts")
             self._dead = self.env.open_db(b"dead")
             self._check_format()
+            self._bytes_lock = threading.Condition()
+            self.live_bytes = self._count_live_bytes()
         except lmdb.Error as exc:
             self.env.close()
             raise WalFormatError(f"WAL slot {path} is unreadable: {exc}", path) from exc
-        except WalFormatError:
+        except BaseException:
+            # Whatever failed, the environment is closed before the caller releases the slot's lock.
             self.env.close()
             raise
-        self._bytes_lock = threading.Condition()
-        self.live_bytes = self._count_live_bytes()
 
     # -- format ----------------------------------------------------------------
 
@@ -117,23 +147,24 @@ class Wal:
                 "quarantine the slot", self.path)
 
     def _check_format(self) -> None:
-        with self.env.begin() as txn:
-            fmt = txn.get(_FORMAT_KEY, db=self._meta)
-            sink = txn.get(_SINK_KEY, db=self._meta)
-            self.gen = int(txn.get(_GEN_KEY, b"0", db=self._meta))
+        with self._read("open") as txn:
+            fmt, sink, gen, last_sync, last_boot = (
+                None if v is None else bytes(v)
+                for v in (txn.get(k, db=self._meta) for k in (_FORMAT_KEY, _SINK_KEY, _GEN_KEY, _SYNC_KEY, _BOOT_KEY))
+            )
+            gen = b"0" if gen is None else gen
             populated = txn.stat(self._chunks)["entries"] or txn.stat(self._attempts)["entries"]
+        boot = boot_id()
         if fmt is None:
             if populated:
                 raise WalFormatError(f"WAL slot {self.path} holds records but no format version", self.path)
-            with self.env.begin(write=True) as txn:
-                txn.put(_FORMAT_KEY, str(FORMAT_VERSION).encode(), db=self._meta)
-                txn.put(_SINK_KEY, self.sink_name.encode(), db=self._meta)
-                txn.put(_GEN_KEY, b"0", db=self._meta)
+            self.gen = 0
+            self._write_meta(boot, {_SINK_KEY: self.sink_name.encode(), _GEN_KEY: b"0"})
             return
-        if fmt != str(FORMAT_VERSION).encode():
+        if fmt not in [str(v).encode() for v in READABLE_FORMATS]:
             raise WalFormatError(
                 f"WAL slot {self.path} has format version {fmt.decode(errors='replace')!r}; "
-                f"this build reads version {FORMAT_VERSION}. Use a matching version of "
+                f"this build reads versions {', '.join(map(str, READABLE_FORMATS))}. Use a matching version of "
                 "spark_recoverable_sink, or quarantine the slot.", self.path,
             )
         if sink is not None and sink.decode(errors="replace") != self.sink_name:
@@ -141,13 +172,72 @@ class Wal:
                 f"WAL slot {self.path} belongs to sink {sink.decode(errors='replace')!r}, not {self.sink_name!r}",
                 self.path,
             )
+        if not gen.isdigit():
+            raise WalFormatError(f"WAL slot {self.path}: meta gen is {gen[:40]!r}, not a number", self.path)
+        self.gen = int(gen)
+        if last_sync == b"none" and (boot is None or last_boot != boot):
+            # Written without fsync, and the machine may have crashed since: trust nothing unchecked.
+            try:
+                self.validate()
+            except WalError as exc:
+                raise WalUncleanError(
+                    f"WAL slot {self.path} was written with wal_sync=\"none\" and the machine restarted since; "
+                    f"it fails validation and must be set aside (quarantine): {exc}", self.path) from exc
+            self.validated_after_reboot = True
+            log.warning("slot=%s written with wal_sync=none before a restart: validated in full", self.path)
+        self._write_meta(boot, {})
+
+    def _write_meta(self, boot: bytes | None, extra: dict[bytes, bytes]) -> None:
+        """Stamp the slot with this build's format and how it is being written (one transaction)."""
+        with self._write("open") as txn:
+            txn.put(_FORMAT_KEY, str(FORMAT_VERSION).encode(), db=self._meta)
+            txn.put(_SYNC_KEY, b"commit" if self.sync else b"none", db=self._meta)
+            if not self.sync and boot is not None:
+                txn.put(_BOOT_KEY, boot, db=self._meta)
+            for k, v in extra.items():
+                txn.put(k, v, db=self._meta)
+
+    def validate(self) -> None:
+        """Decode every key and record of the slot: chunks (checksum), attempts, dead letters.
+
+        Raises:
+            WalFormatError: naming the slot and the first bad record.
+            WalReadError: LMDB failed while reading.
+        """
+        self.check_chunks()
+        self.attempts()
+        self.dead_letters()
 
     def _count_live_bytes(self) -> int:
         total = 0
-        with self.env.begin(buffers=True) as txn:
+        with self._read("count live bytes") as txn:
             for _k, v in txn.cursor(db=self._chunks):
                 total += len(v)
         return total
+
+    # -- read transactions -----------------------------------------------------
+
+    @contextlib.contextmanager
+    def _read(self, what: str) -> Iterator[lmdb.Transaction]:
+        """A read transaction (zero-copy buffers); LMDB failures become :class:`WalReadError`."""
+        try:
+            with self.env.begin(buffers=True) as txn:
+                yield txn
+        except lmdb.Error as exc:
+            raise WalReadError(f"WAL slot {self.path}: {what} failed: {exc}", self.path) from exc
+
+    def _decode(self, kind: str, key: object, fn, raw):  # type: ignore[no-untyped-def]
+        """``fn(raw)``, with a bad record named by slot, kind and key."""
+        try:
+            return fn(raw)
+        except WalFormatError as exc:
+            raise WalFormatError(f"WAL slot {self.path}, {kind} {key}: {exc}", self.path) from exc
+
+    def _key(self, cls, raw):  # type: ignore[no-untyped-def]
+        try:
+            return cls.unpack(bytes(raw))
+        except WalFormatError as exc:
+            raise WalFormatError(f"WAL slot {self.path}: {exc} ({bytes(raw)[:32].hex()})", self.path) from exc
 
     # -- write transactions ----------------------------------------------------
 
@@ -239,77 +329,108 @@ class Wal:
     def abort_attempt(self, key: AttemptKey) -> int:
         """Delete an attempt and all its chunks; returns the number of chunks removed."""
         removed: list[tuple[ChunkKey, int]] = []
-        with self.env.begin(buffers=True) as txn:
+        with self._read("abort_attempt") as txn:
             for ck, size in self._chunk_keys(txn, lambda k: k.attempt == key):
                 removed.append((ck, size))
         self.prune(chunks=removed, attempts_done=[key])
         return len(removed)
 
     # -- reads -----------------------------------------------------------------
+    # Every read runs in ``_read`` (LMDB errors become WalReadError) and decodes
+    # through ``_key``/``_decode`` (bad bytes become WalFormatError naming the record).
 
     def _chunk_keys(self, txn: lmdb.Transaction, pred=None) -> Iterator[tuple[ChunkKey, int]]:
         for raw_key, v in txn.cursor(db=self._chunks):
-            ck = ChunkKey.unpack(bytes(raw_key))
+            ck = self._key(ChunkKey, raw_key)
             if pred is None or pred(ck):
                 yield ck, len(v)
 
     def attempts(self) -> dict[AttemptKey, AttemptState]:
-        with self.env.begin() as txn:
-            return {AttemptKey.unpack(k): decode_attempt(v) for k, v in txn.cursor(db=self._attempts)}
+        """Every attempt record of the slot.
+
+        Raises:
+            WalFormatError: a key or record does not decode. WalReadError: LMDB failed.
+        """
+        with self._read("attempts") as txn:
+            out = {}
+            for k, v in txn.cursor(db=self._attempts):
+                ak = self._key(AttemptKey, k)
+                out[ak] = self._decode("attempt", ak, decode_attempt, v)
+            return out
 
     def chunk_keys(self) -> list[tuple[ChunkKey, int]]:
-        with self.env.begin(buffers=True) as txn:
+        """Every chunk's key and byte size, in key order.
+
+        Raises:
+            WalFormatError: a key does not decode. WalReadError: LMDB failed.
+        """
+        with self._read("chunk_keys") as txn:
             return list(self._chunk_keys(txn))
 
     def check_chunks(self) -> dict[ChunkKey, int]:
         """Validate every chunk (header and checksum); returns rows per chunk.
 
         Raises:
-            WalFormatError: naming this slot's path and the bad chunk.
+            WalFormatError: naming this slot's path and the bad chunk. WalReadError: LMDB failed.
         """
-        from .encoding import check_chunk
-
         out: dict[ChunkKey, int] = {}
-        with self.env.begin(buffers=True) as txn:
+        with self._read("check_chunks") as txn:
             for raw_key, v in txn.cursor(db=self._chunks):
-                ck = ChunkKey.unpack(bytes(raw_key))
-                try:
-                    out[ck] = check_chunk(v)
-                except WalFormatError as exc:
-                    raise WalFormatError(f"WAL slot {self.path}, chunk {ck}: {exc}", self.path) from exc
+                ck = self._key(ChunkKey, raw_key)
+                out[ck] = self._decode("chunk", ck, check_chunk, v)
         return out
 
     def read_chunk(self, key: ChunkKey) -> bytes | None:
-        with self.env.begin() as txn:
-            return txn.get(key.pack(), db=self._chunks)
+        """A chunk's bytes (a copy), or None if it is gone.
+
+        Raises:
+            WalReadError: LMDB failed.
+        """
+        with self._read("read_chunk") as txn:
+            v = txn.get(key.pack(), db=self._chunks)
+            return None if v is None else bytes(v)
 
     def dead_letters(self) -> list[tuple[bytes, DeadLetter]]:
-        with self.env.begin() as txn:
-            return [(bytes(k), decode_dead_letter(v)) for k, v in txn.cursor(db=self._dead)]
+        """Every dead letter with its key.
+
+        Raises:
+            WalFormatError: a key or record does not decode. WalReadError: LMDB failed.
+        """
+        with self._read("dead_letters") as txn:
+            out = []
+            for k, v in txn.cursor(db=self._dead):
+                dk = self._key(ChunkKey, k)  # same layout: seq in place of first_seq
+                out.append((bytes(k), self._decode("dead letter", dk, decode_dead_letter, v)))
+            return out
 
     def dead_keys_in_chunk(self, key: ChunkKey, rows: int) -> set[int]:
-        """Indices of a chunk's records already in the dead-letter store."""
-        from .encoding import _CHUNK_KEY  # same layout as dead-letter keys
+        """Indices of a chunk's records already in the dead-letter store.
 
-        lo = _CHUNK_KEY.pack(key.batch, key.partition, key.first_seq, 0)
+        Raises:
+            WalFormatError: a dead-letter key does not decode. WalReadError: LMDB failed.
+        """
+        lo = ChunkKey(key.batch, key.partition, key.first_seq, 0).pack()  # same layout as dead-letter keys
         out: set[int] = set()
-        with self.env.begin() as txn:
+        with self._read("dead_keys_in_chunk") as txn:
             cur = txn.cursor(db=self._dead)
             if not cur.set_range(lo):
                 return out
             for raw_key in cur.iternext(values=False):
-                b, p, seq, gen = _CHUNK_KEY.unpack(raw_key)
-                if (b, p) != (key.batch, key.partition) or seq >= key.first_seq + rows:
+                dk = self._key(ChunkKey, raw_key)
+                if (dk.batch, dk.partition) != (key.batch, key.partition) or dk.first_seq >= key.first_seq + rows:
                     break
-                if gen == key.gen:
-                    out.add(seq - key.first_seq)
+                if dk.gen == key.gen:
+                    out.add(dk.first_seq - key.first_seq)
         return out
 
     def stats(self) -> WalStats:
-        s = WalStats()
-        with self.env.begin(buffers=True) as txn:
-            from .encoding import chunk_rows
+        """Counts of what the slot holds (a chunk with a bad header counts no records).
 
+        Raises:
+            WalFormatError: an attempt record does not decode. WalReadError: LMDB failed.
+        """
+        s = WalStats()
+        with self._read("stats") as txn:
             for _k, v in txn.cursor(db=self._chunks):
                 s.chunks += 1
                 s.live_bytes += len(v)
@@ -317,9 +438,10 @@ class Wal:
                     s.records += chunk_rows(v)
                 except WalFormatError:
                     pass
-            for _k, v in txn.cursor(db=self._attempts):
+            for k, v in txn.cursor(db=self._attempts):
                 s.attempts += 1
-                s.committed_attempts += decode_attempt(v).state == COMMITTED
+                ak = self._key(AttemptKey, k)
+                s.committed_attempts += self._decode("attempt", ak, decode_attempt, v).state == COMMITTED
             s.dead_letters = txn.stat(self._dead)["entries"]
         return s
 
@@ -328,7 +450,12 @@ class Wal:
         return any(not (d.forwarded if forwarding else d.reported) for _k, d in self.dead_letters())
 
     def is_empty(self) -> bool:
-        with self.env.begin() as txn:
+        """Whether the slot holds no chunk and no attempt.
+
+        Raises:
+            WalReadError: LMDB failed.
+        """
+        with self._read("is_empty") as txn:
             return not (txn.stat(self._chunks)["entries"] or txn.stat(self._attempts)["entries"])
 
     # -- space -----------------------------------------------------------------
