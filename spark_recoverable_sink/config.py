@@ -89,14 +89,14 @@ def _check_wal_dir(wal_dir: Any) -> None:
         if stat.S_ISLNK(os.lstat(path).st_mode):
             raise ConfigError("wal_dir", f"{wal_dir} is a symbolic link; the sink never follows one there: "
                                          "give the real directory")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         pass
     except OSError:
         return  # not ours to judge from the driver
     while True:  # the path, else its nearest existing ancestor, must be a directory
         try:
             st = os.stat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             if os.path.dirname(path) == path:
                 return
             path = os.path.dirname(path)
