@@ -122,12 +122,16 @@ class WorkerRuntime:
                 wal.close()
             if isinstance(exc, WalError):
                 log.error("sink=%s slot=%s %s: %s", self.config.name, lock.wal_path, what, exc)
-                if isinstance(exc, WalUncleanError):
-                    dest = quarantine_held(lock, self.sdir)
-                    log.error("sink=%s slot=%s quarantined to %s", self.config.name, lock.wal_path, dest)
-                    self.quarantined[dest] = str(exc)
-                else:
+                if not isinstance(exc, WalUncleanError):
                     self.unreadable[lock.index] = str(exc)
+                    return
+                try:
+                    dest = quarantine_held(lock, self.sdir)
+                except WalError as why:  # the move failed: set aside and reported all the same
+                    self.unreadable[lock.index] = f"{exc}; automatic quarantine failed: {why}"
+                    return
+                log.error("sink=%s slot=%s quarantined to %s", self.config.name, lock.wal_path, dest)
+                self.quarantined[dest] = str(exc)
         finally:
             lock.release()
 
@@ -145,6 +149,7 @@ class WorkerRuntime:
         """
         attempts = wal.attempts()
         rows_of = wal.check_chunks()
+        wal.dead_letters()  # decoded too before anything is queued: a bad one sets the slot aside untouched
         drop: list[tuple[Any, int]] = []
         replay: list[tuple[Any, int]] = []
         trackers: dict[AttemptKey, AttemptTracker] = {}

@@ -169,7 +169,10 @@ class Wal(SlotReads):
                     f"it fails validation and must be set aside (quarantine): {exc}", self.path) from exc
             self.validated_after_reboot = True
             log.warning("slot=%s written with wal_sync=none before a restart: validated in full", self.path)
-        self._write_meta(boot, {})
+        # Stamped only on a change, so that opening a slot on a full disk needs no write.
+        if (fmt, last_sync) != (str(FORMAT_VERSION).encode(), b"commit" if self.sync else b"none") or (
+                not self.sync and boot is not None and last_boot != boot):
+            self._write_meta(boot, {})
 
     def _write_meta(self, boot: bytes | None, extra: dict[bytes, bytes]) -> None:
         """Stamp the slot with this build's format and how it is being written (one transaction)."""

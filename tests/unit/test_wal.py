@@ -404,3 +404,12 @@ def test_an_unclean_sync_none_slot_is_quarantined_automatically_and_reported(tmp
         assert not rt.unreadable and rt.wal.attempts() == {}  # the worker writes in a fresh slot
     finally:
         rt.close()
+
+
+def test_reopening_an_unchanged_slot_writes_nothing(tmp_path, monkeypatch):
+    wal, _ck = _committed(tmp_path)
+    wal.close()
+    monkeypatch.setattr(Wal, "_write", lambda self, what: (_ for _ in ()).throw(AssertionError(f"wrote: {what}")))
+    again = _wal(tmp_path)  # e.g. an orphan slot adopted on a full disk: its open must not need room
+    assert len(again.attempts()) == 1
+    again.close()
