@@ -172,7 +172,7 @@ def test_09a_lmdb_map_full_is_a_clear_error_and_loses_nothing(tmp_path, scenario
 def tmpfs_dir(tmp_path):
     d = str(tmp_path / "tmpfs")
     os.makedirs(d)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", d], capture_output=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", d], capture_output=True)
     if p.returncode != 0:
         pytest.skip(f"cannot mount a 2 MiB tmpfs for ENOSPC: {p.stderr.decode().strip()}")
     yield d
