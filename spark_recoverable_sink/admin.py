@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 
 from .errors import WalError
-from .slots import SlotLock, list_slots, slot_paths
+from .slots import SlotLock, ensure_private_dir, list_slots, resolve_wal_dir, slot_paths
 from .wal import Wal
 
-__all__ = ["SlotInfo", "inspect_slots", "quarantine_slot", "QUARANTINE_DIR"]
+__all__ = ["SlotInfo", "inspect_slots", "quarantine_slot", "quarantine_held", "QUARANTINE_DIR"]
 
 QUARANTINE_DIR = "quarantine"
 
@@ -33,14 +33,19 @@ class SlotInfo:
 
 def inspect_slots(wal_dir: str, sink_name: str, map_size: int = 1 << 30) -> list[SlotInfo]:
     """Describe every slot of a sink. Slots held by a live process are not opened."""
-    sdir = os.path.join(wal_dir, sink_name)
+    sdir = os.path.join(resolve_wal_dir(wal_dir), sink_name)
     if not os.path.isdir(sdir):
         return []
     out = []
     for index in list_slots(sdir):
         lock = SlotLock(sdir, index)
         path = lock.wal_path
-        if not lock.try_acquire():
+        try:
+            free = lock.try_acquire()
+        except WalError as exc:
+            out.append(SlotInfo(index, path, False, None, str(exc)))
+            continue
+        if not free:
             out.append(SlotInfo(index, path, True, None, None))
             continue
         try:
@@ -48,7 +53,8 @@ def inspect_slots(wal_dir: str, sink_name: str, map_size: int = 1 << 30) -> list
                 out.append(SlotInfo(index, path, False, None, None))
                 continue
             try:
-                wal = Wal(path, sink_name=sink_name, map_size=map_size, sync=False)
+                # sync=True: a look must not mark the slot as written without fsync
+                wal = Wal(path, sink_name=sink_name, map_size=map_size, sync=True)
             except WalError as exc:
                 out.append(SlotInfo(index, path, False, None, str(exc)))
                 continue
@@ -74,24 +80,39 @@ def quarantine_slot(wal_dir: str, sink_name: str, slot_index: int) -> str:
     Raises:
         WalError: the slot does not exist, or a live process owns it.
     """
-    sdir = os.path.join(wal_dir, sink_name)
+    sdir = os.path.join(resolve_wal_dir(wal_dir), sink_name)
     lock_path, wal_path = slot_paths(sdir, slot_index)
-    if not os.path.exists(lock_path) and not os.path.exists(wal_path):
+    if not os.path.lexists(lock_path) and not os.path.lexists(wal_path):
         raise WalError(f"no slot {slot_index} under {sdir}", wal_path)
     lock = SlotLock(sdir, slot_index)
     if not lock.try_acquire():
         raise WalError(f"slot {wal_path} is owned by a live process; stop it first", wal_path)
     try:
-        qdir = os.path.join(sdir, QUARANTINE_DIR)
-        os.makedirs(qdir, mode=0o700, exist_ok=True)
-        dest = os.path.join(qdir, f"slot-{slot_index:05d}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-        if os.path.exists(wal_path):
-            os.rename(wal_path, dest)
-        else:
-            os.makedirs(dest, mode=0o700)
-        # The lock file goes last, while we still hold it: nobody can take the
-        # slot between the move and the unlink.
-        os.unlink(lock_path)
-        return dest
+        return quarantine_held(lock, sdir)
     finally:
         lock.release()
+
+
+def quarantine_held(lock: SlotLock, sdir: str) -> str:
+    """Move the slot whose lock the caller holds to ``<sdir>/quarantine/``; returns its new path.
+
+    The caller releases the lock afterwards. A process that opened the lock
+    file before it was unlinked finds, once it has the ``flock``, that the file
+    is no longer the one at the path, and lets it go (see :class:`.SlotLock`).
+
+    Raises:
+        WalError: the quarantine directory is not private, or the move failed.
+    """
+    qdir = ensure_private_dir(os.path.join(sdir, QUARANTINE_DIR), "quarantine directory")
+    dest = os.path.join(qdir, f"slot-{lock.index:05d}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    try:
+        if os.path.lexists(lock.wal_path):
+            os.rename(lock.wal_path, dest)
+        else:
+            os.mkdir(dest, 0o700)
+        # The lock file goes last, while we still hold it: nobody can take the
+        # slot between the move and the unlink.
+        os.unlink(lock.lock_path)
+    except OSError as exc:
+        raise WalError(f"cannot quarantine slot {lock.wal_path} to {dest}: {exc}", lock.wal_path) from exc
+    return dest

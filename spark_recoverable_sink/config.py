@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -23,6 +25,7 @@ __all__ = [
     "EXACTLY_ONCE",
     "WAL_SYNC_MODES",
     "DEFAULT_MAX_WAL_BYTES",
+    "DEFAULT_WAL_DIR",
     "redact",
     "is_secret_option",
 ]
@@ -64,6 +67,49 @@ def _positive(option: str, value: Any, *, allow_zero: bool = False, integer: boo
         raise ConfigError(option, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
+# Private to the user the Python workers run as, on a persistent disk; ``~`` is
+# expanded on each executor, never on the driver (another host, maybe another user).
+DEFAULT_WAL_DIR = "~/.local/state/spark_recoverable_sink"
+
+
+def _check_wal_dir(wal_dir: Any) -> None:
+    """Reject, on the driver, a ``wal_dir`` that is wrong on every host; never creates anything.
+
+    Only what is certainly wrong is refused here: the path (or its nearest
+    existing ancestor) exists as something other than a directory, or it is a
+    symbolic link. Ownership, permissions and writability are checked on the
+    executor (:func:`.slots.sink_dir`), where the directory is used.
+    """
+    if not isinstance(wal_dir, str) or not wal_dir:
+        raise ConfigError("wal_dir", "must be a non-empty path")
+    if wal_dir.startswith("~"):
+        return  # expanded on the executor, for the user it runs as
+    path = os.path.abspath(wal_dir)
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise ConfigError("wal_dir", f"{wal_dir} is a symbolic link; the sink never follows one there: "
+                                         "give the real directory")
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError:
+        return  # not ours to judge from the driver
+    while True:  # the path, else its nearest existing ancestor, must be a directory
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            if os.path.dirname(path) == path:
+                return
+            path = os.path.dirname(path)
+            continue
+        except OSError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            where = wal_dir if path == os.path.abspath(wal_dir) else f"{wal_dir}: its parent {path}"
+            raise ConfigError("wal_dir", f"{where} exists and is not a directory; choose a directory the "
+                                         f"sink may create (default {DEFAULT_WAL_DIR})")
+        return
+
+
 @dataclass(frozen=True)
 class SinkConfig:
     """Everything a task needs to write; picklable, holds no live handle.
@@ -72,7 +118,9 @@ class SinkConfig:
         name: Stable id of the sink; goes into WAL paths and record ids.
         kafka_conf: Items of the user's confluent-kafka configuration (a copy).
         topic: Default topic; a ``topic`` column overrides it per row.
-        wal_dir: Executor-local directory for the write-ahead log.
+        wal_dir: Executor-local directory for the write-ahead log (default
+            ``~/.local/state/spark_recoverable_sink``, ``~`` expanded on the executor); must be
+            private to the user the workers run as (see :mod:`.slots`).
         ack_timeout_s: How long a task waits for broker acks (0 = fully async).
         checkpoint_interval_s: Longest time between two prunes of acked records.
         max_wal_bytes: Live WAL bytes one slot (one Python worker) may hold.
@@ -134,8 +182,7 @@ class SinkConfig:
         for reserved in ("transactional.id",):
             if reserved in conf:
                 raise ConfigError(f"kafka_conf[{reserved!r}]", "is set by the sink itself (exactly-once mode)")
-        if not isinstance(self.wal_dir, str) or not self.wal_dir:
-            raise ConfigError("wal_dir", "must be a non-empty path")
+        _check_wal_dir(self.wal_dir)
         for opt in ("topic", "dead_letter_topic"):
             v = getattr(self, opt)
             if v is not None and (not isinstance(v, str) or not _TOPIC_RE.match(v)):

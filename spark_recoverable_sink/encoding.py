@@ -13,7 +13,8 @@ Keys (big-endian, so LMDB's byte order is write order):
 the same (batch, partition) that met in one slot. It is never part of a
 record's id: ids are ``sink:batch:partition:seq`` and depend only on the data.
 
-Chunk value (format 1)::
+Chunk value (chunk format 1, unchanged in slot format 2; attempt and
+dead-letter values are in :mod:`.records`)::
 
     b"RKSC" | u16 format | u16 flags | u32 rows | u32 crc32(ipc) | Arrow IPC stream
 
@@ -34,9 +35,25 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from .errors import WalFormatError
+from .records import (  # re-exported: the WAL's record formats are imported from here
+    COMMITTED,
+    FORMAT_VERSION,
+    OPEN,
+    READABLE_FORMATS,
+    AttemptState,
+    DeadLetter,
+    decode_attempt,
+    decode_dead_letter,
+    encode_attempt,
+    encode_dead_letter,
+)
 
 __all__ = [
     "FORMAT_VERSION",
+    "READABLE_FORMATS",
+    "CHUNK_VERSION",
+    "OPEN",
+    "COMMITTED",
     "ChunkKey",
     "AttemptKey",
     "AttemptState",
@@ -53,21 +70,13 @@ __all__ = [
     "record_id_prefix",
 ]
 
-FORMAT_VERSION = 1
+CHUNK_VERSION = 1  # chunks were checksummed from the start: their format did not change
 
 _CHUNK_KEY = struct.Struct(">QIQI")
 _ATTEMPT_KEY = struct.Struct(">QII")
 _CHUNK_HEAD = struct.Struct(">4sHHII")
 _CHUNK_MAGIC = b"RKSC"
-_ATTEMPT_VAL = struct.Struct(">4sHBIQd")
-_ATTEMPT_MAGIC = b"RKSA"
-_DEAD_HEAD = struct.Struct(">4sHBiqiII")
-_DEAD_MAGIC = b"RKSD"
-_LEN = struct.Struct(">i")
 TOPIC_META = b"rks.topic"
-
-OPEN = 1
-COMMITTED = 2
 
 
 @dataclass(frozen=True, order=True)
@@ -111,33 +120,6 @@ class AttemptKey:
         return cls(*_ATTEMPT_KEY.unpack(raw))
 
 
-@dataclass(frozen=True)
-class AttemptState:
-    """What the WAL knows of a task attempt: open or committed, and its size."""
-
-    state: int
-    spark_attempt: int
-    rows: int
-    started_at: float
-
-    @property
-    def committed(self) -> bool:
-        return self.state == COMMITTED
-
-
-def encode_attempt(a: AttemptState) -> bytes:
-    return _ATTEMPT_VAL.pack(_ATTEMPT_MAGIC, FORMAT_VERSION, a.state, a.spark_attempt, a.rows, a.started_at)
-
-
-def decode_attempt(raw: bytes) -> AttemptState:
-    if len(raw) != _ATTEMPT_VAL.size:
-        raise WalFormatError(f"attempt record of {len(raw)} bytes, expected {_ATTEMPT_VAL.size}")
-    magic, version, state, attempt, rows, started = _ATTEMPT_VAL.unpack(raw)
-    if magic != _ATTEMPT_MAGIC or version != FORMAT_VERSION or state not in (OPEN, COMMITTED):
-        raise WalFormatError(f"attempt record with magic {magic!r} version {version} state {state}")
-    return AttemptState(state, attempt, rows, started)
-
-
 # -- chunks -------------------------------------------------------------------
 
 
@@ -149,7 +131,7 @@ def encode_chunk(batch: pa.RecordBatch) -> bytearray:
     ipc = sink.getvalue()
     out = bytearray(_CHUNK_HEAD.size)
     out += memoryview(ipc)
-    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, FORMAT_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
+    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, CHUNK_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
     return out
 
 
@@ -165,8 +147,8 @@ def _check_chunk_head(raw: bytes | memoryview) -> tuple[bytes, int, int, int, in
     head = _CHUNK_HEAD.unpack_from(raw, 0)
     if head[0] != _CHUNK_MAGIC:
         raise WalFormatError(f"chunk has magic {bytes(head[0])!r}, expected {_CHUNK_MAGIC!r}")
-    if head[1] != FORMAT_VERSION:
-        raise WalFormatError(f"chunk of format version {head[1]}; this build reads version {FORMAT_VERSION}")
+    if head[1] != CHUNK_VERSION:
+        raise WalFormatError(f"chunk of format version {head[1]}; this build reads version {CHUNK_VERSION}")
     return head
 
 
@@ -200,91 +182,6 @@ def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:
     if len(batches) != 1 or batches[0].num_rows != rows:
         raise WalFormatError(f"chunk holds {sum(b.num_rows for b in batches)} rows, header says {rows}")
     return batches[0]
-
-
-# -- dead letters ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A record that failed with a non-retriable error, with its reason."""
-
-    record_id: str
-    error_code: int
-    error: str
-    topic: str
-    partition: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp_ms: int | None
-    forwarded: bool = False
-    reported: bool = False
-
-
-FORWARDED = 1
-REPORTED = 2
-
-
-def _put_bytes(out: list[bytes], b: bytes | None) -> None:
-    if b is None:
-        out.append(_LEN.pack(-1))
-    else:
-        out.append(_LEN.pack(len(b)))
-        out.append(b)
-
-
-def _get_bytes(raw: memoryview, pos: int) -> tuple[bytes | None, int]:
-    (n,) = _LEN.unpack_from(raw, pos)
-    pos += _LEN.size
-    if n < 0:
-        return None, pos
-    if pos + n > len(raw):
-        raise WalFormatError("dead-letter record truncated")
-    return bytes(raw[pos:pos + n]), pos + n
-
-
-def encode_dead_letter(d: DeadLetter) -> bytes:
-    flags = (FORWARDED if d.forwarded else 0) | (REPORTED if d.reported else 0)
-    out = [_DEAD_HEAD.pack(
-        _DEAD_MAGIC, FORMAT_VERSION, flags, d.error_code,
-        -1 if d.timestamp_ms is None else d.timestamp_ms,
-        -1 if d.partition is None else d.partition, len(d.headers), 0,
-    )]
-    for s in (d.record_id, d.error, d.topic):
-        _put_bytes(out, s.encode())
-    _put_bytes(out, d.key)
-    _put_bytes(out, d.value)
-    for hk, hv in d.headers:
-        _put_bytes(out, hk.encode())
-        _put_bytes(out, hv)
-    return b"".join(out)
-
-
-def decode_dead_letter(raw: bytes | memoryview) -> DeadLetter:
-    raw = memoryview(raw)
-    if len(raw) < _DEAD_HEAD.size:
-        raise WalFormatError("dead-letter record shorter than its header")
-    magic, version, flags, code, ts, part, nh, _ = _DEAD_HEAD.unpack_from(raw, 0)
-    if magic != _DEAD_MAGIC or version != FORMAT_VERSION:
-        raise WalFormatError(f"dead-letter record with magic {bytes(magic)!r} version {version}")
-    pos = _DEAD_HEAD.size
-    fields = []
-    for _ in range(5):
-        v, pos = _get_bytes(raw, pos)
-        fields.append(v)
-    headers = []
-    for _ in range(nh):
-        hk, pos = _get_bytes(raw, pos)
-        hv, pos = _get_bytes(raw, pos)
-        headers.append(((hk or b"").decode(), hv))
-    rid, err, topic, key, value = fields
-    return DeadLetter(
-        record_id=(rid or b"").decode(), error_code=code, error=(err or b"").decode(),
-        topic=(topic or b"").decode(), partition=None if part < 0 else part, key=key, value=value,
-        headers=tuple(headers), timestamp_ms=None if ts < 0 else ts,
-        forwarded=bool(flags & FORWARDED), reported=bool(flags & REPORTED),
-    )
 
 
 # -- record ids ------------------------------------------------------------------

@@ -18,6 +18,8 @@ __all__ = [
     "WalFullError",
     "WalFormatError",
     "WalWriteError",
+    "WalReadError",
+    "WalUncleanError",
     "DeadLetterError",
     "ProducerError",
 ]
@@ -88,6 +90,18 @@ class WalFormatError(WalError):
 
 class WalWriteError(WalError):
     """The disk refused a WAL write (e.g. ENOSPC); the append was not accepted."""
+
+
+class WalReadError(WalError):
+    """LMDB failed while reading a WAL slot (e.g. EIO); nothing was changed."""
+
+
+class WalUncleanError(WalFormatError):
+    """A slot written with ``wal_sync="none"`` failed validation after the machine restarted.
+
+    LMDB without fsync can leave the whole environment corrupt after a system
+    crash; the sink sets such a slot aside (quarantine) instead of trusting it.
+    """
 
 
 class DeadLetterError(RecoverableSinkError):

@@ -138,7 +138,8 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
         replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
         dead_letters=tuple(publisher.take_unreported_dead()),
-        problems=tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(rt.unreadable.items())),
+        problems=tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(rt.unreadable.items()))
+        + tuple(f"WAL slot quarantined automatically to {dest}: {why}" for dest, why in sorted(rt.quarantined.items())),
     )
     log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",
              config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, replayed,

@@ -26,7 +26,8 @@ from typing import Any
 
 from .config import SinkConfig
 from .encoding import AttemptKey
-from .errors import WalError, WalFullError
+from .admin import quarantine_held
+from .errors import WalError, WalFullError, WalUncleanError
 from .publisher import Publisher
 from .slots import SlotLock, acquire_free_slot, list_slots, sink_dir, slot_paths
 from .tracking import AttemptTracker, ChunkTracker
@@ -74,6 +75,7 @@ class WorkerRuntime:
         self.sdir = sink_dir(config.wal_dir, config.name)
         self.publisher = Publisher(config)
         self.unreadable: dict[int, str] = {}  # slot index -> why it cannot be read
+        self.quarantined: dict[str, str] = {}  # where a slot was set aside automatically -> why
         self.adopted: dict[int, tuple[SlotLock, Wal]] = {}
         self._seen_empty: dict[int, Any] = {}
         self._adopt_lock = threading.Lock()
@@ -86,11 +88,10 @@ class WorkerRuntime:
             try:
                 self._replayed += self.recover(self.wal)
                 break
-            except WalError as exc:  # nothing was replayed or dropped: checked first
-                log.error("sink=%s slot=%s cannot be recovered: %s", config.name, self.wal.path, exc)
-                self.unreadable[self.lock.index] = str(exc)
-                self.wal.close()
-                self.lock.release()
+            except BaseException as exc:  # nothing was replayed or dropped: checked first
+                self._give_up(self.lock, self.wal, exc, "cannot be recovered")
+                if not isinstance(exc, WalError):
+                    raise
         log.info("sink=%s pid=%d slot=%s opened live_bytes=%d replayed=%d",
                  config.name, os.getpid(), self.wal.path, self.wal.live_bytes, self._replayed)
 
@@ -103,11 +104,36 @@ class WorkerRuntime:
             lock = acquire_free_slot(self.sdir, skip=set(self.unreadable))
             try:
                 return lock, self._open(lock)
-            except WalError as exc:
-                # Never skipped silently: logged with the file, reported in every task report.
-                log.error("sink=%s slot=%s cannot be used: %s", self.config.name, lock.wal_path, exc)
-                self.unreadable[lock.index] = str(exc)
-                lock.release()
+            except BaseException as exc:
+                self._give_up(lock, None, exc, "cannot be used")
+                if not isinstance(exc, WalError):
+                    raise
+
+    def _give_up(self, lock: SlotLock, wal: Wal | None, exc: BaseException, what: str) -> None:
+        """A slot failed to open or recover: close it and release its lock, whatever the failure.
+
+        A :class:`WalError` is never skipped silently: logged with the file and
+        reported in every task report of this worker; a slot written with
+        ``wal_sync="none"`` that fails validation after a reboot
+        (:class:`WalUncleanError`) is quarantined, its bytes kept.
+        """
+        try:
+            if wal is not None:
+                wal.close()
+            if isinstance(exc, WalError):
+                log.error("sink=%s slot=%s %s: %s", self.config.name, lock.wal_path, what, exc)
+                if not isinstance(exc, WalUncleanError):
+                    self.unreadable[lock.index] = str(exc)
+                    return
+                try:
+                    dest = quarantine_held(lock, self.sdir)
+                except WalError as why:  # the move failed: set aside and reported all the same
+                    self.unreadable[lock.index] = f"{exc}; automatic quarantine failed: {why}"
+                    return
+                log.error("sink=%s slot=%s quarantined to %s", self.config.name, lock.wal_path, dest)
+                self.quarantined[dest] = str(exc)
+        finally:
+            lock.release()
 
     # -- recovery ------------------------------------------------------------------
 
@@ -123,6 +149,7 @@ class WorkerRuntime:
         """
         attempts = wal.attempts()
         rows_of = wal.check_chunks()
+        wal.dead_letters()  # decoded too before anything is queued: a bad one sets the slot aside untouched
         drop: list[tuple[Any, int]] = []
         replay: list[tuple[Any, int]] = []
         trackers: dict[AttemptKey, AttemptTracker] = {}
@@ -176,12 +203,18 @@ class WorkerRuntime:
                 if index in self._seen_empty and self._seen_empty[index] == stamp:
                     continue
                 lock = SlotLock(self.sdir, index)
-                if not lock.try_acquire():
-                    continue  # its owner is alive
+                try:
+                    if not lock.try_acquire():
+                        continue  # its owner is alive
+                except WalError as exc:  # a lock file that is not ours to trust: never opened
+                    log.error("sink=%s slot=%s cannot be locked: %s", self.config.name, lock.lock_path, exc)
+                    self.unreadable[index] = str(exc)
+                    continue
                 if stamp is None:
                     self._seen_empty[index] = stamp
                     lock.release()
                     continue
+                wal: Wal | None = None
                 try:
                     wal = self._open(lock)
                     if wal.is_empty() and not wal.dead_letters_pending(self.config.dead_letter_topic is not None):
@@ -192,13 +225,11 @@ class WorkerRuntime:
                     log.warning("sink=%s pid=%d adopting orphan slot=%s", self.config.name, os.getpid(), wal.path)
                     self.adopted[index] = (lock, wal)
                     total += self.recover(wal)
-                except WalError as exc:
-                    log.error("sink=%s orphan slot=%s cannot be read: %s", self.config.name, lock.wal_path, exc)
-                    self.unreadable[index] = str(exc)
-                    adopted = self.adopted.pop(index, None)
-                    if adopted is not None:
-                        adopted[1].close()
-                    lock.release()
+                except BaseException as exc:
+                    self.adopted.pop(index, None)
+                    self._give_up(lock, wal, exc, "(orphan) cannot be read")
+                    if not isinstance(exc, WalError):
+                        raise
         return total
 
     def _on_idle(self) -> None:

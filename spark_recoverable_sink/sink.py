@@ -18,7 +18,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .config import SinkConfig
+from .config import DEFAULT_WAL_DIR, SinkConfig
 from .drain import DRAIN_DDL, DrainReport, DrainTask
 from .errors import DeadLetterError, RecoverableSinkError
 from .partition_writer import PartitionWriter
@@ -62,7 +62,7 @@ class RecoverableKafkaSink:
 
     def __init__(
         self, name: str, kafka_conf: Mapping[str, Any], topic: str | None = None,
-        wal_dir: str = "/tmp/spark_recoverable_sink", ack_timeout_s: float = 30.0,
+        wal_dir: str = DEFAULT_WAL_DIR, ack_timeout_s: float = 30.0,
         history: int = 100, drain_on_failure_s: float = 10.0, **options: Any,
     ) -> None:
         self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)

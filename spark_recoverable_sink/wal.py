@@ -1,6 +1,7 @@
 """The write-ahead log of one slot: an LMDB environment with four tables.
 
-* ``meta``     -- format version, sink name, the slot's attempt generation counter
+* ``meta``     -- format version, sink name, the slot's attempt generation counter,
+  the sync mode it was last opened with and, with ``wal_sync="none"``, the boot id
 * ``chunks``   -- records, one entry per Arrow batch (see :mod:`.encoding`)
 * ``attempts`` -- one entry per task attempt: open, or committed
 * ``dead``     -- records that failed with a non-retriable error, with the reason
@@ -8,7 +9,17 @@
 Every change is one LMDB write transaction (a context manager that commits on
 success and aborts on error). With ``sync=True`` each commit is fsynced, so a
 record in a committed transaction survives power loss; with ``sync=False`` it
-survives the crash of the process but not of the machine.
+survives the crash of the process but not of the machine, and LMDB documents
+that a system crash without sync can corrupt the whole environment. So a slot
+opened with ``sync=False`` records the machine's boot id in its meta; opened
+again after a reboot, it is validated in full (every key, chunk, attempt and
+dead letter) and refused with :class:`WalUncleanError` if anything fails, for
+the runtime to quarantine it.
+
+Every LMDB failure, reads included, becomes a :class:`WalError` subclass naming
+the slot (one context manager for reads, one for writes), and every record
+that does not decode is a :class:`WalFormatError` naming the slot and the
+record's key.
 
 A :class:`Wal` is used by one process at a time -- the slot lock in
 :mod:`.slots` sees to that -- but by two threads in it (the task thread
@@ -28,25 +39,38 @@ import lmdb
 from .encoding import (
     COMMITTED,
     FORMAT_VERSION,
+    READABLE_FORMATS,
     AttemptKey,
     AttemptState,
     ChunkKey,
     DeadLetter,
-    decode_attempt,
-    decode_dead_letter,
     encode_attempt,
     encode_dead_letter,
 )
-from .errors import WalError, WalFormatError, WalFullError, WalWriteError
+from .errors import WalError, WalFormatError, WalFullError, WalUncleanError, WalWriteError
+from .slots import ensure_private_dir
+from .wal_reads import SlotReads, WalStats
 
-__all__ = ["Wal", "WalStats", "map_size_for"]
+__all__ = ["Wal", "WalStats", "map_size_for", "boot_id"]
 
 log = logging.getLogger(__name__)
 
 _FORMAT_KEY = b"format"
 _SINK_KEY = b"sink"
 _GEN_KEY = b"gen"
+_SYNC_KEY = b"sync"
+_BOOT_KEY = b"boot"
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 _MIB = 1024 * 1024
+
+
+def boot_id() -> bytes | None:
+    """This machine's boot id (Linux), or None where there is none."""
+    try:
+        with open(_BOOT_ID_FILE, "rb") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def map_size_for(max_wal_bytes: int) -> int:
@@ -54,20 +78,7 @@ def map_size_for(max_wal_bytes: int) -> int:
     return max(64 * _MIB, int(max_wal_bytes * 1.5) + 64 * _MIB)
 
 
-class WalStats:
-    """Counts of what a slot holds."""
-
-    __slots__ = ("chunks", "records", "attempts", "committed_attempts", "dead_letters", "live_bytes")
-
-    def __init__(self) -> None:
-        self.chunks = self.records = self.attempts = 0
-        self.committed_attempts = self.dead_letters = self.live_bytes = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-
-class Wal:
+class Wal(SlotReads):
     """One slot's LMDB environment.
 
     Raises (from the constructor):
@@ -78,7 +89,9 @@ class Wal:
     def __init__(self, path: str, *, sink_name: str, map_size: int, sync: bool) -> None:
         self.path = path
         self.sink_name = sink_name
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        self.sync = sync
+        self.validated_after_reboot = False
+        ensure_private_dir(path, "WAL slot directory")
         try:
             self.env = lmdb.open(
                 path, map_size=map_size, subdir=True, max_dbs=4, sync=sync, metasync=sync,
@@ -95,14 +108,15 @@ class Wal:
             self._attempts = self.env.open_db(b"attempts")
             self._dead = self.env.open_db(b"dead")
             self._check_format()
+            self._bytes_lock = threading.Condition()
+            self.live_bytes = self._count_live_bytes()
         except lmdb.Error as exc:
             self.env.close()
             raise WalFormatError(f"WAL slot {path} is unreadable: {exc}", path) from exc
-        except WalFormatError:
+        except BaseException:
+            # Whatever failed, the environment is closed before the caller releases the slot's lock.
             self.env.close()
             raise
-        self._bytes_lock = threading.Condition()
-        self.live_bytes = self._count_live_bytes()
 
     # -- format ----------------------------------------------------------------
 
@@ -117,23 +131,24 @@ class Wal:
                 "quarantine the slot", self.path)
 
     def _check_format(self) -> None:
-        with self.env.begin() as txn:
-            fmt = txn.get(_FORMAT_KEY, db=self._meta)
-            sink = txn.get(_SINK_KEY, db=self._meta)
-            self.gen = int(txn.get(_GEN_KEY, b"0", db=self._meta))
+        with self._read("open") as txn:
+            fmt, sink, gen, last_sync, last_boot = (
+                None if v is None else bytes(v)
+                for v in (txn.get(k, db=self._meta) for k in (_FORMAT_KEY, _SINK_KEY, _GEN_KEY, _SYNC_KEY, _BOOT_KEY))
+            )
+            gen = b"0" if gen is None else gen
             populated = txn.stat(self._chunks)["entries"] or txn.stat(self._attempts)["entries"]
+        boot = boot_id()
         if fmt is None:
             if populated:
                 raise WalFormatError(f"WAL slot {self.path} holds records but no format version", self.path)
-            with self.env.begin(write=True) as txn:
-                txn.put(_FORMAT_KEY, str(FORMAT_VERSION).encode(), db=self._meta)
-                txn.put(_SINK_KEY, self.sink_name.encode(), db=self._meta)
-                txn.put(_GEN_KEY, b"0", db=self._meta)
+            self.gen = 0
+            self._write_meta(boot, {_SINK_KEY: self.sink_name.encode(), _GEN_KEY: b"0"})
             return
-        if fmt != str(FORMAT_VERSION).encode():
+        if fmt not in [str(v).encode() for v in READABLE_FORMATS]:
             raise WalFormatError(
                 f"WAL slot {self.path} has format version {fmt.decode(errors='replace')!r}; "
-                f"this build reads version {FORMAT_VERSION}. Use a matching version of "
+                f"this build reads versions {', '.join(map(str, READABLE_FORMATS))}. Use a matching version of "
                 "spark_recoverable_sink, or quarantine the slot.", self.path,
             )
         if sink is not None and sink.decode(errors="replace") != self.sink_name:
@@ -141,13 +156,33 @@ class Wal:
                 f"WAL slot {self.path} belongs to sink {sink.decode(errors='replace')!r}, not {self.sink_name!r}",
                 self.path,
             )
+        if not gen.isdigit():
+            raise WalFormatError(f"WAL slot {self.path}: meta gen is {gen[:40]!r}, not a number", self.path)
+        self.gen = int(gen)
+        if last_sync == b"none" and (boot is None or last_boot != boot):
+            # Written without fsync, and the machine may have crashed since: trust nothing unchecked.
+            try:
+                self.validate()
+            except WalError as exc:
+                raise WalUncleanError(
+                    f"WAL slot {self.path} was written with wal_sync=\"none\" and the machine restarted since; "
+                    f"it fails validation and must be set aside (quarantine): {exc}", self.path) from exc
+            self.validated_after_reboot = True
+            log.warning("slot=%s written with wal_sync=none before a restart: validated in full", self.path)
+        # Stamped only on a change, so that opening a slot on a full disk needs no write.
+        if (fmt, last_sync) != (str(FORMAT_VERSION).encode(), b"commit" if self.sync else b"none") or (
+                not self.sync and boot is not None and last_boot != boot):
+            self._write_meta(boot, {})
 
-    def _count_live_bytes(self) -> int:
-        total = 0
-        with self.env.begin(buffers=True) as txn:
-            for _k, v in txn.cursor(db=self._chunks):
-                total += len(v)
-        return total
+    def _write_meta(self, boot: bytes | None, extra: dict[bytes, bytes]) -> None:
+        """Stamp the slot with this build's format and how it is being written (one transaction)."""
+        with self._write("open") as txn:
+            txn.put(_FORMAT_KEY, str(FORMAT_VERSION).encode(), db=self._meta)
+            txn.put(_SYNC_KEY, b"commit" if self.sync else b"none", db=self._meta)
+            if not self.sync and boot is not None:
+                txn.put(_BOOT_KEY, boot, db=self._meta)
+            for k, v in extra.items():
+                txn.put(k, v, db=self._meta)
 
     # -- write transactions ----------------------------------------------------
 
@@ -239,97 +274,11 @@ class Wal:
     def abort_attempt(self, key: AttemptKey) -> int:
         """Delete an attempt and all its chunks; returns the number of chunks removed."""
         removed: list[tuple[ChunkKey, int]] = []
-        with self.env.begin(buffers=True) as txn:
+        with self._read("abort_attempt") as txn:
             for ck, size in self._chunk_keys(txn, lambda k: k.attempt == key):
                 removed.append((ck, size))
         self.prune(chunks=removed, attempts_done=[key])
         return len(removed)
-
-    # -- reads -----------------------------------------------------------------
-
-    def _chunk_keys(self, txn: lmdb.Transaction, pred=None) -> Iterator[tuple[ChunkKey, int]]:
-        for raw_key, v in txn.cursor(db=self._chunks):
-            ck = ChunkKey.unpack(bytes(raw_key))
-            if pred is None or pred(ck):
-                yield ck, len(v)
-
-    def attempts(self) -> dict[AttemptKey, AttemptState]:
-        with self.env.begin() as txn:
-            return {AttemptKey.unpack(k): decode_attempt(v) for k, v in txn.cursor(db=self._attempts)}
-
-    def chunk_keys(self) -> list[tuple[ChunkKey, int]]:
-        with self.env.begin(buffers=True) as txn:
-            return list(self._chunk_keys(txn))
-
-    def check_chunks(self) -> dict[ChunkKey, int]:
-        """Validate every chunk (header and checksum); returns rows per chunk.
-
-        Raises:
-            WalFormatError: naming this slot's path and the bad chunk.
-        """
-        from .encoding import check_chunk
-
-        out: dict[ChunkKey, int] = {}
-        with self.env.begin(buffers=True) as txn:
-            for raw_key, v in txn.cursor(db=self._chunks):
-                ck = ChunkKey.unpack(bytes(raw_key))
-                try:
-                    out[ck] = check_chunk(v)
-                except WalFormatError as exc:
-                    raise WalFormatError(f"WAL slot {self.path}, chunk {ck}: {exc}", self.path) from exc
-        return out
-
-    def read_chunk(self, key: ChunkKey) -> bytes | None:
-        with self.env.begin() as txn:
-            return txn.get(key.pack(), db=self._chunks)
-
-    def dead_letters(self) -> list[tuple[bytes, DeadLetter]]:
-        with self.env.begin() as txn:
-            return [(bytes(k), decode_dead_letter(v)) for k, v in txn.cursor(db=self._dead)]
-
-    def dead_keys_in_chunk(self, key: ChunkKey, rows: int) -> set[int]:
-        """Indices of a chunk's records already in the dead-letter store."""
-        from .encoding import _CHUNK_KEY  # same layout as dead-letter keys
-
-        lo = _CHUNK_KEY.pack(key.batch, key.partition, key.first_seq, 0)
-        out: set[int] = set()
-        with self.env.begin() as txn:
-            cur = txn.cursor(db=self._dead)
-            if not cur.set_range(lo):
-                return out
-            for raw_key in cur.iternext(values=False):
-                b, p, seq, gen = _CHUNK_KEY.unpack(raw_key)
-                if (b, p) != (key.batch, key.partition) or seq >= key.first_seq + rows:
-                    break
-                if gen == key.gen:
-                    out.add(seq - key.first_seq)
-        return out
-
-    def stats(self) -> WalStats:
-        s = WalStats()
-        with self.env.begin(buffers=True) as txn:
-            from .encoding import chunk_rows
-
-            for _k, v in txn.cursor(db=self._chunks):
-                s.chunks += 1
-                s.live_bytes += len(v)
-                try:
-                    s.records += chunk_rows(v)
-                except WalFormatError:
-                    pass
-            for _k, v in txn.cursor(db=self._attempts):
-                s.attempts += 1
-                s.committed_attempts += decode_attempt(v).state == COMMITTED
-            s.dead_letters = txn.stat(self._dead)["entries"]
-        return s
-
-    def dead_letters_pending(self, forwarding: bool) -> bool:
-        """Whether a dead letter still waits to be forwarded (or, without a topic, reported)."""
-        return any(not (d.forwarded if forwarding else d.reported) for _k, d in self.dead_letters())
-
-    def is_empty(self) -> bool:
-        with self.env.begin() as txn:
-            return not (txn.stat(self._chunks)["entries"] or txn.stat(self._attempts)["entries"])
 
     # -- space -----------------------------------------------------------------
 

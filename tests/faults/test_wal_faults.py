@@ -172,7 +172,7 @@ def test_09a_lmdb_map_full_is_a_clear_error_and_loses_nothing(tmp_path, scenario
 def tmpfs_dir(tmp_path):
     d = str(tmp_path / "tmpfs")
     os.makedirs(d)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", d], capture_output=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", d], capture_output=True)
     if p.returncode != 0:
         pytest.skip(f"cannot mount a 2 MiB tmpfs for ENOSPC: {p.stderr.decode().strip()}")
     yield d
@@ -283,6 +283,27 @@ def _corrupt(wal_path: str, how: str, first: int) -> None:
             f.write(raw)
     elif how == "truncated":
         os.truncate(data, os.path.getsize(data) // 2)
+    elif how in ("attempt_record", "dead_letter_record"):
+        import struct
+
+        import lmdb
+
+        from spark_recoverable_sink.encoding import DeadLetter, encode_dead_letter
+
+        env = lmdb.open(wal_path, max_dbs=4, subdir=True)
+        with env.begin(write=True) as txn:
+            if how == "attempt_record":  # one bit of the row count: only a checksum can tell
+                attempts = env.open_db(b"attempts", txn=txn)
+                [(key, raw)] = list(txn.cursor(db=attempts))
+                raw = bytearray(raw)
+                raw[18] ^= 0x01
+                txn.put(key, bytes(raw), db=attempts)
+            else:  # a dead letter whose record id is no longer UTF-8 (was a UnicodeDecodeError)
+                raw = bytearray(encode_dead_letter(DeadLetter("x:7:0:5", 10, "too large", "t", None, None, b"v", (),
+                                                              None)))
+                raw[35] = 0xFF
+                txn.put(struct.pack(">QIQI", 7, 0, 5, 1), bytes(raw), db=env.open_db(b"dead", txn=txn))
+        env.close()
     else:
         raise ValueError(how)
 
@@ -298,12 +319,14 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("how", ["format_version", "chunk_bytes", "truncated"])
+@pytest.mark.parametrize("how", ["format_version", "chunk_bytes", "truncated", "attempt_record", "dead_letter_record"])
 def test_10_damaged_wal_slot_is_named_and_can_be_quarantined(broker, tmp_path, scenario, how):
     scenario.scenario, scenario.title = f"10_damaged_wal_{how}", {
         "format_version": "WAL slot of an unknown format version",
         "chunk_bytes": "WAL chunk bytes corrupted (checksum)",
-        "truncated": "WAL data.mdb truncated to half"}[how]
+        "truncated": "WAL data.mdb truncated to half",
+        "attempt_record": "WAL attempt record corrupted (checksum)",
+        "dead_letter_record": "WAL dead-letter record corrupted (not UTF-8)"}[how]
     scenario.fault = f"slot-00000 holds 3000 committed, unacked rows; then {how}"
     topic = new_topic(broker.bootstrap)
     name = sink_name("f10")

@@ -91,3 +91,50 @@ def test_attempt_and_dead_letter_round_trip():
 def test_record_ids_are_deterministic():
     assert record_id("orders", 7, 3, 42) == "orders:7:3:42"
     assert record_id("orders", 7, 3, 42) == record_id("orders", 7, 3, 42)
+
+
+# -- damaged records: every kind checksummed, every failure a WalFormatError ----------
+
+_DL = DeadLetter("s:1:2:3", 10, "too large", "t", 4, b"k", b"v", (("h", b"1"),), 1700000000000, reported=True)
+_AT = AttemptState(COMMITTED, 2, 12345, 1700000000.5)
+
+
+@pytest.mark.parametrize("encode,decode,value", [
+    (encode_attempt, decode_attempt, _AT), (encode_dead_letter, decode_dead_letter, _DL),
+], ids=["attempt", "dead_letter"])
+def test_every_flipped_bit_of_attempt_and_dead_letter_records_is_caught(encode, decode, value):
+    raw = encode(value)
+    for i in range(len(raw)):
+        for bit in (0x01, 0x80):
+            bad = bytearray(raw)
+            bad[i] ^= bit
+            with pytest.raises(WalFormatError):
+                decode(bytes(bad))
+
+
+@pytest.mark.parametrize("encode,decode,value", [
+    (encode_attempt, decode_attempt, _AT), (encode_dead_letter, decode_dead_letter, _DL),
+    (encode_chunk, decode_chunk, None),
+], ids=["attempt", "dead_letter", "chunk"])
+def test_truncated_or_garbage_records_raise_only_wal_format_error(encode, decode, value):
+    import random
+
+    raw = bytes(encode(_batch() if value is None else value))
+    rng = random.Random(7)
+    samples = [raw[:n] for n in range(0, len(raw), max(1, len(raw) // 50))]
+    samples += [bytes(rng.getrandbits(8) for _ in range(len(raw))) for _ in range(50)]
+    samples += [raw[:8] + bytes(rng.getrandbits(8) for _ in range(len(raw) - 8)) for _ in range(50)]
+    for s in samples:
+        with pytest.raises(WalFormatError):
+            decode(s)
+
+
+def test_format_1_attempt_and_dead_letter_records_are_still_read():
+    import struct
+
+    v1_attempt = struct.pack(">4sHBIQd", b"RKSA", 1, COMMITTED, 2, 12345, 1700000000.5)
+    assert decode_attempt(v1_attempt) == _AT
+    v2 = bytearray(encode_dead_letter(_DL))
+    v2[4:6] = (1).to_bytes(2, "big")  # format 1: same layout, the checksum field was 0
+    v2[27:31] = bytes(4)
+    assert decode_dead_letter(bytes(v2)) == _DL

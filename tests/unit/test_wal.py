@@ -164,3 +164,252 @@ def test_truncated_data_file_is_refused_not_a_sigbus(tmp_path):
     with pytest.raises(WalFormatError, match="truncated") as ei:
         _wal(tmp_path)
     assert ei.value.path == str(tmp_path / "slot")
+
+
+# -- every LMDB error a WalError, every bad record a WalFormatError naming it ----------
+
+def _raw_put(path, db: bytes, key: bytes, value: bytes) -> None:
+    env = lmdb.open(str(path), max_dbs=4)
+    handle = env.open_db(db)
+    with env.begin(write=True) as txn:
+        txn.put(key, value, db=handle)
+    env.close()
+
+
+def _committed(tmp_path, sync: bool = True) -> tuple[Wal, ChunkKey]:
+    wal = Wal(str(tmp_path / "slot"), sink_name="s", map_size=64 * MIB, sync=sync)
+    ck = ChunkKey(1, 0, 0, wal.reserve_gen())
+    wal.append(ck, _chunk(5), new_attempt=AttemptState(OPEN, 0, 0, 1.0))
+    wal.commit_attempt(ck.attempt, 0, 5, 1.0)
+    return wal, ck
+
+
+def test_every_read_turns_lmdb_errors_into_a_wal_read_error_naming_the_slot(tmp_path):
+    from spark_recoverable_sink.errors import WalReadError
+
+    wal, ck = _committed(tmp_path)
+    wal.env.close()  # any LMDB failure will do: operations on a closed environment raise lmdb.Error
+    reads = {
+        "read_chunk": lambda: wal.read_chunk(ck), "attempts": wal.attempts, "chunk_keys": wal.chunk_keys,
+        "check_chunks": wal.check_chunks, "dead_letters": wal.dead_letters,
+        "dead_keys_in_chunk": lambda: wal.dead_keys_in_chunk(ck, 5), "stats": wal.stats,
+        "is_empty": wal.is_empty, "count": wal._count_live_bytes, "abort_attempt": lambda: wal.abort_attempt(ck.attempt),
+    }
+    for name, read in reads.items():
+        with pytest.raises(WalReadError) as ei:
+            read()
+        assert ei.value.path == str(tmp_path / "slot") and str(tmp_path / "slot") in str(ei.value), name
+        assert isinstance(ei.value.__cause__, lmdb.Error), name
+
+
+def test_a_corrupt_attempt_record_is_a_format_error_naming_slot_and_record(tmp_path):
+    wal, ck = _committed(tmp_path)
+    wal.close()
+    from spark_recoverable_sink.encoding import encode_attempt
+
+    good = encode_attempt(AttemptState(OPEN, 0, 0, 1.0))
+    _raw_put(tmp_path / "slot", b"attempts", ck.attempt.pack(), good[:12] + bytes([good[12] ^ 1]) + good[13:])
+    wal = _wal(tmp_path)
+    for read in (wal.attempts, wal.stats, wal.validate):
+        with pytest.raises(WalFormatError) as ei:
+            read()
+        assert str(tmp_path / "slot") in str(ei.value) and "attempt" in str(ei.value) and str(ck.attempt) in str(ei.value)
+    wal.close()
+
+
+def test_a_corrupt_dead_letter_or_key_is_a_format_error_not_a_unicode_or_struct_error(tmp_path):
+    import struct
+
+    from spark_recoverable_sink.encoding import encode_dead_letter
+
+    wal, ck = _committed(tmp_path)
+    d = DeadLetter("s:1:0:2", 10, "too large", "t", None, b"k", b"v", (), None)
+    dkey = struct.pack(">QIQI", 1, 0, 2, ck.gen)
+    wal.put_dead_letters([(dkey, d)])
+    wal.close()
+    raw = bytearray(encode_dead_letter(d))
+    raw[35] = 0xFF  # inside the record id: not UTF-8 any more
+    _raw_put(tmp_path / "slot", b"dead", dkey, bytes(raw))
+    wal = _wal(tmp_path)
+    with pytest.raises(WalFormatError, match="dead letter"):
+        wal.dead_letters()
+    wal.close()
+    _raw_put(tmp_path / "slot", b"dead", dkey, encode_dead_letter(d))
+    _raw_put(tmp_path / "slot", b"dead", struct.pack(">QIQ", 1, 0, 3), encode_dead_letter(d))  # a short key
+    wal = _wal(tmp_path)
+    for read in (wal.dead_letters, lambda: wal.dead_keys_in_chunk(ck, 5)):
+        with pytest.raises(WalFormatError) as ei:
+            read()
+        assert str(tmp_path / "slot") in str(ei.value)
+    wal.close()
+
+
+def test_a_format_1_slot_is_read_and_written_as_format_2(tmp_path):
+    import struct
+
+    wal, ck = _committed(tmp_path)
+    wal.close()
+    _raw_put(tmp_path / "slot", b"attempts", ck.attempt.pack(), struct.pack(">4sHBIQd", b"RKSA", 1, 2, 0, 5, 1.0))
+    _raw_put(tmp_path / "slot", b"meta", b"format", b"1")
+    wal = _wal(tmp_path)
+    assert wal.attempts()[ck.attempt].committed and wal.attempts()[ck.attempt].rows == 5
+    wal.close()
+    env = lmdb.open(str(tmp_path / "slot"), max_dbs=4)
+    with env.begin() as txn:
+        assert txn.get(b"format", db=env.open_db(b"meta", txn=txn)) == b"2"
+    env.close()
+
+
+def test_a_failed_open_closes_the_environment_whatever_the_exception(tmp_path, monkeypatch):
+    _wal(tmp_path).close()
+    opened = []
+    real_open = lmdb.open
+    monkeypatch.setattr(lmdb, "open", lambda *a, **kw: opened.append(real_open(*a, **kw)) or opened[-1])
+    monkeypatch.setattr(Wal, "_count_live_bytes", lambda self: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError):
+        _wal(tmp_path)
+    with pytest.raises(lmdb.Error):  # closed
+        opened[0].info()
+
+
+def test_slot_directory_that_is_a_symlink_or_not_private_is_refused(tmp_path):
+    from spark_recoverable_sink.errors import WalError
+
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    (tmp_path / "slot").symlink_to(real)
+    with pytest.raises(WalError, match="symbolic link"):
+        _wal(tmp_path)
+    (tmp_path / "slot").unlink()
+    (tmp_path / "slot").mkdir(mode=0o700)
+    os.chmod(tmp_path / "slot", 0o777)
+    with pytest.raises(WalError, match="go-w"):
+        _wal(tmp_path)
+    os.chmod(tmp_path / "slot", 0o700)
+    os.chown(tmp_path / "slot", 54321, 54321)
+    with pytest.raises(WalError, match="owned by uid 54321"):
+        _wal(tmp_path)
+
+
+# -- wal_sync="none": after a reboot, a slot is validated in full -----------------------
+
+def _other_boot(tmp_path, monkeypatch) -> None:
+    from spark_recoverable_sink import wal as wal_mod
+
+    f = tmp_path / "boot_id"
+    f.write_text("00000000-0000-0000-0000-000000000000\n")
+    monkeypatch.setattr(wal_mod, "_BOOT_ID_FILE", str(f))
+
+
+def test_sync_none_slot_is_validated_after_a_reboot_and_refused_if_anything_is_bad(tmp_path, monkeypatch):
+    from spark_recoverable_sink.encoding import encode_attempt
+    from spark_recoverable_sink.errors import WalUncleanError
+
+    wal, ck = _committed(tmp_path, sync=False)
+    wal.close()
+    again = Wal(str(tmp_path / "slot"), sink_name="s", map_size=64 * MIB, sync=False)
+    assert not again.validated_after_reboot  # same boot: the page cache still holds every write
+    again.close()
+    _other_boot(tmp_path, monkeypatch)
+    good = Wal(str(tmp_path / "slot"), sink_name="s", map_size=64 * MIB, sync=True)
+    assert good.validated_after_reboot and good.attempts()[ck.attempt].committed
+    good.close()
+    # opened with sync since: the commit that stamped it flushed everything, no more validation
+    assert not _wal(tmp_path).validated_after_reboot
+    # written without sync again, then a "reboot" with a damaged record
+    Wal(str(tmp_path / "slot"), sink_name="s", map_size=64 * MIB, sync=False).close()
+    bad = bytearray(encode_attempt(AttemptState(2, 0, 5, 1.0)))
+    bad[10] ^= 1
+    _raw_put(tmp_path / "slot", b"attempts", ck.attempt.pack(), bytes(bad))
+    from spark_recoverable_sink import wal as wal_mod
+
+    monkeypatch.setattr(wal_mod, "_BOOT_ID_FILE", str(tmp_path / "another"))  # unknown boot: validate too
+    with pytest.raises(WalUncleanError) as ei:
+        _wal(tmp_path)
+    assert "wal_sync" in str(ei.value) and ei.value.path == str(tmp_path / "slot")
+
+
+# -- a slot that fails to open or recover: lock released, env closed, never a stuck slot ----
+
+def _runtime_config(tmp_path, **kw):
+    from spark_recoverable_sink.config import SinkConfig
+
+    return SinkConfig.build("s", {"bootstrap.servers": "127.0.0.1:9"}, str(tmp_path / "wal"), topic="t", **kw)
+
+
+def _slot0(tmp_path, sync: bool = True) -> tuple[str, ChunkKey]:
+    from spark_recoverable_sink.slots import sink_dir, slot_paths
+
+    lock_path, path = slot_paths(sink_dir(str(tmp_path / "wal"), "s"), 0)
+    open(lock_path, "w").close()
+    wal = Wal(path, sink_name="s", map_size=map_size_for(1 << 30), sync=sync)
+    ck = ChunkKey(1, 0, 0, wal.reserve_gen())
+    wal.append(ck, _chunk(5), new_attempt=AttemptState(OPEN, 0, 0, 1.0))
+    wal.commit_attempt(ck.attempt, 0, 5, 1.0)
+    wal.close()
+    return path, ck
+
+
+def _slot0_free(tmp_path) -> bool:
+    from spark_recoverable_sink.slots import SlotLock
+
+    lock = SlotLock(str(tmp_path / "wal" / "s"), 0)
+    free = lock.try_acquire()
+    lock.release()
+    return free
+
+
+def test_a_corrupt_dead_letter_in_a_slot_marks_it_unreadable_and_releases_its_lock(tmp_path):
+    import struct
+
+    from spark_recoverable_sink.encoding import encode_dead_letter
+    from spark_recoverable_sink.runtime import WorkerRuntime
+
+    path, ck = _slot0(tmp_path)
+    raw = bytearray(encode_dead_letter(DeadLetter("s:1:0:2", 10, "x", "t", None, None, b"v", (), None)))
+    raw[35] = 0xFF
+    _raw_put(path, b"dead", struct.pack(">QIQI", 1, 0, 2, ck.gen), bytes(raw))
+    rt = WorkerRuntime(_runtime_config(tmp_path))
+    try:
+        assert rt.lock.index != 0 and "dead letter" in rt.unreadable[0] and path in rt.unreadable[0]
+        assert _slot0_free(tmp_path)  # not held by a lost descriptor: an operator can quarantine it
+    finally:
+        rt.close()
+
+
+def test_any_exception_while_opening_a_slot_releases_its_lock(tmp_path, monkeypatch):
+    from spark_recoverable_sink.runtime import WorkerRuntime
+
+    _slot0(tmp_path)
+    monkeypatch.setattr(WorkerRuntime, "recover", lambda self, wal: (_ for _ in ()).throw(RuntimeError("bug")))
+    with pytest.raises(RuntimeError):
+        WorkerRuntime(_runtime_config(tmp_path))
+    assert _slot0_free(tmp_path)
+
+
+def test_an_unclean_sync_none_slot_is_quarantined_automatically_and_reported(tmp_path, monkeypatch):
+    from spark_recoverable_sink.encoding import encode_attempt
+    from spark_recoverable_sink.runtime import WorkerRuntime
+
+    path, ck = _slot0(tmp_path, sync=False)
+    bad = bytearray(encode_attempt(AttemptState(2, 0, 5, 1.0)))
+    bad[10] ^= 1
+    _raw_put(path, b"attempts", ck.attempt.pack(), bytes(bad))
+    _other_boot(tmp_path, monkeypatch)
+    rt = WorkerRuntime(_runtime_config(tmp_path, wal_sync="none"))
+    try:
+        [(dest, why)] = rt.quarantined.items()
+        assert "wal_sync" in why and "checksum" in why
+        assert os.path.exists(os.path.join(dest, "data.mdb"))  # bytes kept for the operator
+        assert not rt.unreadable and rt.wal.attempts() == {}  # the worker writes in a fresh slot
+    finally:
+        rt.close()
+
+
+def test_reopening_an_unchanged_slot_writes_nothing(tmp_path, monkeypatch):
+    wal, _ck = _committed(tmp_path)
+    wal.close()
+    monkeypatch.setattr(Wal, "_write", lambda self, what: (_ for _ in ()).throw(AssertionError(f"wrote: {what}")))
+    again = _wal(tmp_path)  # e.g. an orphan slot adopted on a full disk: its open must not need room
+    assert len(again.attempts()) == 1
+    again.close()
