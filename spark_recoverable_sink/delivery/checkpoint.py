@@ -66,7 +66,7 @@ class Pruner:
             if a.finished_without(keys):
                 finished[a.key] = None
         dead = [d for t in trackers if t.dead for d in dead_letters_of(self.config, t)]
-        _points.point("poller.checkpoint", slot=wal.path, chunks=len(trackers))
+        _points.point("checkpoint.prune", slot=wal.path, chunks=len(trackers))
         wal.prune(chunks=[(t.key, t.size) for t in trackers], dead=dead, attempts_done=list(finished))
         for t in trackers:  # committed: now, and only now, they are gone
             t.attempt.chunk_pruned(t.key)

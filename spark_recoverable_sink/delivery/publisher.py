@@ -185,9 +185,12 @@ class Publisher:
             if self._book.count(State.DONE) and (self._clock() - self._last_ckpt >= self.config.checkpoint_interval_s
                                                  or self._book.count(State.DONE) >= 256):
                 self._step("poller.checkpoint", self.checkpoint)
-            if self.dead_letters.busy and self._slot.current is not None:
-                self._step("poller.forward", lambda: self.dead_letters.forward(self._slot.current))
+            self._step("poller.forward", self._forward)
             return produced
+
+    def _forward(self) -> None:
+        if self.dead_letters.busy and self._slot.current is not None:
+            self.dead_letters.forward(self._slot.current)
 
     def _produce_backlog(self, max_chunks: int | None) -> int:
         producer = self._slot.get()
