@@ -173,7 +173,8 @@ class ChunkTracker:
     """
 
     __slots__ = ("wal", "key", "rows", "size", "attempt", "_acked", "dead", "failed", "round", "retries",
-                 "retried_records", "next_retry_at", "replayed", "skip", "state", "batch", "isolate")
+                 "retried_records", "next_retry_at", "replayed", "skip", "state", "batch", "isolate", "isolate_size",
+                 "isolating")
 
     def __init__(self, wal: "Wal", key: ChunkKey, rows: int, size: int, attempt: AttemptTracker,
                  replayed: bool = False, skip: frozenset[int] = frozenset()) -> None:
@@ -193,7 +194,9 @@ class ChunkTracker:
         self.skip = skip  # indices never to send: dead-lettered in an earlier life of the slot
         self.state = State.NEW
         self.batch: "pa.RecordBatch | None" = None  # kept in memory while QUEUED, within a bound
-        self.isolate: dict[int, Any] = {}  # index -> batch-level error, re-sent alone before it is dead
+        self.isolate: dict[int, Any] = {}  # index -> permanent error not proven alone yet
+        self.isolate_size = 0  # records per isolation round (halved after a failing group)
+        self.isolating = False  # the current round is an isolation round
 
     # -- rounds ------------------------------------------------------------------------
 

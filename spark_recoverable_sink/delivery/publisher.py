@@ -239,8 +239,9 @@ class Publisher:
 
     def _settle_one(self, t: ChunkTracker) -> None:
         rnd = t.round
-        if rnd.indices is not None and len(rnd.indices) == 1:
-            t.isolate.pop(rnd.indices[0], None)  # its isolation round is over
+        group = rnd.indices if t.isolating and rnd.indices is not None else []
+        for i in group:  # an isolation round: its records leave isolation unless they fail again
+            t.isolate.pop(i, None)
         if rnd.failed_raw:
             try:
                 batch = self._read_chunk(t)
@@ -254,6 +255,10 @@ class Publisher:
                 t.resolve_failures(column(batch, "topic") or [topic] * len(values),
                                    column(batch, "key") or [None] * len(values), values)
         t.settle_sync_failures()
+        if group:  # bisect: a group that failed again is halved; one that went through grows back
+            failed_again = any(i in t.isolate for i in group)
+            t.isolate_size = max(1, len(group) // 2) if failed_again else len(group) * 2
+            t.isolating = False
         reset = next((e for _i, e in t.failed if e is not None and e.code() in PRODUCER_RESET), None)
         if reset is not None and self._replace_reason is None:
             self._replace_reason = self.config.scrub(reset.str())  # replaced on the next pass
@@ -300,15 +305,19 @@ class Publisher:
                 t.next_retry_at = now + self.config.retry_backoff_max_s
                 continue
             failed = t.failed
-            lone = min((i for i, _e in failed if i in t.isolate), default=None)
-            indices = sorted({i for i, _e in failed}) if lone is None else [lone]
-            rest = [] if lone is None else [f for f in failed if f[0] != lone]
-            if lone is None:
+            iso = sorted(i for i, _e in failed if i in t.isolate)
+            if iso:  # isolation: a group of the suspects, smaller after each failing group, down to one
+                indices = iso[:t.isolate_size or max(1, (len(iso) + 1) // 2)]
+                chosen = set(indices)
+                rest = [f for f in failed if f[0] not in chosen]
+            else:
+                indices, rest = sorted({i for i, _e in failed}), []
                 t.retries += 1
             t.retried_records += len(indices)
             self.retried_records += len(indices)
             self.produce_chunk(t, batch, indices)
-            t.failed = rest  # records still waiting for their turn (isolation goes one at a time)
+            t.isolating = bool(iso) and t.state is State.IN_FLIGHT
+            t.failed = rest  # records still waiting for their turn
 
     def _replace_producer(self) -> None:
         reason, self._replace_reason = self._replace_reason, None
