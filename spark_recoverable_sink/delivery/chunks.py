@@ -28,11 +28,12 @@ round (producer replaced, watchdog) land in an object nobody reads any more.
 from __future__ import annotations
 
 import enum
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..encoding import AttemptKey, ChunkKey
+from ..encoding import ChunkKey
+from .attempts import AttemptTracker
+from .codes import BATCH_LEVEL, NON_RETRIABLE, PRODUCER_RESET
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -41,32 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["State", "ChunkTracker", "AttemptTracker", "ChunkBook", "Round", "TransitionError",
            "NON_RETRIABLE", "PRODUCER_RESET", "BATCH_LEVEL"]
-
-
-def _codes(*names: str) -> frozenset[int]:
-    from confluent_kafka import KafkaError
-
-    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
-
-
-#: Kafka error codes after which a record is dead-lettered instead of retried.
-NON_RETRIABLE = _codes(
-    "MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
-    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "TOPIC_EXCEPTION",
-    "_UNKNOWN_PARTITION", "_INVALID_ARG", "UNSUPPORTED_FOR_MESSAGE_FORMAT", "POLICY_VIOLATION",
-    "INVALID_REQUIRED_ACKS", "_INVALID_TYPE", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-)
-
-#: Error codes meaning the producer's idempotence state is broken: retrying on
-#: the same producer cannot succeed, so the publisher replaces it.
-PRODUCER_RESET = _codes(
-    "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID",
-    "INVALID_PRODUCER_ID_MAPPING", "_FENCED", "_FATAL", "_INCONSISTENT", "_GAPLESS_GUARANTEE",
-)
-
-#: Errors the broker returns for a whole Kafka batch: a record failing with one
-#: of them may be a good neighbour of the bad one (isolated before it is dead).
-BATCH_LEVEL = _codes("INVALID_RECORD", "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "POLICY_VIOLATION")
 
 
 class State(enum.Enum):
@@ -92,46 +67,6 @@ _ALLOWED: dict[State, frozenset[State]] = {
 
 class TransitionError(RuntimeError):
     """A chunk was asked to move where its state machine does not go (a bug, never data)."""
-
-
-class AttemptTracker:
-    """A task attempt's chunks in one slot: which are still in the WAL.
-
-    Counted by chunk key, so a chunk pruned twice is counted once: the attempt
-    record can never go while one of its chunks is still in the WAL.
-    """
-
-    def __init__(self, wal: "Wal", key: AttemptKey, committed: bool = False) -> None:
-        self.wal = wal
-        self.key = key
-        self._lock = threading.Lock()
-        self._outstanding: set[ChunkKey] = set()
-        self._closed = committed  # committed, or abandoned by a failed task
-
-    def add_chunk(self, key: ChunkKey) -> None:
-        with self._lock:
-            self._outstanding.add(key)
-
-    def finished_without(self, keys: set[ChunkKey]) -> bool:
-        """Whether the attempt record can go once ``keys`` are pruned (changes nothing)."""
-        with self._lock:
-            return self._closed and not (self._outstanding - keys)
-
-    def chunk_pruned(self, key: ChunkKey) -> bool:
-        """Count ``key`` gone (idempotent); True when the attempt record can go too."""
-        with self._lock:
-            self._outstanding.discard(key)
-            return self._closed and not self._outstanding
-
-    @property
-    def outstanding(self) -> int:
-        return len(self._outstanding)
-
-    def close(self) -> bool:
-        """Mark committed (or abandoned); True when no chunk is left, so the record can go."""
-        with self._lock:
-            self._closed = True
-            return not self._outstanding
 
 
 class Round:
