@@ -91,7 +91,7 @@ def bench_ack(wal: Wal, keys: list, counts: list[int]) -> float:
     t0 = time.perf_counter()
     for (key, size), n in zip(keys, counts):
         t = ChunkTracker(wal, key, n, size, attempt)
-        cb = t.on_delivery
+        cb = t.round.on_delivery if hasattr(t, "round") else t.on_delivery  # what the produce loop binds
         if per_index:
             cbs = [partial(cb, i) for i in range(n)]  # the produce loop binds the index ...
             for f in cbs:  # ... the poll() that serves delivery reports calls it with (err, msg)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .config import SinkConfig
 from .encoding import DeadLetter, decode_chunk, iter_rows, record_id
 from .errors import WalError
-from .tracking import NON_RETRIABLE, ChunkTracker
+from .delivery.chunks import NON_RETRIABLE, ChunkTracker
 
 if TYPE_CHECKING:  # pragma: no cover
     from .wal import Wal
@@ -63,10 +63,13 @@ class DeadLetterRouter:
         self.config = config
         self._pending: deque[tuple["Wal", bytes, DeadLetter, bool]] = deque()  # (..., omit payload)
         self._unreported: deque[tuple["Wal", bytes, DeadLetter]] = deque()
+        # produced, report not in yet: token -> entry (re-queued if their producer is replaced)
+        self._sent: dict[int, tuple["Wal", bytes, DeadLetter, bool]] = {}
+        self._token = 0
 
     @property
     def busy(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or bool(self._sent)
 
     def stored(self, wal: "Wal", dkey: bytes, d: DeadLetter) -> None:
         """A dead letter is in the WAL: route it."""
@@ -99,14 +102,27 @@ class DeadLetterRouter:
                 headers.append(("rks-payload-omitted", str(len(d.value or b"")).encode()))
                 value = None
             headers.extend(d.headers)
+            self._token += 1
+            token = self._token
             try:
                 producer.produce(self.config.dead_letter_topic, value, d.key, headers=headers,
-                                 on_delivery=partial(self._delivered, wal, dkey, d, omit))
+                                 on_delivery=partial(self._delivered, token))
             except BufferError:
                 self._pending.appendleft((wal, dkey, d, omit))
                 return
             except KafkaException as exc:
                 self._failed(wal, dkey, d, omit, exc.args[0])
+                continue
+            self._sent[token] = (wal, dkey, d, omit)
+
+    def requeue_unacked(self) -> None:
+        """The producer was replaced: what it held is sent again (its late reports are ignored)."""
+        if self._sent:
+            log.warning("sink=%s re-queueing dead letters=%d held by a replaced producer",
+                        self.config.name, len(self._sent))
+        for entry in self._sent.values():
+            self._pending.append(entry)
+        self._sent.clear()
 
     def _failed(self, wal: "Wal", dkey: bytes, d: DeadLetter, omit: bool, err: Any) -> None:
         log.warning("sink=%s dead letter record_id=%s not forwarded to %s: %s",
@@ -117,13 +133,17 @@ class DeadLetterRouter:
             return
         self._pending.append((wal, dkey, d, omit or err.code() in NON_RETRIABLE))
 
-    def _delivered(self, wal: "Wal", dkey: bytes, d: DeadLetter, omit: bool, err: Any, _msg: Any) -> None:
+    def _delivered(self, token: int, err: Any, _msg: Any) -> None:
+        entry = self._sent.pop(token, None)
+        if entry is None:
+            return  # sent on a replaced producer: re-queued already
+        wal, dkey, d, omit = entry
         if err is not None:
             self._failed(wal, dkey, d, omit, err)
             return
         try:
             wal.put_dead_letters([(dkey, replace(d, forwarded=True))])
-        except WalError:
+        except Exception:  # stays unforwarded in the WAL: forwarded again after a restart
             log.exception("sink=%s cannot mark dead letter %s forwarded", self.config.name, d.record_id)
 
     def take_unreported(self, limit: int = 1000) -> list[tuple[str, str]]:
@@ -142,4 +162,4 @@ class DeadLetterRouter:
         return [(d.record_id, d.error) for _w, _k, d in taken]
 
     def references(self, wal: "Wal") -> bool:
-        return any(x[0] is wal for x in list(self._pending) + list(self._unreported))
+        return any(x[0] is wal for x in list(self._pending) + list(self._unreported) + list(self._sent.values()))

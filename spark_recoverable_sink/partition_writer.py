@@ -108,7 +108,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
             rt.reserve_space(len(chunk))
             first = None if trackers else AttemptState(OPEN, spark_attempt, 0, started)
             rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
-            attempt.add_chunk()
+            attempt.add_chunk(key)
             t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
             trackers.append(t)
             if config.ack_timeout_s > 0:

@@ -55,8 +55,26 @@ def get_runtime(config: SinkConfig) -> "WorkerRuntime":
             _RUNTIMES_PID = os.getpid()
         rt = _RUNTIMES.get(config)
         if rt is None:
+            _evict_same_name(config)
             rt = _RUNTIMES[config] = WorkerRuntime(config)
         return rt
+
+
+def _evict_same_name(config: SinkConfig) -> None:
+    """Close this process's runtimes of the same sink name under another configuration.
+
+    A new configuration of a sink (a rotated password, a changed option)
+    replaces the old one: its producer stops, its slot is released, and
+    whatever it still held stays in the WAL, adopted by the new runtime.
+    """
+    for old_cfg in [c for c in _RUNTIMES if c.name == config.name and c != config]:
+        old = _RUNTIMES.pop(old_cfg)
+        log.warning("sink=%s configuration changed: closing the previous runtime of this worker (slot=%s); "
+                    "what it held stays in the WAL for adoption", config.name, old.wal.path)
+        try:
+            old.close(flush_s=0.0)
+        except Exception:  # its slot lock goes with the process at worst; the WAL keeps every record
+            log.exception("sink=%s closing the previous runtime failed", config.name)
 
 
 def reset_runtimes() -> None:
@@ -80,8 +98,6 @@ class WorkerRuntime:
         self._seen_empty: dict[int, Any] = {}
         self._adopt_lock = threading.Lock()
         self._replayed = 0
-        self.publisher.start()
-        self.publisher.on_idle = self._on_idle
         self._last_scan = time.monotonic()
         while True:
             self.lock, self.wal = self._take_own_slot()
@@ -92,6 +108,15 @@ class WorkerRuntime:
                 self._give_up(self.lock, self.wal, exc, "cannot be recovered")
                 if not isinstance(exc, WalError):
                     raise
+        # Fully built: only now the poller starts (a failed construction leaks nothing).
+        try:
+            self.publisher.on_idle = self._on_idle
+            self.publisher.start()
+        except BaseException:
+            self.publisher.close(0.0)
+            self.wal.close()
+            self.lock.release()
+            raise
         log.info("sink=%s pid=%d slot=%s opened live_bytes=%d replayed=%d",
                  config.name, os.getpid(), self.wal.path, self.wal.live_bytes, self._replayed)
 
@@ -161,7 +186,7 @@ class WorkerRuntime:
                 replay.append((ck, size))
                 if ck.attempt not in trackers:
                     trackers[ck.attempt] = AttemptTracker(wal, ck.attempt)
-                trackers[ck.attempt].add_chunk()
+                trackers[ck.attempt].add_chunk(ck)
         wal.gen = max([wal.gen] + [ck.gen for ck in rows_of])
         finished = [k for k, st in attempts.items() if not st.committed or k not in trackers]
         if drop or finished:
@@ -281,9 +306,9 @@ class WorkerRuntime:
                 self.wal.path,
             )
 
-    def close(self) -> None:
-        """Flush, checkpoint and release every slot. Optional: nothing depends on it."""
-        self.publisher.close()
+    def close(self, flush_s: float = 5.0) -> None:
+        """Flush (up to ``flush_s``), checkpoint and release every slot. Optional: nothing depends on it."""
+        self.publisher.close(flush_s)
         with self._adopt_lock:
             for lock, wal in self.adopted.values():
                 wal.close()

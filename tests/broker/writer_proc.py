@@ -2,7 +2,8 @@
 
 Usage: python -m tests.broker.writer_proc CONFIG_JSON BATCH PARTITION ROWS VALUE_SIZE DIE_AT
 DIE_AT: "after_commit" (os._exit right after write_partition returns, acks or not)
-or "mid_task:<rows>" (the test hook ends the process once <rows> rows are in the WAL).
+or "mid_task:<rows>" (the test hook ends the process once <rows> rows are in the WAL),
+or "settled" (waits, at most 60 s, until the publisher holds nothing, then os._exit without close).
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ def main() -> None:
     opts = json.loads(conf_json)
     cfg = SinkConfig.build(opts.pop("name"), opts.pop("kafka_conf"), opts.pop("wal_dir"), **opts)
     report = write_partition(cfg, int(batch), int(partition), 0, batches(int(partition), int(rows), int(size)))
+    if die_at == "settled":
+        import time
+
+        from spark_recoverable_sink.runtime import get_runtime
+
+        rt = get_runtime(cfg)
+        end = time.monotonic() + 60
+        while not rt.publisher.idle() and time.monotonic() < end:
+            time.sleep(0.05)  # waiting for a condition, bounded; nothing races on it
     print(json.dumps(report.to_row()), flush=True)
     os._exit(0)  # no close(), no atexit: whatever the producer still buffers is lost
 

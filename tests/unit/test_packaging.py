@@ -14,13 +14,16 @@ def test_package_find_includes_the_runtime_package_only():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         find = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]
     packages = find_packages(ROOT, include=find["include"], exclude=find.get("exclude", ()))
-    assert packages == ["spark_recoverable_sink"], packages
+    assert packages and all(p.split(".")[0] == "spark_recoverable_sink" for p in packages), packages
+    assert not any(p.startswith(("tests", "devtools", "bench", "jobs")) for p in packages), packages
 
 
 def test_runtime_package_holds_no_test_or_dev_code():
     pkg = os.path.join(ROOT, "spark_recoverable_sink")
-    modules = sorted(n for n in os.listdir(pkg) if n.endswith(".py"))
-    assert "devbroker.py" not in modules and "_faults.py" not in modules, modules
+    modules = sorted(os.path.relpath(os.path.join(d, n), pkg)
+                     for d, _, names in os.walk(pkg) for n in names if n.endswith(".py"))
+    names = {os.path.basename(m) for m in modules}
+    assert "devbroker.py" not in names and "_faults.py" not in names, modules
     for name in modules:
         with open(os.path.join(pkg, name)) as f:
             text = f.read()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import KafkaError
 
 from spark_recoverable_sink.encoding import AttemptKey, ChunkKey
+from spark_recoverable_sink.delivery.chunks import ChunkBook, State, TransitionError
 from spark_recoverable_sink.tracking import AttemptTracker, ChunkTracker
 
 
@@ -48,9 +50,15 @@ def test_failures_matched_exactly_by_content():
     t.seal(5, [])
     assert t.round_done and t.acked == 3
     t.resolve_failures(topics, keys, values)
-    assert [i for i, _ in t.failed] == [1]
+    # too large is a batch-level error: record 2 is re-sent alone before it is dead
+    assert [i for i, _ in t.failed] == [1, 2] and set(t.isolate) == {2} and t.dead == []
+    assert t.acked == 3 and t.pending == 2
+    t.start_round([2])
+    t.on_delivery(TOO_LARGE, _Msg("t", keys[2], values[2]))
+    t.seal(1, [])
+    t.resolve_failures(topics, keys, values)
     assert [(i, c) for i, c, _ in t.dead] == [(2, KafkaError.MSG_SIZE_TOO_LARGE)]
-    assert t.acked == 3 and t.pending == 1
+    assert t.failed == [] and t.acked == 3
 
 
 def test_identical_content_is_all_resent_and_acks_taken_back():
@@ -105,4 +113,53 @@ def test_fail_round_retries_every_record_not_known_dead():
     t.seal(4, [])
     t.fail_round()  # e.g. the chunk could not be read back to match the failure
     assert sorted(i for i, _ in t.failed) == [0, 1, 2, 3]
-    assert t.acked == 0 and t.failed_raw == [] and t.pending == 4
+    assert t.acked == 0 and t.round.failed_raw == [] and t.pending == 4
+
+
+def test_equal_content_one_transient_one_permanent_only_the_bad_one_dies():
+    # same topic/key/value, different headers: delivery reports cannot tell them apart
+    topics, keys, values = ["t"] * 3, [b"k"] * 3, [b"same", b"same", b"z"]
+    t = _tracker(3)
+    t.on_delivery(TIMEOUT, _Msg("t", b"k", b"same"))
+    t.on_delivery(TOO_LARGE, _Msg("t", b"k", b"same"))
+    t.on_delivery(None, _Msg("t", b"k", b"z"))
+    t.seal(3, [])
+    t.resolve_failures(topics, keys, values)
+    assert t.dead == [] and sorted(i for i, _ in t.failed) == [0, 1] and set(t.isolate) == {0, 1}
+    for i, err in ((0, None), (1, TOO_LARGE)):  # each alone: its report is its own
+        t.start_round([i])
+        t.on_delivery(err, _Msg("t", b"k", b"same"))
+        t.seal(1, [])
+        t.resolve_failures(topics, keys, values)
+    assert [i for i, _c, _e in t.dead] == [1]
+    assert t.acked == 2 and t.pending == 0
+
+
+def test_attempt_counts_a_chunk_pruned_twice_once():
+    at = AttemptTracker(None, AttemptKey(1, 0, 1))  # type: ignore[arg-type]
+    k1, k2 = ChunkKey(1, 0, 0, 1), ChunkKey(1, 0, 10, 1)
+    at.add_chunk(k1)
+    at.add_chunk(k2)
+    assert at.close() is False
+    assert at.chunk_pruned(k1) is False
+    assert at.chunk_pruned(k1) is False  # k2 is still in the WAL: the attempt record must stay
+    assert at.finished_without({k2}) is True and at.outstanding == 1
+    assert at.chunk_pruned(k2) is True
+
+
+def test_chunk_book_keeps_each_chunk_in_exactly_one_state():
+    book = ChunkBook()
+    at = AttemptTracker(None, AttemptKey(1, 0, 1))  # type: ignore[arg-type]
+    t = ChunkTracker(None, ChunkKey(1, 0, 0, 1), 3, 10, at)  # type: ignore[arg-type]
+    book.move(t, State.QUEUED)
+    book.move(t, State.IN_FLIGHT)
+    book.move(t, State.SETTLED)
+    book.move(t, State.DONE)
+    assert book.in_state(State.DONE) == [t] and book.count(State.QUEUED, State.IN_FLIGHT, State.SETTLED) == 0
+    with pytest.raises(TransitionError):
+        book.move(t, State.DONE)  # done twice is not a transition: nothing changes
+    assert book.in_state(State.DONE) == [t]
+    book.move(t, State.PRUNED)
+    with pytest.raises(TransitionError):
+        book.move(t, State.PRUNED)  # pruned twice: refused
+    assert not book and t.finished

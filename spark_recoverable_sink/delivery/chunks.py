@@ -1,0 +1,289 @@
+"""A chunk's life as one explicit state machine, and the per-attempt chunk count.
+
+Every WAL chunk the publisher knows is tracked by one :class:`ChunkTracker`
+whose ``state`` is the single truth about where it is::
+
+    NEW -> QUEUED -> IN_FLIGHT -> SETTLED -> DONE -> PRUNED
+             |          |  ^         |
+             |          v  |         v
+             +------> RETRY_WAIT <---+
+
+* ``QUEUED``: in the WAL, waiting for room in the client's queue (async mode, replays);
+* ``IN_FLIGHT``: a round of ``produce`` calls went out; delivery reports arrive;
+* ``SETTLED``: every report of the round is in; failures still to be matched to records;
+* ``RETRY_WAIT``: some records failed (or the round was abandoned): re-read from the WAL after a backoff;
+* ``DONE``: every record acked or dead; waiting for the checkpoint to delete it;
+* ``PRUNED``: deleted from the WAL; forgotten.
+
+:class:`ChunkBook` is the one place transitions happen: it validates each one
+and keeps an index per state (so a step finds its chunks without a scan).
+Because a tracker is in exactly one state, a step that raises halfway leaves
+every chunk where it was, and the next pass takes it up again.
+
+Delivery reports of a round go to that round's :class:`Round` (one bound
+callback per chunk and round, never per record): reports of an abandoned
+round (producer replaced, watchdog) land in an object nobody reads any more.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ..encoding import ChunkKey
+from .attempts import AttemptTracker
+from .codes import BATCH_LEVEL, NON_RETRIABLE, PRODUCER_RESET
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+    from ..wal import Wal
+
+__all__ = ["State", "ChunkTracker", "AttemptTracker", "ChunkBook", "Round", "TransitionError",
+           "NON_RETRIABLE", "PRODUCER_RESET", "BATCH_LEVEL"]
+
+
+class State(enum.Enum):
+    NEW = "new"
+    QUEUED = "queued"
+    IN_FLIGHT = "in_flight"
+    SETTLED = "settled"
+    RETRY_WAIT = "retry_wait"
+    DONE = "done"
+    PRUNED = "pruned"
+
+
+_ALLOWED: dict[State, frozenset[State]] = {
+    State.NEW: frozenset({State.QUEUED, State.IN_FLIGHT}),
+    State.QUEUED: frozenset({State.IN_FLIGHT, State.RETRY_WAIT}),
+    State.IN_FLIGHT: frozenset({State.SETTLED, State.RETRY_WAIT}),
+    State.SETTLED: frozenset({State.RETRY_WAIT, State.DONE}),
+    State.RETRY_WAIT: frozenset({State.IN_FLIGHT}),
+    State.DONE: frozenset({State.PRUNED}),
+    State.PRUNED: frozenset(),
+}
+
+
+class TransitionError(RuntimeError):
+    """A chunk was asked to move where its state machine does not go (a bug, never data)."""
+
+
+class Round:
+    """Delivery reports of one round of ``produce`` calls of one chunk."""
+
+    __slots__ = ("indices", "expected", "settled", "acked", "failed_raw", "sync_failed", "sealed", "started",
+                 "epoch")
+
+    def __init__(self, indices: list[int] | None, epoch: int, started: float) -> None:
+        self.indices = indices  # None: every record
+        self.expected = 0
+        self.settled = 0
+        self.acked = 0
+        self.failed_raw: list[tuple[Any, str, bytes | None, bytes | None]] = []  # (error, topic, key, value)
+        self.sync_failed: list[tuple[int, Any]] = []
+        self.sealed = False
+        self.started = started
+        self.epoch = epoch  # which producer the round went to
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        """confluent-kafka delivery callback (runs under the publisher's poll lock)."""
+        if err is None:
+            self.acked += 1
+        else:
+            self.failed_raw.append((err, msg.topic(), msg.key(), msg.value()))
+        self.settled += 1
+
+    @property
+    def done(self) -> bool:
+        return self.sealed and self.settled >= self.expected
+
+
+class ChunkTracker:
+    """Delivery state of the records of one WAL chunk (see the module docstring).
+
+    ``acked`` and ``dead`` accumulate over rounds. Delivery reports carry no
+    headers, so a failed record is identified afterwards against the chunk
+    read back from the WAL (:meth:`resolve_failures`).
+    """
+
+    __slots__ = ("wal", "key", "rows", "size", "attempt", "_acked", "dead", "failed", "round", "retries",
+                 "retried_records", "next_retry_at", "replayed", "skip", "state", "batch", "isolate", "isolate_size",
+                 "isolating")
+
+    def __init__(self, wal: "Wal", key: ChunkKey, rows: int, size: int, attempt: AttemptTracker,
+                 replayed: bool = False, skip: frozenset[int] = frozenset()) -> None:
+        self.wal = wal
+        self.key = key
+        self.rows = rows
+        self.size = size
+        self.attempt = attempt
+        self._acked = 0  # acks of finished rounds (the current round's are in ``round``)
+        self.dead: list[tuple[int, int, str]] = []  # (index, error code, error text)
+        self.failed: list[tuple[int, Any]] = []  # (index, KafkaError or None) awaiting retry
+        self.round = Round(None, 0, 0.0)
+        self.retries = 0
+        self.retried_records = 0
+        self.next_retry_at = 0.0
+        self.replayed = replayed
+        self.skip = skip  # indices never to send: dead-lettered in an earlier life of the slot
+        self.state = State.NEW
+        self.batch: "pa.RecordBatch | None" = None  # kept in memory while QUEUED, within a bound
+        self.isolate: dict[int, Any] = {}  # index -> permanent error not proven alone yet
+        self.isolate_size = 0  # records per isolation round (halved after a failing group)
+        self.isolating = False  # the current round is an isolation round
+
+    # -- rounds ------------------------------------------------------------------------
+
+    @property
+    def acked(self) -> int:
+        return max(0, self._acked + self.round.acked)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (State.DONE, State.PRUNED)
+
+    @property
+    def pending(self) -> int:
+        return self.rows - self.acked - len(self.dead) - len(self.skip)
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        """The current round's callback (tests; the produce loop binds ``round.on_delivery`` once)."""
+        self.round.on_delivery(err, msg)
+
+    def start_round(self, indices: list[int] | None, epoch: int = 0, now: float = 0.0) -> Round:
+        self._acked += self.round.acked
+        self.failed = []
+        self.round = Round(indices, epoch, now)
+        return self.round
+
+    def seal(self, produced: int, sync_failed: list[tuple[int, Any]]) -> None:
+        self.round.sync_failed = sync_failed
+        self.round.expected = produced
+        self.round.sealed = True
+
+    @property
+    def round_done(self) -> bool:
+        return self.round.done
+
+    def _round_rows(self) -> Iterator[int]:
+        r = self.round.indices
+        return iter(range(self.rows) if r is None else r)
+
+    def resolve_failures(self, topics: list[str], keys: list[bytes | None], values: list[bytes | None]) -> None:
+        """Turn this round's failed delivery reports into record indices.
+
+        Every record of the round with the failed content (topic, key, value)
+        is taken as failed: exact unless a chunk repeats a record's content, in
+        which case the identical records are all sent again (a duplicate, never
+        a gap). A permanent error shared by several records of equal content,
+        or a batch-level error, is not final: those records are isolated (each
+        re-sent alone, where its report is its own) before any is dead.
+        """
+        rnd = self.round
+        wanted = {(t, k, v) for _e, t, k, v in rnd.failed_raw}
+        by_content: dict[tuple[str, bytes | None, bytes | None], list[int]] = {}
+        for i in self._round_rows():
+            c = (topics[i], keys[i], values[i])
+            if c in wanted:
+                by_content.setdefault(c, []).append(i)
+        alone = rnd.indices is not None and len(rnd.indices) == 1
+        dead: dict[int, Any] = {}
+        failed: dict[int, Any] = {}
+        for err, t, k, v in rnd.failed_raw:
+            found = by_content.get((t, k, v))
+            if not found:  # cannot tell which record failed: send the whole round again
+                found = [i for i in self._round_rows() if i not in self.skip]
+                by_content[(t, k, v)] = found
+            permanent = err.code() in NON_RETRIABLE
+            for i in found:
+                if permanent and (alone or (len(found) == 1 and err.code() not in BATCH_LEVEL)):
+                    dead[i] = err
+                elif permanent:
+                    self.isolate[i] = err  # shared fate: proven alone first
+                    failed[i] = err
+                else:
+                    failed[i] = err
+        for i in dead:
+            failed.pop(i, None)
+            self.isolate.pop(i, None)
+        # records now counted failed or dead that the round had counted acked
+        rnd.acked -= (len(dead) + len(failed)) - len(rnd.failed_raw)
+        rnd.failed_raw = []
+        self.dead.extend((i, e.code(), e.str()) for i, e in sorted(dead.items()))
+        self.failed.extend(sorted(failed.items()))
+
+    def fail_round(self) -> None:
+        """Take every record of this round that is not dead as failed (failures cannot be matched)."""
+        rnd = self.round
+        known_dead = {i for i, _c, _e in self.dead} | self.skip
+        failed = [i for i in self._round_rows() if i not in known_dead]
+        err = rnd.failed_raw[0][0] if rnd.failed_raw else None
+        rnd.acked -= len(failed) - len(rnd.failed_raw)
+        rnd.failed_raw = []
+        self.failed.extend((i, err) for i in failed)
+
+    def settle_sync_failures(self) -> None:
+        for i, err in self.round.sync_failed:
+            if err.code() in NON_RETRIABLE:
+                self.dead.append((i, err.code(), err.str()))
+            else:
+                self.failed.append((i, err))
+        self.round.sync_failed = []
+
+    def abandon_round(self) -> None:
+        """Every record not known dead goes again (producer replaced, or the round timed out).
+
+        Which records the old round got acked is unknown: all go again.
+        """
+        dead = {i for i, _c, _e in self.dead} | self.skip
+        self._acked = 0
+        self.round = Round(None, self.round.epoch, self.round.started)
+        self.failed = [(i, None) for i in range(self.rows) if i not in dead]
+        self.next_retry_at = 0.0
+
+    def __repr__(self) -> str:
+        return (f"ChunkTracker(key={self.key}, rows={self.rows}, state={self.state.value}, acked={self.acked}, "
+                f"dead={len(self.dead)}, failed={len(self.failed)})")
+
+
+class ChunkBook:
+    """Every live chunk, by state; the one place where a chunk changes state."""
+
+    def __init__(self) -> None:
+        self._by_state: dict[State, dict[int, ChunkTracker]] = {s: {} for s in State if s is not State.PRUNED}
+
+    def move(self, t: ChunkTracker, to: State) -> None:
+        """Move ``t`` to ``to``.
+
+        Raises:
+            TransitionError: the state machine has no such edge (nothing changed).
+        """
+        if to not in _ALLOWED[t.state]:
+            raise TransitionError(f"chunk {t.key}: {t.state.value} -> {to.value} is not a transition")
+        if t.state is not State.NEW:
+            del self._by_state[t.state][id(t)]
+        if to is not State.PRUNED:
+            self._by_state[to][id(t)] = t
+        t.state = to
+
+    def in_state(self, *states: State) -> list[ChunkTracker]:
+        """A snapshot (safe to iterate while moving chunks)."""
+        return [t for s in states for t in self._by_state[s].values()]
+
+    def first(self, state: State) -> ChunkTracker | None:
+        return next(iter(self._by_state[state].values()), None)
+
+    def count(self, *states: State) -> int:
+        return sum(len(self._by_state[s]) for s in states)
+
+    def live(self) -> Iterator[ChunkTracker]:
+        for s in (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT, State.DONE):
+            yield from list(self._by_state[s].values())
+
+    def __bool__(self) -> bool:
+        return any(self._by_state[s] for s in self._by_state if s is not State.NEW)
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()

@@ -1,0 +1,346 @@
+"""The publisher facade: produce chunks, run the poller pass, answer the runtime.
+
+One :class:`Publisher` per worker process and sink configuration. All
+delivery state changes under one reentrant *poll lock*: whoever holds it
+calls ``poll`` and so runs the delivery callbacks (the task thread during a
+task, the poller thread between tasks). One pass (:meth:`Publisher.tick`) runs
+these steps, each at a named point (``poller.<step>``) and each guarded: a
+step that raises is logged, leaves every chunk in its state, and the next
+step and the next pass carry on.
+
+1. ``backlog``: produce queued chunks while the client's queue has room;
+2. ``poll``: serve delivery callbacks (replacing the producer first after a fatal error);
+3. ``settle``: match a finished round's failures to records; a chunk is then
+   waiting for a retry or done;
+4. ``watchdog``: a round with reports missing past the bound is abandoned and retried;
+5. ``retry``: re-read due chunks from the WAL and produce their failed records;
+6. ``checkpoint``: prune done chunks (see :mod:`.checkpoint`);
+7. ``forward``: send dead letters to ``dead_letter_topic``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import pyarrow as pa
+
+from .. import _points
+from ..config import SinkConfig
+from ..dead_letters import DeadLetterRouter
+from ..deadline import Deadline
+from ..encoding import decode_chunk, record_id_prefix
+from ..errors import WalError
+from .checkpoint import Pruner
+from .chunks import AttemptTracker, ChunkBook, ChunkTracker, State
+from .producer import ProducerSlot, message_timeout_s
+from .rows import produce_rows
+from .steps import RoundSteps
+
+__all__ = ["Publisher"]
+
+log = logging.getLogger(__name__)
+
+_BACKLOG_MEMORY = 256 * 1024 * 1024  # queued chunks kept in memory; more are read back from the WAL
+_LIVE = (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT)
+
+
+class Publisher(RoundSteps):
+    """Produces chunks, tracks acks, retries from the WAL, prunes.
+
+    Raises (from :meth:`producer`):
+        ProducerError: the Kafka configuration was refused (secrets scrubbed).
+    """
+
+    def __init__(self, config: SinkConfig, producer_factory: Callable[[dict[str, Any]], Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.dead_letters = DeadLetterRouter(config)
+        self._slot = ProducerSlot(config, self._on_client_error, producer_factory)
+        self._book = ChunkBook()
+        self._pruner = Pruner(config, self._book, self.dead_letters)
+        self._clock = clock
+        self._lock = threading.RLock()  # the poll lock: all delivery state changes under it
+        self._tasks_waiting = 0  # the poller steps aside while a task waits for the lock
+        self._backlog_bytes = 0
+        conf = config.producer_conf()
+        self._queue_messages = int(conf.get("queue.buffering.max.messages", 100_000))
+        self._queue_bytes = int(conf.get("queue.buffering.max.kbytes", 1_048_576)) * 1024
+        #: A round whose reports are not all in after this long is abandoned and
+        #: retried on a fresh producer: librdkafka must have reported every record
+        #: by message.timeout.ms; the margin covers a slow poll and the broker's answer.
+        self.round_timeout_s = message_timeout_s(conf) * 1.2 + 10.0
+        #: How long one record may wait for room in a full client queue, before it
+        #: counts as failed and is retried from the WAL.
+        self.block_s = max(1.0, min(config.max_block_s, message_timeout_s(conf)))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._replace_reason: str | None = None
+        self._last_ckpt = clock()
+        self._last_replace = -1e9
+        self.retried_records = 0
+        self.step_errors = 0
+        self.on_idle: Callable[[], None] | None = None
+
+    # -- producer ------------------------------------------------------------------
+
+    def producer(self) -> Any:
+        with self._lock:
+            return self._slot.get()
+
+    def _on_client_error(self, err: Any) -> None:
+        if err.fatal():
+            log.error("sink=%s fatal producer error=%s; the producer will be replaced",
+                      self.config.name, self.config.scrub(err.str()))
+            self._replace_reason = self.config.scrub(err.str())
+        else:
+            log.warning("sink=%s producer error=%s", self.config.name, self.config.scrub(err.str()))
+
+    def start(self) -> None:
+        """Start the poller thread (idempotent)."""
+        if self._thread is None or not self._thread.is_alive():
+            self.producer()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name=f"rks-poller-{self.config.name}", daemon=True)
+            self._thread.start()
+
+    # -- producing -----------------------------------------------------------------
+
+    def produce_chunk(self, t: ChunkTracker, batch: pa.RecordBatch, indices: Sequence[int] | None = None) -> None:
+        """Produce a chunk's records (all, or ``indices``) in a new round.
+
+        Records refused synchronously by the client count as failed (retried)
+        or dead, like records refused by the broker. If producing raises, the
+        chunk waits for a retry from the WAL and the error propagates.
+        """
+        with self._lock:
+            producer = self._slot.get()
+            rnd = t.start_round(None if indices is None else list(indices), self._slot.epoch, self._clock())
+            self._book.move(t, State.IN_FLIGHT)
+            ck = t.key
+            try:
+                produced, sync_failed = produce_rows(
+                    producer, rnd.on_delivery, t.rows, batch, indices, self.config.topic, self.config.id_header,
+                    record_id_prefix(self.config.name, ck.batch, ck.partition), ck.first_seq, self.block_s)
+            except BaseException:
+                t.abandon_round()
+                self._book.move(t, State.RETRY_WAIT)
+                raise
+            t.seal(produced, sync_failed)
+
+    def enqueue_chunk(self, t: ChunkTracker, batch: pa.RecordBatch | None) -> None:
+        """Fully async mode: the chunk is in the WAL; a later pass produces it.
+
+        The Arrow batch is kept in memory up to a bound, beyond which it is
+        read back from the WAL when its turn comes.
+        """
+        with self._lock:
+            keep = batch is not None and self._backlog_bytes + t.size <= _BACKLOG_MEMORY
+            t.batch = batch if keep else None
+            self._backlog_bytes += t.size if keep else 0
+            self._book.move(t, State.QUEUED)
+
+    def _room_for(self, producer: Any, t: ChunkTracker) -> bool:
+        """Whether the client's queue can take a whole chunk without blocking."""
+        queued = len(producer)
+        if queued == 0:
+            return True  # a chunk larger than the queue still goes, when nothing else waits
+        in_flight_bytes = sum(w.size for w in self._book.in_state(State.IN_FLIGHT))
+        return (queued + t.rows <= self._queue_messages * 0.9
+                and in_flight_bytes + t.size <= self._queue_bytes * 0.9)
+
+    def _read_chunk(self, t: ChunkTracker) -> pa.RecordBatch:
+        raw = t.wal.read_chunk(t.key)
+        if raw is None:
+            raise WalError(f"chunk {t.key} vanished from {t.wal.path}", t.wal.path)
+        return decode_chunk(raw)
+
+    # -- one pass ------------------------------------------------------------------
+
+    def _step(self, name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            _points.point(name)
+            return fn()
+        except Exception:  # every chunk is still in one well-defined state
+            self.step_errors += 1
+            log.exception("sink=%s step=%s failed; the next pass carries on", self.config.name, name)
+            return None
+
+    def tick(self, timeout_s: float = 0.0, backlog_chunks: int | None = 0) -> int:
+        """One pass of the steps in the module docstring; returns the queued chunks produced.
+
+        ``backlog_chunks``: how many queued chunks to produce in this pass, as
+        far as the client's queue has room (``None``: as many as fit).
+        """
+        with self._lock:
+            produced = 0
+            if backlog_chunks != 0 and self._book.count(State.QUEUED):
+                produced = self._step("poller.backlog", lambda: self._produce_backlog(backlog_chunks)) or 0
+            self._step("poller.poll", lambda: self._poll(timeout_s))
+            self._step("poller.settle", self._settle_rounds)
+            self._step("poller.watchdog", self._watchdog)
+            self._step("poller.retry", self._retry_due)
+            if self._book.count(State.DONE) and (self._clock() - self._last_ckpt >= self.config.checkpoint_interval_s
+                                                 or self._book.count(State.DONE) >= 256):
+                self._step("poller.checkpoint", self.checkpoint)
+            self._step("poller.forward", self._forward)
+            return produced
+
+    def _forward(self) -> None:
+        if self.dead_letters.busy and self._slot.current is not None:
+            self.dead_letters.forward(self._slot.current)
+
+    def _produce_backlog(self, max_chunks: int | None) -> int:
+        producer = self._slot.get()
+        n = 0
+        while max_chunks is None or n < max_chunks:
+            t = self._book.first(State.QUEUED)
+            if t is None or not self._room_for(producer, t):
+                break
+            batch, t.batch = t.batch, None
+            if batch is not None:
+                self._backlog_bytes -= t.size
+            else:
+                try:
+                    batch = self._read_chunk(t)
+                except Exception:
+                    log.exception("sink=%s cannot read chunk %s to produce it; retrying later", self.config.name, t.key)
+                    t.abandon_round()
+                    t.next_retry_at = self._clock() + self.config.retry_backoff_max_s
+                    self._book.move(t, State.RETRY_WAIT)
+                    continue
+            self.produce_chunk(t, batch, None if not t.skip else [i for i in range(t.rows) if i not in t.skip])
+            n += 1
+        return n
+
+    def _poll(self, timeout_s: float) -> None:
+        if self._replace_reason is not None and self._clock() - self._last_replace >= 1.0:
+            self._replace_producer()
+        self._slot.get().poll(timeout_s)
+
+    def _replace_producer(self) -> None:
+        reason, self._replace_reason = self._replace_reason, None
+        self._last_replace = self._clock()
+        in_flight = self._book.in_state(State.IN_FLIGHT)
+        log.error("sink=%s replacing producer after error=%s; re-sending %d chunks",
+                  self.config.name, reason, len(in_flight))
+        for t in in_flight:
+            t.abandon_round()
+            self._book.move(t, State.RETRY_WAIT)
+        for t in self._book.in_state(State.RETRY_WAIT):
+            t.next_retry_at = 0.0
+        self._slot.replace()  # the old one is purged: its reports land in abandoned rounds
+        self.dead_letters.requeue_unacked()
+
+    def checkpoint(self) -> None:
+        """Prune done chunks and finished attempts; store dead letters (one txn per slot).
+
+        A failed WAL write leaves the chunks done (they are acked, so a crash
+        before the next try only replays them).
+        """
+        with self._lock:
+            self._last_ckpt = self._clock()
+            self._pruner.run()
+
+    # -- the poller thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._tasks_waiting:  # a lock is not fair: let the task have it
+                self._stop.wait(0.001)
+                continue
+            try:
+                if self._book.count(State.QUEUED) and self.tick(0, backlog_chunks=1):
+                    continue  # one chunk at a time: a task may be waiting
+                if self._book or self.dead_letters.busy or self._pruner.pending():
+                    self.tick(0.02)
+                else:
+                    self.tick(0)
+                    if self.on_idle is not None:
+                        self.on_idle()
+                    self._stop.wait(0.1)
+            except Exception:  # keep the thread alive; every error here is logged
+                log.exception("sink=%s poller iteration failed", self.config.name)
+                self._stop.wait(0.5)
+
+    # -- what tasks and the runtime ask ---------------------------------------------
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The poll lock (taken before any other lock of the runtime)."""
+        return self._lock
+
+    @contextlib.contextmanager
+    def task(self) -> Iterator[None]:
+        """Hold the poll lock for a task: the task thread polls, the poller waits."""
+        self._tasks_waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            self._tasks_waiting -= 1
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def make_room(self) -> None:
+        """Produce what waits, serve acks and prune now (an append is waiting for WAL space)."""
+        self.tick(0.05, backlog_chunks=None)
+        self.checkpoint()
+
+    def wait_finished(self, trackers: list[ChunkTracker], deadline: Deadline) -> bool:
+        """Poll (on this thread) until every tracker's records are acked or dead, or the deadline."""
+        while not all(t.finished for t in trackers):
+            if deadline.expired():
+                return False
+            self.tick(deadline.cap(0.05), backlog_chunks=None)
+        return True
+
+    def attempt_closed(self, attempt: AttemptTracker) -> None:
+        """A task committed (or abandoned) its attempt; drop its record once its chunks are gone."""
+        if attempt.close():
+            self._pruner.attempts_done.append(attempt)
+
+    def take_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str]]:
+        with self._lock:
+            return self.dead_letters.take_unreported(limit)
+
+    def load_dead_letters(self, wal: Any) -> None:
+        with self._lock:
+            self.dead_letters.load(wal)
+
+    def references(self, wal: Any) -> bool:
+        """Whether anything in flight or queued still needs ``wal`` open."""
+        with self._lock:
+            if any(t.wal is wal for t in self._book.live()):
+                return True
+            return self.dead_letters.references(wal)
+
+    def in_flight(self) -> int:
+        """Records not yet acked or dead."""
+        with self._lock:
+            return sum(t.pending for t in self._book.in_state(*_LIVE))
+
+    def chunk_states(self) -> dict[str, int]:
+        """How many chunks are in each state (reports, tests)."""
+        with self._lock:
+            return {s.value: self._book.count(s) for s in State if s not in (State.NEW, State.PRUNED)}
+
+    def idle(self) -> bool:
+        return not self._book
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the poller after a last flush and checkpoint. Optional: correctness never needs it."""
+        end = Deadline(timeout_s)
+        while not self.idle() and not end.expired():
+            self.tick(0.05, backlog_chunks=None)
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(max(timeout_s, 1.0))
+        with self._lock:
+            self.checkpoint()
+            # Whatever the producer still holds is in the WAL: purging it loses nothing.
+            self._slot.close()
