@@ -26,6 +26,7 @@ schema metadata under ``rks.topic``.
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ __all__ = [
     "decode_dead_letter",
     "record_id",
     "record_id_prefix",
+    "chunk_run",
+    "valid_run_id",
+    "RUN_META",
 ]
 
 FORMAT_VERSION = 1
@@ -290,14 +294,35 @@ def decode_dead_letter(raw: bytes | memoryview) -> DeadLetter:
 # -- record ids ------------------------------------------------------------------
 
 
-def record_id_prefix(sink: str, batch: int, partition: int) -> bytes:
-    """The part of a record id shared by one (batch, partition)."""
-    return f"{sink}:{batch}:{partition}:".encode()
+#: Schema metadata key of a chunk's run id (the component that keeps ids of two
+#: queries, or of two ``write()`` calls, apart). Absent in chunks of older builds.
+RUN_META = b"rks.run"
+_RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def record_id(sink: str, batch: int, partition: int, seq: int) -> str:
-    """The deterministic id of one record: ``sink:batch:partition:seq``."""
-    return f"{sink}:{batch}:{partition}:{seq}"
+def valid_run_id(run: str) -> bool:
+    """Whether ``run`` can be a record id's run component (1-64 of ``[A-Za-z0-9._-]``, no ``:``)."""
+    return isinstance(run, str) and bool(_RUN_RE.match(run))
+
+
+def record_id_prefix(sink: str, batch: int, partition: int, run: str = "") -> bytes:
+    """The part of a record id shared by one (run, batch, partition): ``sink:run:batch:partition:``.
+
+    An empty ``run`` gives the run-less form ``sink:batch:partition:`` of
+    chunks written before ids had a run (so their replays keep their ids).
+    """
+    return (f"{sink}:{run}:{batch}:{partition}:" if run else f"{sink}:{batch}:{partition}:").encode()
+
+
+def record_id(sink: str, batch: int, partition: int, seq: int, run: str = "") -> str:
+    """The deterministic id of one record: ``sink:run:batch:partition:seq``."""
+    return f"{record_id_prefix(sink, batch, partition, run).decode()}{seq}"
+
+
+def chunk_run(batch: pa.RecordBatch) -> str:
+    """The run id a normalised chunk carries in its schema metadata (``""`` if none)."""
+    meta = batch.schema.metadata
+    return meta.get(RUN_META, b"").decode() if meta else ""
 
 
 def iter_rows(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[dict[str, Any]]:

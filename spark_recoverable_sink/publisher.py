@@ -33,7 +33,7 @@ import pyarrow as pa
 from .config import SinkConfig
 from .deadline import Deadline
 from .dead_letters import DeadLetterRouter, dead_letters_of
-from .encoding import TOPIC_META, decode_chunk, record_id_prefix
+from .encoding import TOPIC_META, chunk_run, decode_chunk, record_id_prefix
 from .errors import ProducerError, WalError
 from .tracking import PRODUCER_RESET, AttemptTracker, ChunkTracker
 
@@ -192,7 +192,7 @@ class Publisher:
         produce, poll = producer.produce, producer.poll
         cb = t.on_delivery
         ck = t.key
-        prefix = record_id_prefix(self.config.name, ck.batch, ck.partition)
+        prefix = record_id_prefix(self.config.name, ck.batch, ck.partition, chunk_run(batch))
         idh = self.config.id_header
         seq0 = ck.first_seq
         values = _column(batch, "value")
@@ -480,9 +480,15 @@ class Publisher:
         if attempt.close():
             self._attempts_done.append(attempt)
 
-    def take_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str]]:
+    def take_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str, str]]:
+        """Dead letters to offer in a report (not marked: see :meth:`.DeadLetterRouter.confirm`)."""
         with self._lock:
-            return self.dead_letters.take_unreported(limit)
+            return self.dead_letters.offer_unreported(limit)
+
+    def confirm_dead_letters(self, tokens: Any) -> int:
+        """The driver holds these dead letters: mark them reported."""
+        with self._lock:
+            return self.dead_letters.confirm(tokens)
 
     def load_dead_letters(self, wal: Any) -> None:
         with self._lock:
