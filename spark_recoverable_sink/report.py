@@ -64,7 +64,8 @@ class BatchReport:
     ``pending`` counts records still in executors' WALs when their tasks
     ended (delivered later by the background thread); ``dead_letters`` lists
     (record id, error) of records that failed with a non-retriable error and
-    that no earlier report of this sink object listed.
+    that no earlier report of this sink object listed; ``run`` is the run
+    component of this batch's record ids (``sink:run:batch:partition:seq``).
     """
 
     batch_id: int
@@ -79,11 +80,12 @@ class BatchReport:
     partitions: int
     dead_letters: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = ()
+    run: str = ""
     partition_reports: tuple[PartitionReport, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float,
-                        dead_letters: Iterable[tuple[str, str]] | None = None) -> "BatchReport":
+                        dead_letters: Iterable[tuple[str, str]] | None = None, run: str = "") -> "BatchReport":
         """Totals of the tasks' rows; ``dead_letters`` defaults to every one offered (once each)."""
         ps = tuple(sorted(parts, key=lambda p: p.partition))
         if dead_letters is None:
@@ -94,7 +96,7 @@ class BatchReport:
             retried=sum(p.retried for p in ps), dead_lettered=sum(p.dead_lettered for p in ps),
             replayed=sum(p.replayed for p in ps), seconds=seconds, partitions=len(ps),
             dead_letters=tuple(dead_letters),
-            problems=tuple(sorted({x for p in ps for x in p.problems})), partition_reports=ps,
+            problems=tuple(sorted({x for p in ps for x in p.problems})), run=run, partition_reports=ps,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -105,7 +107,7 @@ class BatchReport:
         return d
 
     def log_line(self) -> str:
-        return (f"batch_id={self.batch_id} rows={self.rows} bytes={self.bytes} acked={self.acked} "
+        return (f"batch_id={self.batch_id} run={self.run} rows={self.rows} bytes={self.bytes} acked={self.acked} "
                 f"pending={self.pending} retried={self.retried} dead_lettered={self.dead_lettered} "
                 f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f}")
 

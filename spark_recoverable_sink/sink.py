@@ -210,9 +210,9 @@ class RecoverableKafkaSink:
         parts = [PartitionReport.from_row(r) for r in rows]
         with self._lock:  # the driver holds these rows now: later jobs confirm their dead letters
             new_dead = self._dead.admit(parts)
-        report = BatchReport.from_partitions(batch_id, parts, time.monotonic() - t0, dead_letters=new_dead)
+        report = BatchReport.from_partitions(batch_id, parts, time.monotonic() - t0, dead_letters=new_dead, run=run)
         self.reports.append(report)
-        log.info("sink=%s run=%s %s", self.config.name, run, report.log_line())
+        log.info("sink=%s %s", self.config.name, report.log_line())
         for problem in report.problems:
             log.error("sink=%s batch_id=%d problem=%s", self.config.name, batch_id, problem)
         return report
