@@ -193,7 +193,8 @@ def test_poison_without_dead_letter_topic_is_offered_until_the_driver_confirms_i
     # task of this worker offers the dead letter again, still unreported in the WAL.
     again = write_partition(cfg, 2, 0, 0, iter([]), run="r1")
     assert again.dead_letters == report.dead_letters
-    assert [(d.record_id, d.reported) for _k, d in get_runtime(cfg).wal.dead_letters()] == [("poison2:r1:1:0:10", False)]
+    stored = [(d.record_id, d.reported) for _k, d in get_runtime(cfg).wal.dead_letters()]
+    assert stored == [("poison2:r1:1:0:10", False)]
     # A worker that dies offers it again from the WAL (here: the runtime is closed and reopened).
     reset_runtimes()
     reopened = write_partition(cfg, 3, 0, 0, iter([]), run="r1")
