@@ -132,7 +132,8 @@ class RecoverableKafkaSink:
             raise RecoverableSinkError(
                 f"sink={self.config.name}: cannot read the streaming query id (local property "
                 f"{QUERY_ID_PROPERTY}) that keeps record ids of different queries apart; pass run_id= to "
-                "the sink (stable across restarts of this query, different for any other query)")
+                "the sink (stable across restarts of this query, different for any other query), or use "
+                "write() outside a streaming query")
         self._raise_dead_letters(self._run(batch_df, int(batch_id), run))
 
     def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
