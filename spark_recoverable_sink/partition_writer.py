@@ -153,7 +153,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
         pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
         replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
-        dead_letters=tuple(publisher.take_unreported_dead()),
+        dead_letters=tuple(publisher.offer_unreported_dead()),
         problems=tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(rt.unreadable.items())),
     )
     log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",

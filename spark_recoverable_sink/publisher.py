@@ -480,7 +480,7 @@ class Publisher:
         if attempt.close():
             self._attempts_done.append(attempt)
 
-    def take_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str, str]]:
+    def offer_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str, str]]:
         """Dead letters to offer in a report (not marked: see :meth:`.DeadLetterRouter.confirm`)."""
         with self._lock:
             return self.dead_letters.offer_unreported(limit)
