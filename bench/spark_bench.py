@@ -109,7 +109,7 @@ class Target:
             return self.fn
         from spark_recoverable_sink.partition_writer import PartitionWriter
 
-        return PartitionWriter(self.sink.config, batch_id)
+        return PartitionWriter(self.sink.config, batch_id, run="warmup")
 
     def write(self, df: Any, batch_id: int) -> dict[str, Any]:
         """The timed write; returns what the writer reported."""

@@ -223,8 +223,10 @@ def read_back(bootstrap: str, topic: str, expected: int, idle_s: float, timeout_
 
 
 def expected_ids(sink_name: str, reports: list["BatchReport"]) -> set[str]:
-    """The ``rks-id`` of every row the reports say was written: ``sink:batch:partition:seq``."""
-    return {f"{sink_name}:{r.batch_id}:{p.partition}:{seq}"
+    """The ``rks-id`` of every row the reports say was written: ``sink:run:batch:partition:seq``."""
+    from spark_recoverable_sink.encoding import record_id
+
+    return {record_id(sink_name, r.batch_id, p.partition, seq, r.run)
             for r in reports for p in r.partition_reports for seq in range(p.rows)}
 
 

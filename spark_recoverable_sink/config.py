@@ -44,6 +44,7 @@ _SECRET_RE = re.compile(
     re.IGNORECASE,
 )
 _SAFE_DEFAULTS = {"enable.idempotence": "true", "acks": "all"}
+_JAVA_PARTITIONER = "murmur2_random"  # the Java client's default: murmur2 of the key, random when null
 _REDACTED = "***"
 
 
@@ -218,8 +219,15 @@ class SinkConfig:
     # -- Kafka configuration -------------------------------------------------
 
     def producer_conf(self) -> dict[str, str]:
-        """The configuration handed to ``confluent_kafka.Producer``: the user's, plus safe defaults."""
+        """The configuration handed to ``confluent_kafka.Producer``: the user's, plus defaults.
+
+        Besides the safe defaults, ``partitioner`` is ``murmur2_random`` unless
+        set: keyed records land on the partition the Java client (and so
+        Spark's ``format("kafka")``) picks; librdkafka's own default
+        (``consistent_random``, CRC32) would put them elsewhere.
+        """
         conf = dict(_SAFE_DEFAULTS)
+        conf["partitioner"] = _JAVA_PARTITIONER
         conf.update(self.kafka_conf_items)
         return conf
 

@@ -8,30 +8,35 @@ is never nowhere. Then, in order of preference:
   ``rks-error``, ``rks-error-code``, ``rks-topic``); a payload the topic also
   refuses is sent without its value, flagged ``rks-payload-omitted``; once
   acked it is marked forwarded;
-* without one, it is handed to the next task report, so the driver raises
-  :class:`.DeadLetterError` naming it; it is then marked reported.
+* without one, it is offered in every task report of this worker until the
+  driver, holding a successful job's report rows, confirms it in a later job
+  (its token travels in the task closure); it is then marked reported. The
+  driver raises :class:`.DeadLetterError` naming it at the end of the batch
+  that brought it.
 
 It stays in the WAL's dead-letter table either way, for the operator.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import socket
 import struct
 from collections import deque
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection
 
 from .config import SinkConfig
-from .encoding import DeadLetter, decode_chunk, iter_rows, record_id
+from .encoding import DeadLetter, chunk_run, decode_chunk, iter_rows, record_id
 from .errors import WalError
 from .delivery.chunks import NON_RETRIABLE, ChunkTracker
 
 if TYPE_CHECKING:  # pragma: no cover
     from .wal import Wal
 
-__all__ = ["DeadLetterRouter", "dead_letters_of"]
+__all__ = ["DeadLetterRouter", "dead_letters_of", "dead_letter_token"]
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +46,33 @@ _DEAD_KEY = struct.Struct(">QIQI")
 def dead_letters_of(config: SinkConfig, t: ChunkTracker) -> list[tuple[bytes, DeadLetter]]:
     """The dead letters of a settled chunk, with their records read back from the WAL."""
     raw = t.wal.read_chunk(t.key)
-    rows = list(iter_rows(decode_chunk(raw), config.topic)) if raw is not None else []
+    batch = decode_chunk(raw) if raw is not None else None
+    rows = list(iter_rows(batch, config.topic)) if batch is not None else []
+    run = chunk_run(batch) if batch is not None else ""
     out = []
     for i, code, text in t.dead:
         seq = t.key.first_seq + i
         r = rows[i] if i < len(rows) else {}
         d = DeadLetter(
-            record_id=record_id(config.name, t.key.batch, t.key.partition, seq),
+            record_id=record_id(config.name, t.key.batch, t.key.partition, seq, run),
             error_code=code, error=config.scrub(text), topic=r.get("topic") or "",
             partition=r.get("partition"), key=r.get("key"), value=r.get("value"),
             headers=tuple(r.get("headers") or ()), timestamp_ms=r.get("timestamp"),
         )
         out.append((_DEAD_KEY.pack(t.key.batch, t.key.partition, seq, t.key.gen), d))
     return out
+
+
+_HOST = socket.gethostname()
+
+
+def dead_letter_token(wal: "Wal", dkey: bytes) -> str:
+    """What tells one stored dead letter from every other: host, slot path and WAL key.
+
+    Stable when another process adopts the slot (same path, same key), and
+    different for a re-run that refuses the same record again (a new key).
+    """
+    return f"{_HOST}:{wal.path}:{dkey.hex()}"
 
 
 class DeadLetterRouter:
@@ -146,20 +165,36 @@ class DeadLetterRouter:
         except Exception:  # stays unforwarded in the WAL: forwarded again after a restart
             log.exception("sink=%s cannot mark dead letter %s forwarded", self.config.name, d.record_id)
 
-    def take_unreported(self, limit: int = 1000) -> list[tuple[str, str]]:
-        """(record id, error) of dead letters for the driver; marked reported in their WAL."""
-        taken: list[tuple["Wal", bytes, DeadLetter]] = []
-        while self._unreported and len(taken) < limit:
-            taken.append(self._unreported.popleft())
+    def offer_unreported(self, limit: int = 1000) -> list[tuple[str, str, str]]:
+        """(record id, error, token) of dead letters the driver has not confirmed yet.
+
+        Nothing is marked: a report can be lost with its job, so the same dead
+        letters are offered in every report until the driver confirms their
+        tokens (:meth:`confirm`) in a later job.
+        """
+        return [(d.record_id, d.error, dead_letter_token(wal, dkey)) for wal, dkey, d in
+                itertools.islice(self._unreported, limit)]
+
+    def confirm(self, tokens: "Collection[str]") -> int:
+        """The driver holds these dead letters: mark them reported in their WAL; returns how many."""
+        if not tokens or not self._unreported:
+            return 0
+        keep: deque[tuple["Wal", bytes, DeadLetter]] = deque()
         by_wal: dict[int, tuple["Wal", list[tuple[bytes, DeadLetter]]]] = {}
-        for wal, dkey, d in taken:
-            by_wal.setdefault(id(wal), (wal, []))[1].append((dkey, replace(d, reported=True)))
+        for wal, dkey, d in self._unreported:
+            if dead_letter_token(wal, dkey) in tokens:
+                by_wal.setdefault(id(wal), (wal, []))[1].append((dkey, replace(d, reported=True)))
+            else:
+                keep.append((wal, dkey, d))
+        n = 0
         for wal, items in by_wal.values():
             try:
                 wal.put_dead_letters(items)
-            except WalError:
+            except WalError:  # still unreported in the WAL: offered again after a restart
                 log.exception("sink=%s cannot mark dead letters reported in %s", self.config.name, wal.path)
-        return [(d.record_id, d.error) for _w, _k, d in taken]
+            n += len(items)
+        self._unreported = keep
+        return n
 
     def references(self, wal: "Wal") -> bool:
         return any(x[0] is wal for x in list(self._pending) + list(self._unreported) + list(self._sent.values()))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -42,13 +42,18 @@ class DrainReport:
     seconds: float
 
 
-def drain_worker(config: SinkConfig, timeout_s: float) -> dict[str, float | int | str]:
-    """Adopt orphans and wait for this worker's records to be acked (or the timeout)."""
+def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str] = ()) -> dict[str, float | int | str]:
+    """Adopt orphans and wait for this worker's records to be acked (or the timeout).
+
+    Dead letters whose token is in ``confirmed`` (the driver holds them) are marked reported.
+    """
     t0 = time.monotonic()
     rt = get_runtime(config)
     deadline = Deadline(timeout_s)
     with rt.publisher.task():
         replayed = rt.take_replayed() + rt.adopt_orphans()
+        if confirmed:
+            rt.publisher.confirm_dead_letters(frozenset(confirmed))
         while rt.publisher.in_flight() > 0 and not deadline.expired():
             rt.publisher.tick(deadline.cap(0.05), backlog_chunks=None)
         rt.publisher.checkpoint()
@@ -58,13 +63,14 @@ def drain_worker(config: SinkConfig, timeout_s: float) -> dict[str, float | int 
 
 
 class DrainTask:
-    """Picklable ``mapInArrow`` function of a drain job: configuration only."""
+    """Picklable ``mapInArrow`` function of a drain job: configuration and confirmed dead letters."""
 
-    def __init__(self, config: SinkConfig, timeout_s: float) -> None:
+    def __init__(self, config: SinkConfig, timeout_s: float, confirmed: tuple[str, ...] = ()) -> None:
         self.config = config
         self.timeout_s = timeout_s
+        self.confirmed = confirmed
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:  # the input only places the task
             pass
-        yield pa.RecordBatch.from_pylist([drain_worker(self.config, self.timeout_s)], schema=_SCHEMA)
+        yield pa.RecordBatch.from_pylist([drain_worker(self.config, self.timeout_s, self.confirmed)], schema=_SCHEMA)

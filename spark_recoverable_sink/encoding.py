@@ -11,7 +11,7 @@ Keys (big-endian, so LMDB's byte order is write order):
 
 ``gen`` is a counter local to the WAL slot that tells apart two attempts at
 the same (batch, partition) that met in one slot. It is never part of a
-record's id: ids are ``sink:batch:partition:seq`` and depend only on the data.
+record's id: ids are ``sink:run:batch:partition:seq`` and depend only on the run and the data.
 
 Chunk value (chunk format 1, unchanged in slot format 2; attempt and
 dead-letter values are in :mod:`.records`)::
@@ -27,6 +27,7 @@ schema metadata under ``rks.topic``.
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -68,6 +69,9 @@ __all__ = [
     "decode_dead_letter",
     "record_id",
     "record_id_prefix",
+    "chunk_run",
+    "valid_run_id",
+    "RUN_META",
 ]
 
 CHUNK_VERSION = 1  # chunks were checksummed from the start: their format did not change
@@ -187,14 +191,35 @@ def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:
 # -- record ids ------------------------------------------------------------------
 
 
-def record_id_prefix(sink: str, batch: int, partition: int) -> bytes:
-    """The part of a record id shared by one (batch, partition)."""
-    return f"{sink}:{batch}:{partition}:".encode()
+#: Schema metadata key of a chunk's run id (the component that keeps ids of two
+#: queries, or of two ``write()`` calls, apart). Absent in chunks of older builds.
+RUN_META = b"rks.run"
+_RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def record_id(sink: str, batch: int, partition: int, seq: int) -> str:
-    """The deterministic id of one record: ``sink:batch:partition:seq``."""
-    return f"{sink}:{batch}:{partition}:{seq}"
+def valid_run_id(run: str) -> bool:
+    """Whether ``run`` can be a record id's run component (1-64 of ``[A-Za-z0-9._-]``, no ``:``)."""
+    return isinstance(run, str) and bool(_RUN_RE.match(run))
+
+
+def record_id_prefix(sink: str, batch: int, partition: int, run: str = "") -> bytes:
+    """The part of a record id shared by one (run, batch, partition): ``sink:run:batch:partition:``.
+
+    An empty ``run`` gives the run-less form ``sink:batch:partition:`` of
+    chunks written before ids had a run (so their replays keep their ids).
+    """
+    return (f"{sink}:{run}:{batch}:{partition}:" if run else f"{sink}:{batch}:{partition}:").encode()
+
+
+def record_id(sink: str, batch: int, partition: int, seq: int, run: str = "") -> str:
+    """The deterministic id of one record: ``sink:run:batch:partition:seq``."""
+    return f"{record_id_prefix(sink, batch, partition, run).decode()}{seq}"
+
+
+def chunk_run(batch: pa.RecordBatch) -> str:
+    """The run id a normalised chunk carries in its schema metadata (``""`` if none)."""
+    meta = batch.schema.metadata
+    return meta.get(RUN_META, b"").decode() if meta else ""
 
 
 def iter_rows(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[dict[str, Any]]:

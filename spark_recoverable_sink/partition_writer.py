@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -34,11 +34,18 @@ REPORT_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in REPORT_FIELDS])
 
 
 class PartitionWriter:
-    """Picklable ``mapInArrow`` function: configuration and batch id only."""
+    """Picklable ``mapInArrow`` function: configuration, batch id, run id and confirmed dead letters.
 
-    def __init__(self, config: SinkConfig, batch_id: int) -> None:
+    ``run`` is the record ids' run component (see :func:`.encoding.record_id`);
+    ``confirmed`` holds the tokens of dead letters the driver already holds,
+    which the worker that stores them marks reported.
+    """
+
+    def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = ()) -> None:
         self.config = config
         self.batch_id = batch_id
+        self.run = run
+        self.confirmed = confirmed
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -46,7 +53,8 @@ class PartitionWriter:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        report = write_partition(self.config, self.batch_id, partition, attempt, batches)
+        report = write_partition(self.config, self.batch_id, partition, attempt, batches, run=self.run,
+                                 confirmed=self.confirmed)
         yield report_batch(report)
 
 
@@ -57,6 +65,7 @@ def report_batch(report: PartitionReport) -> pa.RecordBatch:
 
 def write_partition(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
+    *, run: str = "", confirmed: Collection[str] = (),
 ) -> PartitionReport:
     """Write one partition through the WAL to Kafka.
 
@@ -71,6 +80,11 @@ def write_partition(
        ``ack_timeout_s``, prune what is acked, and return the report. Records
        still unacked stay in the WAL and are delivered by the poller thread.
 
+    Record ids are ``sink:run:batch:partition:seq``; the sink always passes a
+    ``run`` (an empty one gives the run-less ids of older builds: tools and
+    tests only). Dead letters whose token is in ``confirmed`` are marked
+    reported; the report offers every other unreported one of this worker.
+
     With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL: the
     task returns once its records are durable on local disk, and the worker's
     poller thread produces them between tasks.
@@ -83,26 +97,28 @@ def write_partition(
     t0 = time.monotonic()
     rt = get_runtime(config)
     with rt.publisher.task():  # this thread polls for the whole task; the poller waits
-        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0)
+        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed)
 
 
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
-           batches: Iterable[pa.RecordBatch], t0: float) -> PartitionReport:
+           batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]) -> PartitionReport:
     publisher = rt.publisher
     replayed = rt.take_replayed() + rt.adopt_orphans()
+    if confirmed:  # after adopting: an adopted slot's dead letters may be among them
+        publisher.confirm_dead_letters(frozenset(confirmed))
     retried0 = publisher.retried_records
     gen = rt.wal.reserve_gen()
     akey = AttemptKey(batch_id, partition, gen)
     attempt = AttemptTracker(rt.wal, akey)
     trackers: list[ChunkTracker] = []
-    prefix = record_id_prefix(config.name, batch_id, partition).decode()
+    prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
     started = time.time()
     seq = nbytes = 0
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            norm = normalize_batch(batch, config.topic, prefix, seq)
+            norm = normalize_batch(batch, config.topic, prefix, seq, run)
             chunk = encode_chunk(norm)
             key = ChunkKey(batch_id, partition, seq, gen)
             rt.reserve_space(len(chunk))
@@ -137,7 +153,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
         pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
         replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
-        dead_letters=tuple(publisher.take_unreported_dead()),
+        dead_letters=tuple(publisher.offer_unreported_dead()),
         problems=tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(rt.unreadable.items()))
         + tuple(f"WAL slot quarantined automatically to {dest}: {why}" for dest, why in sorted(rt.quarantined.items())),
     )

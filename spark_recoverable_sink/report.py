@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-__all__ = ["PartitionReport", "BatchReport", "REPORT_DDL", "REPORT_FIELDS"]
+__all__ = ["PartitionReport", "BatchReport", "DeadLetterLedger", "REPORT_DDL", "REPORT_FIELDS"]
 
 #: (name, Spark type) of the report row each task returns.
 REPORT_FIELDS: tuple[tuple[str, str], ...] = (
@@ -20,7 +21,12 @@ REPORT_DDL = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
 @dataclass(frozen=True)
 class PartitionReport:
-    """One task's counts. ``pending`` = records of this task not acked yet (still in the WAL)."""
+    """One task's counts. ``pending`` = records of this task not acked yet (still in the WAL).
+
+    ``dead_letters`` holds (record id, error, token) of every dead letter its
+    worker still offers: not only this task's, and again in every report until
+    the driver confirms the token (see :class:`DeadLetterLedger`).
+    """
 
     partition: int
     spark_attempt: int
@@ -34,7 +40,7 @@ class PartitionReport:
     seconds: float
     pid: int
     slot: str
-    dead_letters: tuple[tuple[str, str], ...] = ()
+    dead_letters: tuple[tuple[str, str, str], ...] = ()
     problems: tuple[str, ...] = ()
 
     def to_row(self) -> dict[str, Any]:
@@ -57,7 +63,9 @@ class BatchReport:
 
     ``pending`` counts records still in executors' WALs when their tasks
     ended (delivered later by the background thread); ``dead_letters`` lists
-    (record id, error) of records that failed with a non-retriable error.
+    (record id, error) of records that failed with a non-retriable error and
+    that no earlier report of this sink object listed; ``run`` is the run
+    component of this batch's record ids (``sink:run:batch:partition:seq``).
     """
 
     batch_id: int
@@ -72,18 +80,23 @@ class BatchReport:
     partitions: int
     dead_letters: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = ()
+    run: str = ""
     partition_reports: tuple[PartitionReport, ...] = field(default=(), repr=False)
 
     @classmethod
-    def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float) -> "BatchReport":
+    def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float,
+                        dead_letters: Iterable[tuple[str, str]] | None = None, run: str = "") -> "BatchReport":
+        """Totals of the tasks' rows; ``dead_letters`` defaults to every one offered (once each)."""
         ps = tuple(sorted(parts, key=lambda p: p.partition))
+        if dead_letters is None:
+            dead_letters = {tok: (rid, err) for p in ps for rid, err, tok in p.dead_letters}.values()
         return cls(
             batch_id=batch_id, rows=sum(p.rows for p in ps), bytes=sum(p.bytes for p in ps),
             acked=sum(p.acked for p in ps), pending=sum(p.pending for p in ps),
             retried=sum(p.retried for p in ps), dead_lettered=sum(p.dead_lettered for p in ps),
             replayed=sum(p.replayed for p in ps), seconds=seconds, partitions=len(ps),
-            dead_letters=tuple(d for p in ps for d in p.dead_letters),
-            problems=tuple(sorted({x for p in ps for x in p.problems})), partition_reports=ps,
+            dead_letters=tuple(dead_letters),
+            problems=tuple(sorted({x for p in ps for x in p.problems})), run=run, partition_reports=ps,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -94,6 +107,41 @@ class BatchReport:
         return d
 
     def log_line(self) -> str:
-        return (f"batch_id={self.batch_id} rows={self.rows} bytes={self.bytes} acked={self.acked} "
+        return (f"batch_id={self.batch_id} run={self.run} rows={self.rows} bytes={self.bytes} acked={self.acked} "
                 f"pending={self.pending} retried={self.retried} dead_lettered={self.dead_lettered} "
                 f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f}")
+
+
+class DeadLetterLedger:
+    """The driver's record of the dead letters it holds, by token.
+
+    Tasks offer unreported dead letters in every report without marking them
+    (a report is lost when another task fails the job). Once a job succeeded,
+    :meth:`admit` takes its rows' offers and returns those new to the driver;
+    :meth:`confirmed` is what the next jobs carry to the workers, which mark
+    those dead letters reported in their WAL. It keeps the ``keep`` most
+    recent tokens: a worker that runs no task for that long offers its dead
+    letters again later and they are raised again (at least once, never lost).
+    """
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self.keep = keep
+        self._tokens: OrderedDict[str, None] = OrderedDict()
+
+    def admit(self, parts: Iterable[PartitionReport]) -> tuple[tuple[str, str], ...]:
+        """(record id, error) of the offered dead letters not held yet; they are held from now on."""
+        new: list[tuple[str, str]] = []
+        for p in parts:
+            for rid, err, token in p.dead_letters:
+                if token in self._tokens:
+                    self._tokens.move_to_end(token)
+                    continue
+                self._tokens[token] = None
+                new.append((rid, err))
+        while len(self._tokens) > self.keep:
+            self._tokens.popitem(last=False)
+        return tuple(new)
+
+    def confirmed(self) -> tuple[str, ...]:
+        """Tokens of the dead letters the driver holds, for the next job's tasks."""
+        return tuple(self._tokens)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .encoding import TOPIC_META
+from .encoding import RUN_META, TOPIC_META
 from .errors import InvalidRecordError, SchemaError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,8 +86,12 @@ def _as_binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     raise InvalidRecordError(f"cannot use Arrow type {t} as bytes")
 
 
-def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix: str, first_seq: int) -> pa.RecordBatch:
+def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix: str, first_seq: int,
+                    run: str = "") -> pa.RecordBatch:
     """One input Arrow batch -> the canonical WAL record batch.
+
+    The default topic and the record ids' ``run`` go into the schema metadata
+    (``rks.topic``, ``rks.run``), so a replay from the WAL needs nothing else.
 
     Raises:
         InvalidRecordError: a row has a null topic and there is no default
@@ -135,8 +139,10 @@ def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix:
             ts = pc.cast(ts, pa.timestamp("ms", tz=ts.type.tz), safe=False)
         arrays.append(pc.cast(ts, pa.int64()))
         fields.append(pa.field("timestamp", pa.int64()))
-    meta = {TOPIC_META: default_topic.encode()} if default_topic else None
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+    meta = {TOPIC_META: default_topic.encode()} if default_topic else {}
+    if run:
+        meta[RUN_META] = run.encode()
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=meta or None))
 
 
 def payload_bytes(batch: pa.RecordBatch) -> int:

@@ -2,12 +2,16 @@
 
 Per batch, on the driver:
 
-1. fail if an earlier batch left dead letters and no dead-letter topic is set;
+1. find the run id of the record ids (the streaming query's id, or one per
+   ``write()``);
 2. validate the schema (before any task runs);
 3. run one Spark job: ``mapInArrow`` with :class:`.PartitionWriter`, which
-   returns one small report row per partition;
+   returns one small report row per partition (and carries the tokens of the
+   dead letters the driver already holds, so their workers mark them reported);
 4. build a :class:`.BatchReport`, keep it (``last_report``, ``reports``) and
-   log it as one ``key=value`` line.
+   log it as one ``key=value`` line;
+5. raise :class:`.DeadLetterError` if the report brought dead letters and no
+   dead-letter topic is set.
 """
 
 from __future__ import annotations
@@ -15,22 +19,43 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .config import DEFAULT_WAL_DIR, SinkConfig
 from .drain import DRAIN_DDL, DrainReport, DrainTask
-from .errors import DeadLetterError, RecoverableSinkError
+from .encoding import valid_run_id
+from .errors import ConfigError, DeadLetterError, RecoverableSinkError
 from .partition_writer import PartitionWriter
-from .report import REPORT_DDL, BatchReport, PartitionReport
+from .report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from .schema import validate_spark_schema
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["RecoverableKafkaSink"]
+__all__ = ["RecoverableKafkaSink", "query_run_id", "QUERY_ID_PROPERTY"]
 
 log = logging.getLogger(__name__)
+
+#: The SparkContext local property a streaming query's batch thread carries
+#: (``StreamExecution.QUERY_ID_KEY``): the query's id, kept in its checkpoint.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_RUN_LEN = 16  # hex digits of the query id (or of a fresh uuid) kept in record ids: 64 bits
+
+
+def query_run_id(df: "DataFrame") -> str | None:
+    """The run id of a ``foreachBatch`` call: the first 16 hex digits of the query's id.
+
+    Spark keeps a query's id in its checkpoint: a restart from the checkpoint
+    has the same id, a new checkpoint location a new one. ``None`` where the
+    id cannot be read (Spark Connect: no SparkContext on the client).
+    """
+    try:
+        qid = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    except AttributeError:  # Spark Connect raises PySparkAttributeError for sparkContext
+        return None
+    return qid.replace("-", "")[:_RUN_LEN] if qid else None
 
 
 class RecoverableKafkaSink:
@@ -39,6 +64,11 @@ class RecoverableKafkaSink:
     Use as ``df.writeStream.foreachBatch(sink)`` or ``sink.write(df)``. The
     DataFrame has the columns of Spark's Kafka sink: ``value`` (required),
     ``key``, ``topic``, ``partition``, ``headers``, ``timestamp``.
+
+    Record ids are ``sink:run:batch:partition:seq``. In ``foreachBatch`` the
+    run is the streaming query's id (first 16 hex digits): the same after a
+    restart from the checkpoint, different for a new checkpoint or another
+    query; each ``write()`` gets a fresh run unless given one.
 
     Args:
         name: Stable id of this sink; goes into WAL paths and record ids.
@@ -52,6 +82,10 @@ class RecoverableKafkaSink:
             waits for acks before the error is re-raised (0: no drain). The
             drain leaves a live worker delivering what the failed workers had
             accepted, even if the broker is still down.
+        run_id: A fixed run for every ``foreachBatch`` batch instead of the
+            query's id (where it cannot be read, e.g. Spark Connect): then the
+            caller keeps it different between queries and the same across
+            restarts of one query. 1-64 of ``[A-Za-z0-9._-]``.
         **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
             ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
             ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
@@ -63,13 +97,14 @@ class RecoverableKafkaSink:
     def __init__(
         self, name: str, kafka_conf: Mapping[str, Any], topic: str | None = None,
         wal_dir: str = DEFAULT_WAL_DIR, ack_timeout_s: float = 30.0,
-        history: int = 100, drain_on_failure_s: float = 10.0, **options: Any,
+        history: int = 100, drain_on_failure_s: float = 10.0, run_id: str | None = None, **options: Any,
     ) -> None:
         self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
         self.drain_on_failure_s = float(drain_on_failure_s)
+        self.run_id = _check_run_id("run_id", run_id)
         self.reports: deque[BatchReport] = deque(maxlen=max(1, history))
         self._lock = threading.Lock()
-        self._unreported_dead: list[tuple[str, str]] = []
+        self._dead = DeadLetterLedger()
 
     @property
     def name(self) -> str:
@@ -83,39 +118,46 @@ class RecoverableKafkaSink:
         """``foreachBatch`` entry point.
 
         Raises:
-            DeadLetterError: an earlier batch dead-lettered records and no
-                ``dead_letter_topic`` is set (they are kept in the WAL).
+            DeadLetterError: this batch's tasks dead-lettered records (or
+                offered ones an earlier failed job had left) and no
+                ``dead_letter_topic`` is set; raised after the batch's report is
+                logged and kept. The records stay in the WAL's dead-letter
+                store; the batch fails, and re-runs after a restart.
             SchemaError: the DataFrame is not in the Kafka sink schema.
+            RecoverableSinkError: the streaming query's id cannot be read and no ``run_id`` is set.
             pyspark errors: a task failed after Spark's retries.
         """
-        self._raise_dead_letters()
-        report = self._run(batch_df, int(batch_id))
-        if report.dead_letters and self.config.dead_letter_topic is None:
-            with self._lock:
-                self._unreported_dead.extend(report.dead_letters)
+        run = self.run_id or query_run_id(batch_df)
+        if run is None:
+            raise RecoverableSinkError(
+                f"sink={self.config.name}: cannot read the streaming query id (local property "
+                f"{QUERY_ID_PROPERTY}) that keeps record ids of different queries apart; pass run_id= to "
+                "the sink (stable across restarts of this query, different for any other query), or use "
+                "write() outside a streaming query")
+        self._raise_dead_letters(self._run(batch_df, int(batch_id), run))
 
-    def write(self, df: "DataFrame", batch_id: int | None = None) -> BatchReport:
+    def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
         """Write a batch DataFrame; returns its report.
 
-        ``batch_id`` goes into record ids; pass the same one to re-run the same
-        write with the same ids (default: the current time in milliseconds).
+        Record ids are ``sink:run:batch_id:partition:seq``. Each call gets a
+        fresh random run, so two writes never share ids. To re-run a write
+        with the same ids (so consumers drop the duplicates), pass the same
+        ``run_id`` (and ``batch_id``) again.
 
         Raises:
             DeadLetterError: records failed with a non-retriable error and no
                 ``dead_letter_topic`` is set (they are kept in the WAL).
             SchemaError: the DataFrame is not in the Kafka sink schema.
+            ConfigError: ``run_id`` is not 1-64 of ``[A-Za-z0-9._-]``.
         """
-        self._raise_dead_letters()
-        report = self._run(df, int(time.time() * 1000) if batch_id is None else int(batch_id))
-        if report.dead_letters and self.config.dead_letter_topic is None:
-            raise DeadLetterError(self._dead_message(report.dead_letters), [i for i, _ in report.dead_letters],
-                                  dict(report.dead_letters))
+        run = _check_run_id("run_id", run_id) or uuid.uuid4().hex[:_RUN_LEN]
+        report = self._run(df, int(batch_id), run)
+        self._raise_dead_letters(report)
         return report
 
-    def _raise_dead_letters(self) -> None:
-        with self._lock:
-            dead, self._unreported_dead = self._unreported_dead, []
-        if dead:
+    def _raise_dead_letters(self, report: BatchReport) -> None:
+        if report.dead_letters and self.config.dead_letter_topic is None:
+            dead = report.dead_letters
             raise DeadLetterError(self._dead_message(dead), [i for i, _ in dead], dict(dead))
 
     def _dead_message(self, dead: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> str:
@@ -140,7 +182,9 @@ class RecoverableKafkaSink:
             raise RecoverableSinkError("drain needs a SparkSession")
         n = tasks or max(1, spark.sparkContext.defaultParallelism)
         t0 = time.monotonic()
-        rows = spark.range(0, n, 1, n).mapInArrow(DrainTask(self.config, timeout_s), DRAIN_DDL).collect()
+        with self._lock:
+            confirmed = self._dead.confirmed()
+        rows = spark.range(0, n, 1, n).mapInArrow(DrainTask(self.config, timeout_s, confirmed), DRAIN_DDL).collect()
         report = DrainReport(replayed=sum(r.replayed for r in rows), pending=sum(r.pending for r in rows),
                              workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0)
         log.info("sink=%s drain replayed=%d pending=%d workers=%d seconds=%.3f", self.config.name,
@@ -158,10 +202,12 @@ class RecoverableKafkaSink:
                     "sink.drain(spark) or the next run of sink name=%s with wal_dir=%s on that executor",
                     self.config.name, where, pending, self.config.name, self.config.wal_dir)
 
-    def _run(self, df: "DataFrame", batch_id: int) -> BatchReport:
+    def _run(self, df: "DataFrame", batch_id: int, run: str) -> BatchReport:
         t0 = time.monotonic()
         columns = validate_spark_schema(df.schema, self.config.topic)
-        writer = PartitionWriter(self.config, batch_id)
+        with self._lock:
+            confirmed = self._dead.confirmed()
+        writer = PartitionWriter(self.config, batch_id, run, confirmed)
         try:
             rows = df.select(*columns).mapInArrow(writer, REPORT_DDL).collect()
         except Exception:
@@ -173,8 +219,10 @@ class RecoverableKafkaSink:
                 except Exception:  # the original error is what the caller must see
                     log.exception("sink=%s drain after a failed batch_id=%d failed", self.config.name, batch_id)
             raise
-        report = BatchReport.from_partitions(batch_id, [PartitionReport.from_row(r) for r in rows],
-                                             time.monotonic() - t0)
+        parts = [PartitionReport.from_row(r) for r in rows]
+        with self._lock:  # the driver holds these rows now: later jobs confirm their dead letters
+            new_dead = self._dead.admit(parts)
+        report = BatchReport.from_partitions(batch_id, parts, time.monotonic() - t0, dead_letters=new_dead, run=run)
         self.reports.append(report)
         log.info("sink=%s %s", self.config.name, report.log_line())
         if report.pending:
@@ -185,14 +233,21 @@ class RecoverableKafkaSink:
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: reports and locks stay on the driver.
-        return {"config": self.config, "drain_on_failure_s": self.drain_on_failure_s}
+        return {"config": self.config, "drain_on_failure_s": self.drain_on_failure_s, "run_id": self.run_id}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.config = state["config"]
         self.drain_on_failure_s = state["drain_on_failure_s"]
+        self.run_id = state.get("run_id")
         self.reports = deque(maxlen=100)
         self._lock = threading.Lock()
-        self._unreported_dead = []
+        self._dead = DeadLetterLedger()
 
     def __repr__(self) -> str:
         return f"RecoverableKafkaSink({self.config!r})"
+
+
+def _check_run_id(option: str, run: str | None) -> str | None:
+    if run is not None and not valid_run_id(run):
+        raise ConfigError(option, f"must be 1-64 characters of letters, digits, '.', '_' or '-', got {run!r}")
+    return run

@@ -32,7 +32,7 @@ from .. import _points
 from ..config import SinkConfig
 from ..dead_letters import DeadLetterRouter
 from ..deadline import Deadline
-from ..encoding import decode_chunk, record_id_prefix
+from ..encoding import chunk_run, decode_chunk, record_id_prefix
 from ..errors import WalError
 from .checkpoint import Pruner
 from .chunks import AttemptTracker, ChunkBook, ChunkTracker, State
@@ -124,7 +124,7 @@ class Publisher(RoundSteps):
             try:
                 produced, sync_failed = produce_rows(
                     producer, rnd.on_delivery, t.rows, batch, indices, self.config.topic, self.config.id_header,
-                    record_id_prefix(self.config.name, ck.batch, ck.partition), ck.first_seq, self.block_s)
+                    record_id_prefix(self.config.name, ck.batch, ck.partition, chunk_run(batch)), ck.first_seq, self.block_s)
             except BaseException:
                 t.abandon_round()
                 self._book.move(t, State.RETRY_WAIT)
@@ -304,9 +304,15 @@ class Publisher(RoundSteps):
         if attempt.close():
             self._pruner.attempts_done.append(attempt)
 
-    def take_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str]]:
+    def offer_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str, str]]:
+        """Dead letters to offer in a report (not marked: see :meth:`.DeadLetterRouter.confirm`)."""
         with self._lock:
-            return self.dead_letters.take_unreported(limit)
+            return self.dead_letters.offer_unreported(limit)
+
+    def confirm_dead_letters(self, tokens: Any) -> int:
+        """The driver holds these dead letters: mark them reported."""
+        with self._lock:
+            return self.dead_letters.confirm(tokens)
 
     def load_dead_letters(self, wal: Any) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ import pytest
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.errors import WalFullError
 from spark_recoverable_sink.partition_writer import write_partition
-from spark_recoverable_sink.runtime import get_runtime
+from spark_recoverable_sink.runtime import get_runtime, reset_runtimes
 
 from ..kafka_helpers import create_topic, header_dict, read_topic
 from .writer_proc import batches
@@ -196,18 +196,31 @@ def test_poison_record_dead_lettered_to_topic_with_reason(broker, tmp_path):
     assert stored[0][1].value == b"x" * 50000
 
 
-def test_poison_without_dead_letter_topic_is_reported_by_id(broker, topic, tmp_path):
+def test_poison_without_dead_letter_topic_is_offered_until_the_driver_confirms_it(broker, topic, tmp_path):
     cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30, name="poison2",
                   kafka_conf={"message.max.bytes": 20000})
     rows = [b"ok"] * 10 + [b"y" * 30000]
-    report = write_partition(cfg, 1, 0, 0, iter([pa.RecordBatch.from_pydict({"value": rows})]))
+    report = write_partition(cfg, 1, 0, 0, iter([pa.RecordBatch.from_pydict({"value": rows})]), run="r1")
     assert report.dead_lettered == 1
-    assert [rid for rid, _err in report.dead_letters] == ["poison2:1:0:10"]
+    assert [rid for rid, _err, _tok in report.dead_letters] == ["poison2:r1:1:0:10"]
     assert "size" in report.dead_letters[0][1].lower()
-    # reported once: the next task does not report it again, but the WAL keeps it
-    again = write_partition(cfg, 2, 0, 0, iter([]))
-    assert again.dead_letters == ()
-    assert [d.record_id for _k, d in get_runtime(cfg).wal.dead_letters()] == ["poison2:1:0:10"]
+    # That report may be lost with its job (another task failed it): the next
+    # task of this worker offers the dead letter again, still unreported in the WAL.
+    again = write_partition(cfg, 2, 0, 0, iter([]), run="r1")
+    assert again.dead_letters == report.dead_letters
+    stored = [(d.record_id, d.reported) for _k, d in get_runtime(cfg).wal.dead_letters()]
+    assert stored == [("poison2:r1:1:0:10", False)]
+    # A worker that dies offers it again from the WAL (here: the runtime is closed and reopened).
+    reset_runtimes()
+    reopened = write_partition(cfg, 3, 0, 0, iter([]), run="r1")
+    assert reopened.dead_letters == report.dead_letters
+    # The driver holds it once a job succeeded: the next job confirms its token.
+    token = report.dead_letters[0][2]
+    confirmed = write_partition(cfg, 4, 0, 0, iter([]), run="r1", confirmed=(token,))
+    assert confirmed.dead_letters == ()
+    assert [(d.record_id, d.reported) for _k, d in get_runtime(cfg).wal.dead_letters()] == [("poison2:r1:1:0:10", True)]
+    reset_runtimes()
+    assert write_partition(cfg, 5, 0, 0, iter([]), run="r1").dead_letters == ()
 
 
 def test_wal_full_blocks_then_raises_and_keeps_what_it_accepted(own_broker, tmp_path):

@@ -8,6 +8,7 @@ error that names it.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -67,15 +68,16 @@ def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, sc
     h = header_dict(rec)
     scenario.figures["dlq_headers"] = sorted(h)
     assert rec.key == str(poison).encode()
-    assert h.get("rks-id", b"").decode().startswith(f"{name}:1:"), h
+    rid = h.get("rks-id", b"").decode().split(":")
+    assert rid[0] == name and rid[2] == "1" and len(rid) == 5, h  # sink:run:batch:partition:seq
     assert h.get("rks-error"), "the dead letter carries no error text"
     scenario.figures["dlq_error"] = h["rks-error"].decode()[:200]
     assert len(dead_later.records) == len(dead.records), "the dead letter was forwarded again and again"
     assert sum(p.dead_lettered for p in parts) == 1
 
 
-def test_07b_poison_without_dlq_fails_the_next_batch_naming_the_id(spark, broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "07b_poison_no_dlq", "Poison record, no DLQ topic: next batch raises"
+def test_07b_poison_without_dlq_fails_its_own_batch_naming_the_id(spark, broker, tmp_path, scenario):
+    scenario.scenario, scenario.title = "07b_poison_no_dlq", "Poison record, no DLQ topic: its own batch raises"
     scenario.fault = f"one {POISON_SIZE}-byte value in batch 0, message.max.bytes={MAX_BYTES}, no dead_letter_topic"
     n, files, poison = 20000, 4, 1234  # file 0 = batch 0 holds rows 0..4999
     topic = new_topic(broker.bootstrap)
@@ -88,14 +90,16 @@ def test_07b_poison_without_dlq_fails_the_next_batch_naming_the_id(spark, broker
     scenario.apply(t)
     scenario.figures.update(batches_called=probe.calls, batch0_dead=list(first.dead_letters) if first else None,
                             errors=probe.errors[:2])
+    scenario.notes.append("the batch that found the dead letter raises after its report is logged; a restart "
+                          "re-runs it and the record is refused again: dead_letter_topic is how to keep going")
     assert t.lost == 0, f"lost {t.lost} good rows of batch 0, e.g. {t.lost_sample}"
     assert first is not None and len(first.dead_letters) == 1, "batch 0's report does not list the dead letter"
     rid, err = first.dead_letters[0]
-    assert rid.startswith(f"{name}:0:") and err
+    assert rid.startswith(f"{name}:") and rid.split(":")[2] == "0" and err, rid
     assert exc is not None, "the query went on although a record was dead-lettered and no DLQ topic is set"
-    assert probe.calls[:2] == [0, 1] and probe.errors and probe.errors[0][0] == 1, probe.errors
+    assert probe.calls == [0] and probe.errors and probe.errors[0][0] == 0, (probe.calls, probe.errors)
     assert "DeadLetterError" in str(exc) and rid in str(exc), str(exc)[:1000]
-    assert t.records_read == len(good), "rows of the failed batch 1 were written although it raised first"
+    assert t.records_read == len(good), "rows of batch 1 were written although batch 0 raised"
 
 
 # -- 13: bad input -----------------------------------------------------------------------------------
@@ -142,7 +146,7 @@ def test_13b_null_topic_without_default_fails_the_task_naming_the_row(spark, bro
     scenario.notes.append("the write fails (nothing silent); rows of the partition's earlier Arrow batches and "
                           "of the other partition may already be in Kafka")
     assert "InvalidRecordError" in msg and "null topic" in msg, msg[:2000]
-    assert f"{sink.name}:5:" in msg, "the error does not name the record id"
+    assert re.search(rf"{sink.name}:[0-9a-f]{{16}}:5:\d+:\d+", msg), "the error does not name the record id"
     assert 3333 not in keys
 
 
@@ -178,8 +182,7 @@ def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, sc
     assert rep.dead_lettered == len(bad)
     assert {int(r.key) for r in dead.records} == bad
     assert "DeadLetterError" in type(ei.value).__name__ or "DeadLetterError" in str(ei.value)
-    for i in bad:
-        assert f"{without.name}:2:" in str(ei.value)
+    assert re.search(rf"{without.name}:[0-9a-f]{{16}}:2:\d+:\d+", str(ei.value)), str(ei.value)[:500]
     named = {rid for rid, _e in ei.value.errors.items()} if hasattr(ei.value, "errors") else set()
     assert len(named) == len(bad), named
 

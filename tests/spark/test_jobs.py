@@ -50,8 +50,9 @@ def test_stream_to_kafka_job_delivers_every_reported_row(spark, broker, topic, t
     rows = sum(r.rows for r in reports)
     assert len(reports) >= 2 and rows > 0
     assert sum(r.dead_lettered for r in reports) == 0
-    expected = {f"job-template:{r.batch_id}:{p.partition}:{seq}"
+    expected = {f"job-template:{r.run}:{r.batch_id}:{p.partition}:{seq}"
                 for r in reports for p in r.partition_reports for seq in range(p.rows)}
+    assert len({r.run for r in reports}) == 1  # one query: one run
     assert len(expected) == rows
     got = read_topic(broker.bootstrap, topic, expected=rows)
     ids = got.ids

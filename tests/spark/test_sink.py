@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
+import time
 import uuid
 
 import pytest
@@ -19,7 +21,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_recoverable_sink import RecoverableKafkaSink, SchemaError
+from spark_recoverable_sink import ConfigError, RecoverableKafkaSink, SchemaError
 
 from ..kafka_helpers import create_topic, read_topic
 
@@ -84,7 +86,8 @@ def test_string_value_and_per_row_topic_partition_headers_timestamp(spark, broke
         assert r.value == b"v%d" % i
         hdrs = dict(r.headers)
         assert hdrs["h"] == str(i).encode()
-        assert hdrs["rks-id"].startswith(b"perrow:3:")
+        sink_name, run, batch, _part, _seq = hdrs["rks-id"].split(b":")
+        assert (sink_name, batch) == (b"perrow", b"3") and len(run) == 16
         assert r.timestamp == int(ts.replace(tzinfo=dt.datetime.now().astimezone().tzinfo).timestamp() * 1000)
 
 
@@ -150,3 +153,166 @@ def test_worker_killed_after_commit_before_acks_is_replayed(spark, broker, topic
     keys = {r.key for r in got.records}
     assert {str(i).encode() for i in range(n)} <= keys
     assert sum(r.replayed for r in sink.reports) > 0
+
+
+# -- record ids unique across runs (issue 7.2) ----------------------------------------------------
+
+
+def _ids_by_key(records) -> dict[bytes, str]:
+    out = {}
+    for r in records:
+        assert out.setdefault(r.key, r.rid) == r.rid, f"key {r.key!r} arrived with two ids"
+    return out
+
+
+def _new_topic(broker, prefix: str, partitions: int = 2) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, name, partitions)
+    return name
+
+
+def test_ids_differ_between_queries_and_repeat_when_a_query_restarts_from_its_checkpoint(spark, broker, tmp_path):
+    n = 3000
+    src = _parquet_source(spark, tmp_path, n, files=3)  # three batches of one file each
+    name = f"runs-{uuid.uuid4().hex[:6]}"
+    first, rerun, other = (_new_topic(broker, p) for p in ("q1", "q1again", "q2"))
+    chk1, chk2 = str(tmp_path / "chk1"), str(tmp_path / "chk2")
+    q1 = _stream(spark, _sink(broker, tmp_path, name=name, topic=first), src, chk1)
+    # Forget that the last batch committed: the restart re-runs it, same offsets, same query id.
+    commits = os.path.join(chk1, "commits")
+    last = max(int(f) for f in os.listdir(commits) if f.isdigit())
+    for f in (str(last), f".{last}.crc"):
+        if os.path.exists(os.path.join(commits, f)):
+            os.unlink(os.path.join(commits, f))
+    again_sink = _sink(broker, tmp_path, name=name, topic=rerun)
+    q1b = _stream(spark, again_sink, src, chk1)
+    q2 = _stream(spark, _sink(broker, tmp_path, name=name, topic=other), src, chk2)  # same sink name, new query
+    assert q1.id == q1b.id != q2.id
+    a = _ids_by_key(read_topic(broker.bootstrap, first, expected=n).records)
+    b = _ids_by_key(read_topic(broker.bootstrap, other, expected=n).records)
+    rerun_rows = sum(r.rows for r in again_sink.reports)
+    assert [r.batch_id for r in again_sink.reports] == [last] and rerun_rows > 0
+    c = _ids_by_key(read_topic(broker.bootstrap, rerun, expected=rerun_rows).records)
+    assert len(a) == len(b) == n and len(set(a.values())) == n
+    assert not set(a.values()) & set(b.values()), "two queries of one sink name share record ids"
+    assert {i.split(":")[1] for i in a.values()} == {q1.id.replace("-", "")[:16]}
+    assert {i.split(":")[1] for i in b.values()} == {q2.id.replace("-", "")[:16]}
+    # the re-run batch gave every row the id it had the first time
+    assert c == {k: a[k] for k in c} and {i.split(":")[2] for i in c.values()} == {str(last)}
+
+
+def test_each_write_gets_its_own_ids_and_a_run_id_reproduces_them(spark, broker, tmp_path):
+    topics = [_new_topic(broker, f"w{i}") for i in range(4)]
+    sink = _sink(broker, tmp_path, name=f"writes-{uuid.uuid4().hex[:6]}")
+    df = spark.range(0, 400, 1, 2).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+    for t, run in zip(topics, (None, None, "backfill-2024.05.06", "backfill-2024.05.06")):
+        sink.write(df.withColumn("topic", F.lit(t)), batch_id=4, run_id=run)
+    one, two, three, four = (_ids_by_key(read_topic(broker.bootstrap, t, expected=400).records) for t in topics)
+    assert len(one) == len(two) == 400
+    assert not set(one.values()) & set(two.values()), "two write() calls share record ids"
+    assert three == four, "a re-run with the same run_id did not reproduce the ids"
+    assert all(i.startswith(f"{sink.name}:backfill-2024.05.06:4:") for i in three.values())
+    with pytest.raises(ConfigError, match="run_id"):
+        sink.write(df.withColumn("topic", F.lit(topics[0])), run_id="a:b")
+
+
+# -- dead letters raised where the user sees them (issue 7.4) -------------------------------------
+
+
+POISON, MAX_BYTES = 200_000, 100_000
+
+
+def _poison_sink(broker, tmp_path, topic, **kw):
+    return RecoverableKafkaSink(name=f"dl-{uuid.uuid4().hex[:8]}",
+                                kafka_conf={"bootstrap.servers": broker.bootstrap, "message.max.bytes": MAX_BYTES},
+                                topic=topic, wal_dir=str(tmp_path / "wal"), **kw)
+
+
+def test_the_last_batch_of_an_available_now_query_raises_its_dead_letter(spark, broker, topic, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for f, rows in enumerate((range(0, 100), range(100, 200))):  # batch 0, then the last batch 1
+        vals = [b"x" * POISON if i == 150 else b"v%d" % i for i in rows]
+        pq.write_table(pa.table({"key": [str(i) for i in rows], "value": pa.array(vals, pa.binary())}),
+                       str(src / f"part-{f}.parquet"))
+    sink = _poison_sink(broker, tmp_path, topic)
+    stream = spark.readStream.schema("key string, value binary").option("maxFilesPerTrigger", 1).parquet(str(src))
+    q = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk"))
+         .trigger(availableNow=True).start())
+    with pytest.raises(Exception):  # noqa: B017 -- the query's error, checked below
+        q.awaitTermination(300)
+    exc = q.exception()
+    assert exc is not None, "the query ended without raising its last batch's dead letter"
+    last = sink.last_report
+    assert last is not None and last.batch_id == 1 and len(last.dead_letters) == 1, last
+    rid, _err = last.dead_letters[0]
+    assert rid.split(":")[2] == "1"
+    assert "DeadLetterError" in str(exc) and rid in str(exc), str(exc)[:1000]
+    got = read_topic(broker.bootstrap, topic, expected=199)
+    assert {r.key for r in got.records} == {str(i).encode() for i in range(200) if i != 150}
+
+
+def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, broker, topic, tmp_path):
+    import fcntl
+    import threading
+
+    from spark_recoverable_sink import DeadLetterError
+
+    from ..faults.harness import slot_holders
+
+    gate = str(tmp_path / "gate.lock")
+    open(gate, "w").close()
+
+    @F.udf("binary")
+    def value_of(i):
+        if i >= 1000:  # partition 1: park until the test lets it fail (after partition 0 finished)
+            with open(gate) as fh:
+                fcntl.flock(fh, fcntl.LOCK_SH)
+            raise ValueError("injected failure of partition 1")
+        return b"x" * POISON if i == 500 else b"v%d" % i
+
+    sink = _poison_sink(broker, tmp_path, topic, drain_on_failure_s=0)
+    df = spark.range(0, 2000, 1, 2).select(F.col("id").cast("string").alias("key"), value_of("id").alias("value"))
+    tracker = spark.sparkContext.statusTracker()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        spark.sparkContext.setJobGroup("dl-lost-report", "dead letter in a failed job")  # a thread-local property
+        try:
+            sink.write(df, batch_id=1)
+        except BaseException as exc:  # noqa: BLE001 -- inspected by the test
+            errors.append(exc)
+        finally:
+            spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+
+    with open(gate, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        writer = threading.Thread(target=run)
+        writer.start()
+        try:
+            # wait (not a race: the outcome does not depend on how long) until partition 0's task is done
+            end = time.monotonic() + 120
+            while time.monotonic() < end:
+                stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup("dl-lost-report")
+                          for s in (tracker.getJobInfo(j).stageIds if tracker.getJobInfo(j) else [])]
+                if any(st is not None and st.numCompletedTasks >= 1 for st in stages):
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError("partition 0's task never finished")
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+    writer.join(300)
+    assert errors and not isinstance(errors[0], DeadLetterError), errors
+    assert "injected failure of partition 1" in str(errors[0])
+    # The worker that holds the dead letter dies: the next task of the sink adopts its slot.
+    for pid in {p for p in slot_holders(str(tmp_path / "wal"), sink.name).values() if p}:
+        os.kill(pid, signal.SIGKILL)
+    clean = spark.range(0, 10, 1, 1).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+    with pytest.raises(DeadLetterError) as ei:
+        sink.write(clean, batch_id=2)
+    assert [rid.split(":")[2:] for rid in ei.value.record_ids] == [["1", "0", "500"]], ei.value.record_ids
+    sink.write(clean, batch_id=3)  # held by the driver now: not raised twice

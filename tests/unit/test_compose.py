@@ -278,6 +278,8 @@ def test_demo_expected_ids_follow_the_record_id_format() -> None:
              for p, n in ((0, 2), (1, 1))]
     report = BatchReport.from_partitions(7, parts, 0.1)
     assert demo.expected_ids("s1", [report]) == {"s1:7:0:0", "s1:7:0:1", "s1:7:1:0"}
+    with_run = BatchReport.from_partitions(7, parts, 0.1, run="q1")
+    assert demo.expected_ids("s1", [with_run]) == {"s1:q1:7:0:0", "s1:q1:7:0:1", "s1:q1:7:1:0"}
     got = demo.ReadBack(records=4, values={0, 1, 2})
     got.ids.update(["s1:7:0:0", "s1:7:0:0", "s1:7:1:0", "s1:9:0:0"])
     numbers = demo.summarize("s1", [report], got)

@@ -19,8 +19,11 @@ from spark_recoverable_sink.encoding import (
     encode_attempt,
     encode_chunk,
     encode_dead_letter,
+    chunk_run,
     iter_rows,
     record_id,
+    record_id_prefix,
+    valid_run_id,
 )
 from spark_recoverable_sink.errors import WalFormatError
 from spark_recoverable_sink.schema import HEADERS_TYPE, normalize_batch
@@ -89,8 +92,30 @@ def test_attempt_and_dead_letter_round_trip():
 
 
 def test_record_ids_are_deterministic():
-    assert record_id("orders", 7, 3, 42) == "orders:7:3:42"
+    assert record_id("orders", 7, 3, 42) == "orders:7:3:42"  # run-less: chunks of older builds
     assert record_id("orders", 7, 3, 42) == record_id("orders", 7, 3, 42)
+
+
+def test_record_ids_carry_the_run_and_the_header_is_prefix_plus_seq():
+    assert record_id("orders", 7, 3, 42, run="3ffbea5019c44624") == "orders:3ffbea5019c44624:7:3:42"
+    prefix = record_id_prefix("orders", 7, 3, "3ffbea5019c44624")
+    assert prefix == b"orders:3ffbea5019c44624:7:3:"
+    # the per-record header the publisher builds from the per-chunk prefix
+    assert (b"%b%d" % (prefix, 42)).decode() == record_id("orders", 7, 3, 42, run="3ffbea5019c44624")
+    # two runs with the same batch numbers never share an id
+    assert record_id("orders", 0, 0, 0, run="a" * 16) != record_id("orders", 0, 0, 0, run="b" * 16)
+    assert all(valid_run_id(r) for r in ("3ffbea5019c44624", "nightly-2024.05_06", "x" * 64))
+    assert not any(valid_run_id(r) for r in ("", "a:b", "x" * 65, "sp ace", "é"))
+
+
+def test_the_run_travels_in_the_chunk_so_a_replay_rebuilds_the_same_ids():
+    rb = pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})
+    norm = normalize_batch(rb, "t", "s:r1:4:2:", 10, "r1")
+    back = decode_chunk(encode_chunk(norm))
+    assert chunk_run(back) == "r1"
+    assert back.schema.metadata[b"rks.topic"] == b"t"  # the default topic stays next to it
+    assert [r["topic"] for r in iter_rows(back, None)] == ["t", "t"]
+    assert chunk_run(decode_chunk(encode_chunk(normalize_batch(rb, None, "s:4:2:", 0)))) == ""
 
 
 # -- damaged records: every kind checksummed, every failure a WalFormatError ----------
