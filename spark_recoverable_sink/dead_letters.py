@@ -21,11 +21,12 @@ import struct
 from collections import deque
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .config import SinkConfig
 from .encoding import DeadLetter, decode_chunk, iter_rows, record_id
 from .errors import WalError
+from .explain import explain
 from .tracking import NON_RETRIABLE, ChunkTracker
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,8 +39,13 @@ log = logging.getLogger(__name__)
 _DEAD_KEY = struct.Struct(">QIQI")
 
 
-def dead_letters_of(config: SinkConfig, t: ChunkTracker) -> list[tuple[bytes, DeadLetter]]:
-    """The dead letters of a settled chunk, with their records read back from the WAL."""
+def dead_letters_of(config: SinkConfig, t: ChunkTracker,
+                    partitions_of: Callable[[str], int | None] | None = None) -> list[tuple[bytes, DeadLetter]]:
+    """The dead letters of a settled chunk, with their records read back from the WAL.
+
+    ``partitions_of`` (topic -> partition count) lets the reason of an
+    unknown partition say how many the topic has (see :mod:`.explain`).
+    """
     raw = t.wal.read_chunk(t.key)
     rows = list(iter_rows(decode_chunk(raw), config.topic)) if raw is not None else []
     out = []
@@ -48,12 +54,19 @@ def dead_letters_of(config: SinkConfig, t: ChunkTracker) -> list[tuple[bytes, De
         r = rows[i] if i < len(rows) else {}
         d = DeadLetter(
             record_id=record_id(config.name, t.key.batch, t.key.partition, seq),
-            error_code=code, error=config.scrub(text), topic=r.get("topic") or "",
+            error_code=code, error=config.scrub(explain(
+                config, code, text, r.get("topic") or "", r.get("partition"), _size(r), partitions_of)),
+            topic=r.get("topic") or "",
             partition=r.get("partition"), key=r.get("key"), value=r.get("value"),
             headers=tuple(r.get("headers") or ()), timestamp_ms=r.get("timestamp"),
         )
         out.append((_DEAD_KEY.pack(t.key.batch, t.key.partition, seq, t.key.gen), d))
     return out
+
+
+def _size(r: dict[str, Any]) -> int:
+    headers = sum(len(k or "") + len(v or b"") for k, v in (r.get("headers") or ()))
+    return len(r.get("value") or b"") + len(r.get("key") or b"") + headers
 
 
 class DeadLetterRouter:

@@ -31,10 +31,12 @@ from typing import Any, Callable, Iterator, Sequence
 import pyarrow as pa
 
 from .config import SinkConfig
+from .contact import BrokerContact
 from .deadline import Deadline
 from .dead_letters import DeadLetterRouter, dead_letters_of
 from .encoding import TOPIC_META, decode_chunk, record_id_prefix
 from .errors import ProducerError, WalError
+from .explain import PartitionCounts
 from .tracking import PRODUCER_RESET, AttemptTracker, ChunkTracker
 
 __all__ = ["Publisher"]
@@ -62,9 +64,11 @@ class Publisher:
         ProducerError: the Kafka configuration was refused (secrets scrubbed).
     """
 
-    def __init__(self, config: SinkConfig) -> None:
+    def __init__(self, config: SinkConfig, sink_dir: str | None = None) -> None:
         self.config = config
+        self.contact = BrokerContact(config, sink_dir)  # first-contact check (contact.py)
         self.dead_letters = DeadLetterRouter(config)
+        self.partition_counts = PartitionCounts(self.producer)  # for dead-letter reasons (explain.py)
         self._producer: Any = None
         self._zombies: deque[Any] = deque(maxlen=4)  # replaced producers, never polled again
         self._epoch = 0  # bumped each time the producer is replaced
@@ -111,6 +115,7 @@ class Publisher:
             ) from None  # the original may quote secret config values
 
     def _on_client_error(self, err: Any) -> None:
+        self.contact.client_error(err)
         if err.fatal():
             log.error("sink=%s fatal producer error=%s; the producer will be replaced",
                       self.config.name, self.config.scrub(err.str()))
@@ -419,6 +424,8 @@ class Publisher:
                 attempts.append(self._attempts_done.popleft())
             if not done and not attempts:
                 return
+            if any(t.acked for t in done):
+                self.contact.mark_reached()
             by_wal: dict[int, tuple[Any, list[ChunkTracker], list[AttemptTracker]]] = {}
             for t in done:
                 by_wal.setdefault(id(t.wal), (t.wal, [], []))[1].append(t)
@@ -430,7 +437,8 @@ class Publisher:
                     if t.attempt.chunk_pruned():
                         finished.append(t.attempt.key)
                 try:
-                    dead = [d for t in trackers if t.dead for d in dead_letters_of(self.config, t)]
+                    dead = [d for t in trackers if t.dead
+                            for d in dead_letters_of(self.config, t, self.partition_counts)]
                     wal.prune(chunks=[(t.key, t.size) for t in trackers], dead=dead, attempts_done=finished)
                 except WalError:
                     log.exception("sink=%s checkpoint of %s failed; will retry", self.config.name, wal.path)

@@ -72,7 +72,7 @@ class WorkerRuntime:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
         self.sdir = sink_dir(config.wal_dir, config.name)
-        self.publisher = Publisher(config)
+        self.publisher = Publisher(config, self.sdir)
         self.unreadable: dict[int, str] = {}  # slot index -> why it cannot be read
         self.adopted: dict[int, tuple[SlotLock, Wal]] = {}
         self._seen_empty: dict[int, Any] = {}

@@ -19,8 +19,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .config import SinkConfig
+from .contact import first_contact_failure
 from .drain import DRAIN_DDL, DrainReport, DrainTask
-from .errors import DeadLetterError, RecoverableSinkError
+from .errors import BrokerUnreachableError, ConfigError, DeadLetterError, RecoverableSinkError
 from .partition_writer import PartitionWriter
 from .report import REPORT_DDL, BatchReport, PartitionReport
 from .schema import validate_spark_schema
@@ -28,9 +29,44 @@ from .schema import validate_spark_schema
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["RecoverableKafkaSink"]
+__all__ = ["RecoverableKafkaSink", "claim_sink_name"]
 
 log = logging.getLogger(__name__)
+
+# -- one sink name, one streaming query (a driver-wide registry) ------------------------
+
+_NAME_OWNERS: dict[str, str] = {}  # sink name -> id of the streaming query writing with it
+_NAME_OWNERS_LOCK = threading.Lock()
+
+
+def claim_sink_name(name: str, query_id: str | None, active_query_ids: Any) -> None:
+    """Record that ``query_id`` writes with sink ``name``; refuse a second query at once.
+
+    Two queries sharing a sink name share its WAL directory and record ids.
+    A query that stopped gives its name up (it is no longer among
+    ``active_query_ids``); a restarted query keeps its id and its name.
+
+    Raises:
+        ConfigError: another active query already writes with this name.
+    """
+    if not query_id:
+        return
+    with _NAME_OWNERS_LOCK:
+        owner = _NAME_OWNERS.get(name)
+        if owner is not None and owner != query_id and owner in set(active_query_ids()):
+            raise ConfigError("name", f"sink name {name!r} is already used by streaming query {owner}; query "
+                              f"{query_id} cannot use it at the same time: give each query its own sink name")
+        _NAME_OWNERS[name] = query_id
+
+
+def _streaming_query(batch_df: Any) -> tuple[str | None, Any]:
+    """The id of the streaming query running this ``foreachBatch`` call, and a getter of the active ids."""
+    try:
+        spark = batch_df.sparkSession
+        qid = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+    except Exception:  # not a streaming batch, or not a real DataFrame
+        return None, lambda: ()
+    return qid, lambda: [q.id for q in spark.streams.active]
 
 
 class RecoverableKafkaSink:
@@ -70,6 +106,7 @@ class RecoverableKafkaSink:
         self.reports: deque[BatchReport] = deque(maxlen=max(1, history))
         self._lock = threading.Lock()
         self._unreported_dead: list[tuple[str, str]] = []
+        self._broker_reached = False  # driver memory of the first-contact check
 
     @property
     def name(self) -> str:
@@ -86,8 +123,11 @@ class RecoverableKafkaSink:
             DeadLetterError: an earlier batch dead-lettered records and no
                 ``dead_letter_topic`` is set (they are kept in the WAL).
             SchemaError: the DataFrame is not in the Kafka sink schema.
+            ConfigError: another active streaming query uses the same sink name.
+            BrokerUnreachableError: the sink has never reached a broker.
             pyspark errors: a task failed after Spark's retries.
         """
+        claim_sink_name(self.config.name, *_streaming_query(batch_df))
         self._raise_dead_letters()
         report = self._run(batch_df, int(batch_id))
         if report.dead_letters and self.config.dead_letter_topic is None:
@@ -168,7 +208,35 @@ class RecoverableKafkaSink:
         log.info("sink=%s %s", self.config.name, report.log_line())
         for problem in report.problems:
             log.error("sink=%s batch_id=%d problem=%s", self.config.name, batch_id, problem)
+        self._check_first_contact(report)
         return report
+
+    def _check_first_contact(self, report: BatchReport) -> None:
+        """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
+
+        Raises:
+            BrokerUnreachableError: no task of this batch, nor any earlier one,
+                reached a broker, and the client reported connection errors.
+        """
+        if self._broker_reached:
+            return
+        if any(p.broker_reached or p.acked for p in report.partition_reports):
+            self._broker_reached = True
+            return
+        failure = first_contact_failure(report.partition_reports)
+        if failure is None:
+            return
+        pending, last_error = failure
+        servers = self.config.scrub(dict(self.config.kafka_conf_items)["bootstrap.servers"])
+        message = (f"sink={self.config.name} has never reached a Kafka broker at bootstrap.servers={servers}: "
+                   f"last connection error: {last_error}. Check bootstrap.servers (host, port, listener) and the "
+                   f"security settings. Nothing was dropped: the {pending} record(s) of batch_id="
+                   f"{report.batch_id} not yet acked stay in the executors' WALs and are delivered once a broker "
+                   "answers (or by the next run); set wait_for_broker=True to wait instead of failing.")
+        if self.config.wait_for_broker:
+            log.error("%s (wait_for_broker=True: not failing)", message)
+            return
+        raise BrokerUnreachableError(message, servers, last_error, pending)
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: reports and locks stay on the driver.
@@ -180,6 +248,7 @@ class RecoverableKafkaSink:
         self.reports = deque(maxlen=100)
         self._lock = threading.Lock()
         self._unreported_dead = []
+        self._broker_reached = False
 
     def __repr__(self) -> str:
         return f"RecoverableKafkaSink({self.config!r})"
