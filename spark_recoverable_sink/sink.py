@@ -44,7 +44,8 @@ def claim_sink_name(name: str, query_id: str | None, active_query_ids: Any) -> N
 
     Two queries sharing a sink name share its WAL directory and record ids.
     A query that stopped gives its name up (it is no longer among
-    ``active_query_ids``); a restarted query keeps its id and its name.
+    ``active_query_ids()``, which returns ``None`` when it cannot tell: then
+    nothing is refused); a restarted query keeps its id and its name.
 
     Raises:
         ConfigError: another active query already writes with this name.
@@ -53,20 +54,39 @@ def claim_sink_name(name: str, query_id: str | None, active_query_ids: Any) -> N
         return
     with _NAME_OWNERS_LOCK:
         owner = _NAME_OWNERS.get(name)
-        if owner is not None and owner != query_id and owner in set(active_query_ids()):
+        active = active_query_ids() if owner is not None and owner != query_id else None
+        if active is not None and owner in set(active):
             raise ConfigError("name", f"sink name {name!r} is already used by streaming query {owner}; query "
                               f"{query_id} cannot use it at the same time: give each query its own sink name")
         _NAME_OWNERS[name] = query_id
 
 
 def _streaming_query(batch_df: Any) -> tuple[str | None, Any]:
-    """The id of the streaming query running this ``foreachBatch`` call, and a getter of the active ids."""
+    """The id of the streaming query running this ``foreachBatch`` call, and a getter of the active ids.
+
+    A query runs its batches in a clone of the user's session, whose
+    ``streams.active`` is empty: the active queries are read from the JVM's
+    default and active sessions instead (``None`` when that is not possible,
+    e.g. under Spark Connect: then nothing is checked).
+    """
     try:
         spark = batch_df.sparkSession
         qid = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
-    except Exception:  # not a streaming batch, or not a real DataFrame
-        return None, lambda: ()
-    return qid, lambda: [q.id for q in spark.streams.active]
+    except Exception:  # not a streaming batch, or not a classic DataFrame
+        return None, lambda: None
+
+    def active() -> list[str] | None:
+        try:
+            jsession = spark._jvm.org.apache.spark.sql.SparkSession
+            ids = []
+            for opt in (jsession.getDefaultSession(), jsession.getActiveSession()):
+                if opt.isDefined():
+                    ids.extend(str(q.id().toString()) for q in opt.get().streams().active())
+            return ids
+        except Exception:
+            return None
+
+    return qid, active
 
 
 class RecoverableKafkaSink:
