@@ -52,10 +52,17 @@ class BrokerContact:
     def __init__(self, config: SinkConfig, sink_dir: str | None = None) -> None:
         self.config = config
         self.marker = os.path.join(sink_dir, MARKER) if sink_dir else None
-        self.reached = bool(self.marker and os.path.exists(self.marker))
+        self._reached = False
         self.last_error = ""
         self.all_down = False
         self._codes, self._all_down_code = _connection_codes()
+
+    @property
+    def reached(self) -> bool:
+        """Whether a broker acked a record of this sink, in this process or in any on this host."""
+        if not self._reached and self.marker and os.path.exists(self.marker):
+            self._reached = True  # another worker (or an earlier life of this one) reached it
+        return self._reached
 
     def client_error(self, err: Any) -> None:
         """``error_cb`` hook: remember a connection error (the publisher logs it)."""
@@ -74,7 +81,7 @@ class BrokerContact:
         self.all_down = False
         if self.reached:
             return
-        self.reached = True
+        self._reached = True
         if self.marker:
             try:
                 with open(self.marker, "a"):

@@ -123,6 +123,13 @@ def test_reaching_a_broker_once_is_remembered_across_worker_restarts(tmp_path):
     assert not restarted.hopeless()  # an outage, not a first-day mistake
 
 
+def test_a_worker_learns_that_another_worker_reached_a_broker(tmp_path):
+    older, other = BrokerContact(_config(), str(tmp_path)), BrokerContact(_config(), str(tmp_path))
+    assert not older.reached
+    other.mark_reached()
+    assert older.reached
+
+
 def test_first_contact_failure_needs_pending_records_no_contact_and_a_connection_error():
     err = "10.0.0.1:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused"
     assert first_contact_failure([_part(0, last_error=err), _part(1)]) == (20, err)
