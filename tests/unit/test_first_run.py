@@ -8,7 +8,6 @@ import pytest
 from confluent_kafka import KafkaError
 from pyspark.sql.types import (
     ArrayType,
-    BinaryType,
     LongType,
     MapType,
     StringType,
