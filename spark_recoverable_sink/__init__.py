@@ -8,6 +8,7 @@ README.md for the guarantee and docs/DESIGN.md for the data path.
 
 from .config import SinkConfig
 from .errors import (
+    BrokerUnreachableError,
     ConfigError,
     DeadLetterError,
     InvalidRecordError,
@@ -37,6 +38,7 @@ __all__ = [
     "WalWriteError",
     "DeadLetterError",
     "ProducerError",
+    "BrokerUnreachableError",
 ]
 
 __version__ = "0.1.0"

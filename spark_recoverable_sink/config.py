@@ -9,12 +9,13 @@ options never appear in reprs, logs or error messages: :func:`redact` and
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from .errors import ConfigError
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_WAL_DIR",
     "redact",
     "is_secret_option",
+    "check_kafka_conf",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,87 @@ def _check_wal_dir(wal_dir: Any) -> None:
         return
 
 
+#: Options of :class:`.RecoverableKafkaSink` that are not config fields (for "did you mean").
+_SINK_ONLY_OPTIONS = ("name", "kafka_conf", "history", "drain_on_failure_s")
+#: Kafka options whose values are executor-local files or start network activity of their
+#: own: left out of the driver's check (their names are librdkafka's and checked there).
+_NOT_CHECKED_ON_DRIVER = re.compile(r"(\.location$|^sasl\.kerberos\.|^sasl\.oauthbearer\.|^plugin\.library\.paths$)")
+_TIMEOUT_OPTIONS = ("message.timeout.ms", "delivery.timeout.ms")
+#: librdkafka's names in its errors -> the alias users usually write.
+_ALIASES = {"queue.buffering.max.ms": "linger.ms", "request.required.acks": "acks",
+            "message.timeout.ms": "delivery.timeout.ms"}
+
+
+def _check_option_names(options: Mapping[str, Any]) -> None:
+    """Unknown keyword options -> ``ConfigError`` naming the closest valid one."""
+    known = [f.name for f in fields(SinkConfig) if f.name not in ("kafka_conf_items", "name", "wal_dir")]
+    valid = known + ["wal_dir", *_SINK_ONLY_OPTIONS]
+    for opt in options:
+        if opt in known:
+            continue
+        close = difflib.get_close_matches(opt, valid, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; valid options: {', '.join(sorted(valid))}"
+        if "." in opt:
+            hint += " (Kafka client options go into kafka_conf)"
+        raise ConfigError(opt, f"is not an option of the sink{hint}")
+
+
+def check_kafka_conf(config: "SinkConfig") -> None:
+    """Let librdkafka check the Kafka configuration on the driver, without connecting.
+
+    A producer is created and destroyed with the user's options minus
+    ``bootstrap.servers`` (so it connects to nothing; it costs well under a
+    millisecond), minus options naming executor-local files or starting their
+    own network activity. Its log is silenced; secrets are scrubbed.
+
+    Raises:
+        ConfigError: naming ``kafka_conf`` and librdkafka's reason.
+    """
+    try:
+        from confluent_kafka import KafkaException, Producer
+    except ImportError:  # pragma: no cover - a dependency of the package
+        return
+    conf: dict[str, Any] = {k: v for k, v in config.producer_conf().items()
+                            if k != "bootstrap.servers" and not _NOT_CHECKED_ON_DRIVER.search(k)}
+    protocol = conf.pop("security.protocol", None)
+    if protocol is not None and str(protocol).lower() not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
+        raise ConfigError("kafka_conf['security.protocol']",
+                          f"must be plaintext, ssl, sasl_plaintext or sasl_ssl, got {config.scrub(str(protocol))!r}")
+    conf["log_level"] = 0
+    try:
+        producer = Producer(conf)
+    except (KafkaException, ValueError, TypeError) as exc:
+        err = exc.args[0] if exc.args else exc
+        text = err.str() if hasattr(err, "str") else str(err)
+        named = re.search(r'property:? "([^"]+)"', text)
+        prop = named.group(1) if named else ""
+        prop = prop if prop in conf else _ALIASES.get(prop, "")
+        option = f"kafka_conf[{prop!r}]" if prop in conf else "kafka_conf"
+        raise ConfigError(option, f"refused by the Kafka client: {config.scrub(text)}") from None
+    del producer  # destroyed here: it never had a broker to talk to
+
+
+def _warn_ack_timeout(name: str, ack_timeout_s: float, conf: Mapping[str, str]) -> None:
+    """``ack_timeout_s`` longer than the client's own delivery timeout: a warning, not an error.
+
+    Nothing is lost either way (a record the client times out is retried from
+    the WAL), so the configuration is valid; but the task then waits through
+    timeouts and retries instead of for one delivery, which is rarely meant.
+    """
+    for opt in _TIMEOUT_OPTIONS:
+        raw = conf.get(opt)
+        try:
+            ms = int(raw) if raw is not None else None
+        except ValueError:
+            continue  # librdkafka names the bad value
+        if ms and ack_timeout_s * 1000 > ms:
+            log.warning(
+                "sink=%s ack_timeout_s=%s is longer than kafka option %s=%d: records the client times out "
+                "are retried from the WAL while the task waits; lower ack_timeout_s to at most %.1f or raise %s",
+                name, ack_timeout_s, opt, ms, ms / 1000, opt,
+            )
+
+
 @dataclass(frozen=True)
 class SinkConfig:
     """Everything a task needs to write; picklable, holds no live handle.
@@ -131,6 +214,9 @@ class SinkConfig:
         retry_backoff_s / retry_backoff_max_s: Backoff of retries from the WAL.
         guarantee: ``"at_least_once"`` (``"exactly_once"`` is reserved).
         id_header: Name of the header carrying each record's deterministic id.
+        wait_for_broker: When the first batch of a sink cannot reach any
+            broker: ``False`` (default) fails it with ``BrokerUnreachableError``,
+            ``True`` only warns and keeps waiting (records stay in the WAL).
     """
 
     name: str
@@ -147,6 +233,7 @@ class SinkConfig:
     retry_backoff_max_s: float = 30.0
     guarantee: str = AT_LEAST_ONCE
     id_header: str = "rks-id"
+    wait_for_broker: bool = False
 
     @classmethod
     def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
@@ -155,6 +242,7 @@ class SinkConfig:
         Raises:
             ConfigError: naming the option that is wrong and why.
         """
+        _check_option_names(options)
         if not isinstance(kafka_conf, Mapping):
             raise ConfigError("kafka_conf", f"must be a mapping, got {type(kafka_conf).__name__}")
         items = []
@@ -169,6 +257,7 @@ class SinkConfig:
             # confluent-kafka accepts str/int/float/bool; keep the user's value as text.
             items.append((k, v if isinstance(v, str) else (str(v).lower() if isinstance(v, bool) else str(v))))
         conf = cls(name=name, kafka_conf_items=tuple(sorted(items)), wal_dir=wal_dir, **options)
+        check_kafka_conf(conf)
         return conf
 
     def __post_init__(self) -> None:
@@ -208,6 +297,9 @@ class SinkConfig:
             raise ConfigError("guarantee", f"must be {AT_LEAST_ONCE!r}, got {self.guarantee!r}")
         if not isinstance(self.id_header, str) or not self.id_header:
             raise ConfigError("id_header", "must be a non-empty string")
+        if not isinstance(self.wait_for_broker, bool):
+            raise ConfigError("wait_for_broker", f"must be True or False, got {self.wait_for_broker!r}")
+        _warn_ack_timeout(self.name, self.ack_timeout_s, conf)
         for k, safe in _SAFE_DEFAULTS.items():
             v = conf.get(k)
             if v is not None and str(v).lower() not in (safe, "-1" if k == "acks" else safe):

@@ -26,12 +26,13 @@ import struct
 from collections import deque
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Collection
+from typing import TYPE_CHECKING, Any, Callable, Collection
 
 from .config import SinkConfig
 from .encoding import DeadLetter, chunk_run, decode_chunk, iter_rows, record_id
 from .errors import WalError
 from .delivery.chunks import NON_RETRIABLE, ChunkTracker
+from .explain import explain
 
 if TYPE_CHECKING:  # pragma: no cover
     from .wal import Wal
@@ -43,8 +44,13 @@ log = logging.getLogger(__name__)
 _DEAD_KEY = struct.Struct(">QIQI")
 
 
-def dead_letters_of(config: SinkConfig, t: ChunkTracker) -> list[tuple[bytes, DeadLetter]]:
-    """The dead letters of a settled chunk, with their records read back from the WAL."""
+def dead_letters_of(config: SinkConfig, t: ChunkTracker,
+                    partitions_of: Callable[[str], int | None] | None = None) -> list[tuple[bytes, DeadLetter]]:
+    """The dead letters of a settled chunk, with their records read back from the WAL.
+
+    ``partitions_of`` (topic -> partition count) lets the reason of an
+    unknown partition say how many the topic has (see :mod:`.explain`).
+    """
     raw = t.wal.read_chunk(t.key)
     batch = decode_chunk(raw) if raw is not None else None
     rows = list(iter_rows(batch, config.topic)) if batch is not None else []
@@ -55,12 +61,19 @@ def dead_letters_of(config: SinkConfig, t: ChunkTracker) -> list[tuple[bytes, De
         r = rows[i] if i < len(rows) else {}
         d = DeadLetter(
             record_id=record_id(config.name, t.key.batch, t.key.partition, seq, run),
-            error_code=code, error=config.scrub(text), topic=r.get("topic") or "",
+            error_code=code, error=config.scrub(explain(
+                config, code, text, r.get("topic") or "", r.get("partition"), _size(r), partitions_of)),
+            topic=r.get("topic") or "",
             partition=r.get("partition"), key=r.get("key"), value=r.get("value"),
             headers=tuple(r.get("headers") or ()), timestamp_ms=r.get("timestamp"),
         )
         out.append((_DEAD_KEY.pack(t.key.batch, t.key.partition, seq, t.key.gen), d))
     return out
+
+
+def _size(r: dict[str, Any]) -> int:
+    headers = sum(len(k or "") + len(v or b"") for k, v in (r.get("headers") or ()))
+    return len(r.get("value") or b"") + len(r.get("key") or b"") + headers
 
 
 _HOST = socket.gethostname()

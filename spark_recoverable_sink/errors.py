@@ -22,6 +22,7 @@ __all__ = [
     "WalUncleanError",
     "DeadLetterError",
     "ProducerError",
+    "BrokerUnreachableError",
 ]
 
 
@@ -123,3 +124,19 @@ class ProducerError(RecoverableSinkError):
     def __init__(self, message: str, kafka_error: Any = None) -> None:
         super().__init__(message)
         self.kafka_error = kafka_error
+
+
+class BrokerUnreachableError(RecoverableSinkError):
+    """The first batch of a sink that has never reached a broker could not reach one.
+
+    ``bootstrap_servers`` is the address tried and ``last_error`` the client's
+    last connection error (secrets scrubbed). Nothing was dropped: the
+    ``pending`` records the batch accepted stay in the executors' WALs and are
+    delivered once a broker answers (or by the next run).
+    """
+
+    def __init__(self, message: str, bootstrap_servers: str, last_error: str, pending: int = 0) -> None:
+        super().__init__(message)
+        self.bootstrap_servers = bootstrap_servers
+        self.last_error = last_error
+        self.pending = pending

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from . import _points
 from .config import SinkConfig
-from .deadline import Deadline
+from .contact import ContactDeadline
 from .encoding import OPEN, AttemptKey, AttemptState, ChunkKey, encode_chunk, record_id_prefix
 from .report import REPORT_FIELDS, PartitionReport
 from .runtime import WorkerRuntime, get_runtime
@@ -145,9 +145,11 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         raise
     publisher.attempt_closed(attempt)
     if trackers and config.ack_timeout_s > 0:
-        publisher.wait_finished(trackers, Deadline(config.ack_timeout_s))
+        publisher.wait_finished(trackers, ContactDeadline(config.ack_timeout_s, publisher.contact))
     publisher.checkpoint()
     acked = sum(t.acked for t in trackers)
+    if acked:
+        publisher.contact.mark_reached()
     dead = sum(len(t.dead) for t in trackers)
     report = PartitionReport(
         partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
@@ -156,6 +158,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         dead_letters=tuple(publisher.offer_unreported_dead()),
         problems=tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(rt.unreadable.items()))
         + tuple(f"WAL slot quarantined automatically to {dest}: {why}" for dest, why in sorted(rt.quarantined.items())),
+        broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
     )
     log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",
              config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, replayed,

@@ -15,6 +15,8 @@ REPORT_FIELDS: tuple[tuple[str, str], ...] = (
     ("acked", "bigint"), ("pending", "bigint"), ("retried", "bigint"), ("dead_lettered", "bigint"),
     ("replayed", "bigint"), ("seconds", "double"), ("pid", "bigint"), ("slot", "string"),
     ("dead_letters", "string"), ("problems", "string"),
+    # first-contact check (see contact.py): did this worker's sink ever reach a broker, its last connection error
+    ("broker_reached", "bigint"), ("last_error", "string"),
 )
 REPORT_DDL = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
@@ -42,6 +44,8 @@ class PartitionReport:
     slot: str
     dead_letters: tuple[tuple[str, str, str], ...] = ()
     problems: tuple[str, ...] = ()
+    broker_reached: int = 0
+    last_error: str = ""
 
     def to_row(self) -> dict[str, Any]:
         d = asdict(self)

@@ -91,7 +91,7 @@ class WorkerRuntime:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
         self.sdir = sink_dir(config.wal_dir, config.name)
-        self.publisher = Publisher(config)
+        self.publisher = Publisher(config, sink_dir=self.sdir)
         self.unreadable: dict[int, str] = {}  # slot index -> why it cannot be read
         self.quarantined: dict[str, str] = {}  # where a slot was set aside automatically -> why
         self.adopted: dict[int, tuple[SlotLock, Wal]] = {}

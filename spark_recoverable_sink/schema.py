@@ -31,6 +31,19 @@ KAFKA_COLUMNS: dict[str, tuple[str, ...]] = {
     "timestamp": ("timestamp",),
 }
 
+#: What to do about a column of the wrong type, by column (appended to the SchemaError).
+_TYPE_HINTS: dict[str, str] = {
+    "key": "cast it, e.g. F.col('key').cast('string'), or serialise it with F.to_json",
+    "value": "cast it, e.g. F.col('value').cast('string'), or serialise it with F.to_json(F.struct(...))",
+    "topic": "cast it with F.col('topic').cast('string')",
+    "partition": "cast it with F.col('partition').cast('int'), or drop it to let the partitioner choose",
+    "headers": ("headers are an array of (key string, value binary) structs, e.g. "
+                "F.array(F.struct(F.lit('k').alias('key'), F.col('v').cast('binary').alias('value'))); "
+                "from a map: F.transform(F.map_entries('m'), lambda e: F.struct(e['key'].alias('key'), "
+                "e['value'].cast('binary').alias('value')))"),
+    "timestamp": "cast it with F.col('timestamp').cast('timestamp')",
+}
+
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
@@ -59,7 +72,7 @@ def validate_spark_schema(schema: "StructType", default_topic: str | None) -> li
         actual = _spark_type_name(f.dataType)
         if actual not in allowed:
             raise SchemaError(
-                f"column {f.name!r} has type {actual}; allowed: {' or '.join(allowed)}",
+                f"column {f.name!r} has type {actual}; allowed: {' or '.join(allowed)}; {_TYPE_HINTS[canon]}",
                 column=f.name, actual=actual, allowed=allowed,
             )
         seen[canon] = f.name

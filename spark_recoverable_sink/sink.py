@@ -24,9 +24,10 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .config import DEFAULT_WAL_DIR, SinkConfig
+from .contact import first_contact_failure
 from .drain import DRAIN_DDL, DrainReport, DrainTask
-from .encoding import valid_run_id
-from .errors import ConfigError, DeadLetterError, RecoverableSinkError
+from .errors import BrokerUnreachableError, ConfigError, DeadLetterError, RecoverableSinkError
+from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
 from .partition_writer import PartitionWriter
 from .report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from .schema import validate_spark_schema
@@ -34,28 +35,9 @@ from .schema import validate_spark_schema
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["RecoverableKafkaSink", "query_run_id", "QUERY_ID_PROPERTY"]
+__all__ = ["RecoverableKafkaSink"]
 
 log = logging.getLogger(__name__)
-
-#: The SparkContext local property a streaming query's batch thread carries
-#: (``StreamExecution.QUERY_ID_KEY``): the query's id, kept in its checkpoint.
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-_RUN_LEN = 16  # hex digits of the query id (or of a fresh uuid) kept in record ids: 64 bits
-
-
-def query_run_id(df: "DataFrame") -> str | None:
-    """The run id of a ``foreachBatch`` call: the first 16 hex digits of the query's id.
-
-    Spark keeps a query's id in its checkpoint: a restart from the checkpoint
-    has the same id, a new checkpoint location a new one. ``None`` where the
-    id cannot be read (Spark Connect: no SparkContext on the client).
-    """
-    try:
-        qid = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-    except AttributeError:  # Spark Connect raises PySparkAttributeError for sparkContext
-        return None
-    return qid.replace("-", "")[:_RUN_LEN] if qid else None
 
 
 class RecoverableKafkaSink:
@@ -101,10 +83,11 @@ class RecoverableKafkaSink:
     ) -> None:
         self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
         self.drain_on_failure_s = float(drain_on_failure_s)
-        self.run_id = _check_run_id("run_id", run_id)
+        self.run_id = check_run_id("run_id", run_id)
         self.reports: deque[BatchReport] = deque(maxlen=max(1, history))
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()
+        self._broker_reached = False  # driver memory of the first-contact check
 
     @property
     def name(self) -> str:
@@ -124,9 +107,12 @@ class RecoverableKafkaSink:
                 logged and kept. The records stay in the WAL's dead-letter
                 store; the batch fails, and re-runs after a restart.
             SchemaError: the DataFrame is not in the Kafka sink schema.
+            ConfigError: another active streaming query uses the same sink name.
+            BrokerUnreachableError: the sink has never reached a broker.
             RecoverableSinkError: the streaming query's id cannot be read and no ``run_id`` is set.
             pyspark errors: a task failed after Spark's retries.
         """
+        claim_sink_name(self.config.name, *streaming_query(batch_df))
         run = self.run_id or query_run_id(batch_df)
         if run is None:
             raise RecoverableSinkError(
@@ -150,7 +136,7 @@ class RecoverableKafkaSink:
             SchemaError: the DataFrame is not in the Kafka sink schema.
             ConfigError: ``run_id`` is not 1-64 of ``[A-Za-z0-9._-]``.
         """
-        run = _check_run_id("run_id", run_id) or uuid.uuid4().hex[:_RUN_LEN]
+        run = check_run_id("run_id", run_id) or uuid.uuid4().hex[:RUN_LEN]
         report = self._run(df, int(batch_id), run)
         self._raise_dead_letters(report)
         return report
@@ -229,7 +215,35 @@ class RecoverableKafkaSink:
             self._warn_pending(f"batch_id={batch_id}", report.pending)
         for problem in report.problems:
             log.error("sink=%s batch_id=%d problem=%s", self.config.name, batch_id, problem)
+        self._check_first_contact(report)
         return report
+
+    def _check_first_contact(self, report: BatchReport) -> None:
+        """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
+
+        Raises:
+            BrokerUnreachableError: no task of this batch, nor any earlier one,
+                reached a broker, and the client reported connection errors.
+        """
+        if self._broker_reached:
+            return
+        if any(p.broker_reached or p.acked for p in report.partition_reports):
+            self._broker_reached = True
+            return
+        failure = first_contact_failure(report.partition_reports)
+        if failure is None:
+            return
+        pending, last_error = failure
+        servers = self.config.scrub(dict(self.config.kafka_conf_items)["bootstrap.servers"])
+        message = (f"sink={self.config.name} has never reached a Kafka broker at bootstrap.servers={servers}: "
+                   f"last connection error: {last_error}. Check bootstrap.servers (host, port, listener) and the "
+                   f"security settings. Nothing was dropped: the {pending} record(s) of batch_id="
+                   f"{report.batch_id} not yet acked stay in the executors' WALs and are delivered once a broker "
+                   "answers (or by the next run); set wait_for_broker=True to wait instead of failing.")
+        if self.config.wait_for_broker:
+            log.error("%s (wait_for_broker=True: not failing)", message)
+            return
+        raise BrokerUnreachableError(message, servers, last_error, pending)
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: reports and locks stay on the driver.
@@ -242,12 +256,8 @@ class RecoverableKafkaSink:
         self.reports = deque(maxlen=100)
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()
+        self._broker_reached = False
 
     def __repr__(self) -> str:
         return f"RecoverableKafkaSink({self.config!r})"
 
-
-def _check_run_id(option: str, run: str | None) -> str | None:
-    if run is not None and not valid_run_id(run):
-        raise ConfigError(option, f"must be 1-64 characters of letters, digits, '.', '_' or '-', got {run!r}")
-    return run

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from .. import _points
 from ..config import SinkConfig
@@ -27,10 +27,14 @@ log = logging.getLogger(__name__)
 class Pruner:
     """Runs checkpoints for one publisher (callers hold its poll lock)."""
 
-    def __init__(self, config: SinkConfig, book: ChunkBook, router: DeadLetterRouter) -> None:
+    def __init__(self, config: SinkConfig, book: ChunkBook, router: DeadLetterRouter, *,
+                 partitions_of: Callable[[str], int | None] | None = None,
+                 on_acked: Callable[[], None] | None = None) -> None:
         self.config = config
         self._book = book
         self._router = router
+        self._partitions_of = partitions_of  # topic -> partition count, for dead-letter reasons
+        self._on_acked = on_acked  # told when a checkpoint holds an acked chunk (the broker was reached)
         self._lock = threading.Lock()
         self.attempts_done: deque[AttemptTracker] = deque()
 
@@ -45,6 +49,8 @@ class Pruner:
                 closed_all.append(self.attempts_done.popleft())
             if not done and not closed_all:
                 return
+            if self._on_acked is not None and any(t.acked for t in done):
+                self._on_acked()
             by_wal: dict[int, tuple[Any, list[ChunkTracker], list[AttemptTracker]]] = {}
             for t in done:
                 by_wal.setdefault(id(t.wal), (t.wal, [], []))[1].append(t)
@@ -65,7 +71,7 @@ class Pruner:
         for a, keys in keys_of.values():
             if a.finished_without(keys):
                 finished[a.key] = None
-        dead = [d for t in trackers if t.dead for d in dead_letters_of(self.config, t)]
+        dead = [d for t in trackers if t.dead for d in dead_letters_of(self.config, t, self._partitions_of)]
         _points.point("checkpoint.prune", slot=wal.path, chunks=len(trackers))
         wal.prune(chunks=[(t.key, t.size) for t in trackers], dead=dead, attempts_done=list(finished))
         for t in trackers:  # committed: now, and only now, they are gone

@@ -17,6 +17,8 @@ NON_RETRIABLE = _codes(
     "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "TOPIC_EXCEPTION",
     "_UNKNOWN_PARTITION", "_INVALID_ARG", "UNSUPPORTED_FOR_MESSAGE_FORMAT", "POLICY_VIOLATION",
     "INVALID_REQUIRED_ACKS", "_INVALID_TYPE", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    # the topic does not exist (after topic.metadata.propagation.max.ms) and is not auto-created
+    "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC",
 )
 
 #: Error codes meaning the producer's idempotence state is broken: retrying on

@@ -30,10 +30,12 @@ import pyarrow as pa
 
 from .. import _points
 from ..config import SinkConfig
+from ..contact import BrokerContact
 from ..dead_letters import DeadLetterRouter
 from ..deadline import Deadline
 from ..encoding import chunk_run, decode_chunk, record_id_prefix
 from ..errors import WalError
+from ..explain import PartitionCounts
 from .checkpoint import Pruner
 from .chunks import AttemptTracker, ChunkBook, ChunkTracker, State
 from .producer import ProducerSlot, message_timeout_s
@@ -56,12 +58,15 @@ class Publisher(RoundSteps):
     """
 
     def __init__(self, config: SinkConfig, producer_factory: Callable[[dict[str, Any]], Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, sink_dir: str | None = None) -> None:
         self.config = config
+        self.contact = BrokerContact(config, sink_dir)  # first-contact check (contact.py)
         self.dead_letters = DeadLetterRouter(config)
         self._slot = ProducerSlot(config, self._on_client_error, producer_factory)
         self._book = ChunkBook()
-        self._pruner = Pruner(config, self._book, self.dead_letters)
+        self.partition_counts = PartitionCounts(self.producer)  # for dead-letter reasons (explain.py)
+        self._pruner = Pruner(config, self._book, self.dead_letters,
+                              partitions_of=self.partition_counts, on_acked=self.contact.mark_reached)
         self._clock = clock
         self._lock = threading.RLock()  # the poll lock: all delivery state changes under it
         self._tasks_waiting = 0  # the poller steps aside while a task waits for the lock
@@ -92,6 +97,7 @@ class Publisher(RoundSteps):
             return self._slot.get()
 
     def _on_client_error(self, err: Any) -> None:
+        self.contact.client_error(err)
         if err.fatal():
             log.error("sink=%s fatal producer error=%s; the producer will be replaced",
                       self.config.name, self.config.scrub(err.str()))

@@ -35,13 +35,10 @@ def _sink(**kw):
     ({"guarantee": "at_most_once"}, "guarantee"),
     ({"checkpoint_interval_s": 0}, "checkpoint_interval_s"),
     ({"wal_dir": ""}, "wal_dir"),
-    ({"no_such_option": 1}, None),
+    ({"no_such_option": 1}, "no_such_option"),
+    ({"wait_for_broker": "yes"}, "wait_for_broker"),
 ])
 def test_bad_options_are_named(kw, option):
-    if option is None:
-        with pytest.raises(TypeError, match="no_such_option"):
-            _sink(**kw)
-        return
     with pytest.raises(ConfigError) as ei:
         _sink(**kw)
     assert ei.value.option == option
@@ -88,3 +85,76 @@ def test_config_is_frozen():
     conf = SinkConfig.build("s", {"bootstrap.servers": "h"}, "/tmp/w")
     with pytest.raises(Exception):
         conf.topic = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("typo,meant", [
+    ("wal_sinc", "wal_sync"), ("ack_timout_s", "ack_timeout_s"), ("dead_letter_topik", "dead_letter_topic"),
+    ("max_wal_byte", "max_wal_bytes"), ("drain_on_failur_s", "drain_on_failure_s"),
+])
+def test_misspelt_option_names_the_closest_valid_one(typo, meant):
+    with pytest.raises(ConfigError) as ei:
+        _sink(**{typo: "commit"})
+    assert ei.value.option == typo
+    assert f"did you mean {meant!r}" in str(ei.value)
+
+
+def test_kafka_option_given_as_sink_option_says_where_it_goes():
+    with pytest.raises(ConfigError, match="kafka_conf") as ei:
+        RecoverableKafkaSink("s1", {"bootstrap.servers": "h:1"}, topic="t", wal_dir="/tmp/x", **{"linger.ms": 5})
+    assert ei.value.option == "linger.ms"
+
+
+def _listening_socket():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    s.setblocking(False)
+    return s
+
+
+@pytest.mark.parametrize("conf,option,needle", [
+    ({"no.such.option": "1"}, "kafka_conf['no.such.option']", "No such configuration property"),
+    ({"linger.ms": "soon"}, "kafka_conf['linger.ms']", "Invalid value"),
+    ({"acks": "most"}, "kafka_conf['acks']", "request.required.acks"),
+    ({"security.protocol": "tls"}, "kafka_conf['security.protocol']", "plaintext"),
+])
+def test_kafka_conf_is_checked_on_the_driver_without_connecting(conf, option, needle):
+    listener = _listening_socket()
+    try:
+        port = listener.getsockname()[1]
+        with pytest.raises(ConfigError) as ei:
+            _sink(kafka_conf={"bootstrap.servers": f"127.0.0.1:{port}", "sasl.password": SECRET, **conf})
+        assert ei.value.option == option
+        assert needle in str(ei.value)
+        assert SECRET not in str(ei.value)
+        # the check created a client but it never connected to the configured address
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_a_valid_kafka_conf_builds_without_connecting():
+    listener = _listening_socket()
+    try:
+        port = listener.getsockname()[1]
+        _sink(kafka_conf={"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 5, "sasl.password": SECRET,
+                          "ssl.ca.location": "/only/on/executors/ca.pem", "security.protocol": "SASL_SSL",
+                          "sasl.mechanism": "PLAIN", "sasl.username": "u"})
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("option", ["message.timeout.ms", "delivery.timeout.ms"])
+def test_ack_timeout_longer_than_the_clients_delivery_timeout_warns(caplog, option):
+    with caplog.at_level(logging.WARNING):
+        _sink(ack_timeout_s=60, kafka_conf={"bootstrap.servers": "h:1", option: "5000"})
+    assert f"ack_timeout_s=60 is longer than kafka option {option}=5000" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _sink(ack_timeout_s=5, kafka_conf={"bootstrap.servers": "h:1", option: "5000"})
+    assert "is longer than" not in caplog.text
