@@ -24,7 +24,7 @@ def test_batch_level_error_dead_letters_only_the_bad_record(broker, topic, tmp_p
     batch = pa.RecordBatch.from_pydict({"key": [b"k%d" % i for i in range(20)], "value": values})
     report = write_partition(cfg, 1, 0, 0, iter([batch]))
     assert (report.acked, report.dead_lettered, report.pending) == (19, 1, 0)
-    assert [rid for rid, _e in report.dead_letters] == ["iso:1:0:7"]
+    assert [rid for rid, _e, _t in report.dead_letters] == ["iso:1:0:7"]
     got = read_topic(broker.bootstrap, topic, expected=19)
     assert got.distinct_ids() == {f"iso:1:0:{i}" for i in range(20) if i != 7}
 
@@ -40,7 +40,7 @@ def test_equal_content_one_transient_one_permanent(broker, topic, tmp_path, monk
         "headers": pa.array([[{"key": "flaky", "value": b"1"}], [{"key": "bad", "value": b"1"}], []], hdr),
     })
     report = write_partition(cfg, 1, 0, 0, iter([batch]))
-    assert [rid for rid, _e in report.dead_letters] == ["eq:1:0:1"]
+    assert [rid for rid, _e, _t in report.dead_letters] == ["eq:1:0:1"]
     assert (report.acked, report.dead_lettered, report.pending) == (2, 1, 0)
     got = read_topic(broker.bootstrap, topic, expected=2)
     assert {"eq:1:0:0", "eq:1:0:2"} <= got.distinct_ids() and "eq:1:0:1" not in got.distinct_ids()

@@ -18,7 +18,7 @@ import pytest
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.contact import first_contact_failure
-from spark_recoverable_sink.devbroker import free_port
+from devtools.devbroker import free_port
 from spark_recoverable_sink.partition_writer import write_partition
 from spark_recoverable_sink.runtime import get_runtime, reset_runtimes
 
@@ -71,7 +71,7 @@ def test_a_topic_that_does_not_exist_is_dead_lettered_naming_it(broker, tmp_path
     report = write_partition(cfg, 1, 0, 0, iter([_values(3)]))
     assert (report.acked, report.pending, report.dead_lettered) == (0, 0, 3)  # not retried forever
     assert len(report.dead_letters) == 3
-    for _rid, reason in report.dead_letters:
+    for _rid, reason, _t in report.dead_letters:
         assert f"topic {missing!r} does not exist" in reason
     assert report.broker_reached == 0 and first_contact_failure([report]) is None  # the broker answered
 
@@ -83,7 +83,7 @@ def test_a_partition_out_of_range_says_how_many_the_topic_has(broker, tmp_path):
     batch = pa.RecordBatch.from_pydict({"value": [b"a", b"b"], "partition": pa.array([1, 7], pa.int32())})
     report = write_partition(cfg, 1, 0, 0, iter([batch]))
     assert (report.acked, report.dead_lettered) == (1, 1)
-    (_rid, reason), = report.dead_letters
+    (_rid, reason, _token), = report.dead_letters
     assert "partition column is 7" in reason and f"topic {topic!r} has 3 partition(s), 0..2" in reason
 
 
@@ -95,5 +95,5 @@ def test_a_value_over_the_producers_limit_names_message_max_bytes(broker, tmp_pa
     batch = pa.RecordBatch.from_pydict({"value": [b"ok", b"x" * 50000]})
     report = write_partition(cfg, 1, 0, 0, iter([batch]))
     assert (report.acked, report.dead_lettered) == (1, 1)
-    (_rid, reason), = report.dead_letters
+    (_rid, reason, _token), = report.dead_letters
     assert "over the producer's message.max.bytes=20000" in reason and "kafka_conf" in reason

@@ -9,7 +9,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from spark_recoverable_sink import BrokerUnreachableError, RecoverableKafkaSink
-from spark_recoverable_sink.devbroker import free_port
+from devtools.devbroker import free_port
 
 pytestmark = pytest.mark.spark
 
