@@ -15,7 +15,7 @@ import subprocess
 import time
 from typing import IO
 
-__all__ = ["EmbeddedBroker", "find_tansu", "free_port"]
+__all__ = ["EmbeddedBroker", "find_tansu", "free_port", "stop_process"]
 
 
 def find_tansu() -> str:
@@ -45,6 +45,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process(proc: "subprocess.Popen[bytes] | None", timeout_s: float = 10.0) -> None:
+    """Terminate a child process (resumed first if stopped), then kill it if it does not exit."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout_s)
 
 
 class EmbeddedBroker:
@@ -122,17 +138,7 @@ class EmbeddedBroker:
         return self.start(timeout_s)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -9,15 +9,13 @@ options never appear in reprs, logs or error messages: :func:`redact` and
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from .checks import DEFAULT_WAL_DIR, check_kafka_conf, check_option_names, check_wal_dir, warn_ack_timeout
 from .errors import ConfigError
 
 __all__ = [
@@ -70,130 +68,6 @@ def _positive(option: str, value: Any, *, allow_zero: bool = False, integer: boo
         raise ConfigError(option, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
-# Private to the user the Python workers run as, on a persistent disk; ``~`` is
-# expanded on each executor, never on the driver (another host, maybe another user).
-DEFAULT_WAL_DIR = "~/.local/state/spark_recoverable_sink"
-
-
-def _check_wal_dir(wal_dir: Any) -> None:
-    """Reject, on the driver, a ``wal_dir`` that is wrong on every host; never creates anything.
-
-    Only what is certainly wrong is refused here: the path (or its nearest
-    existing ancestor) exists as something other than a directory, or it is a
-    symbolic link. Ownership, permissions and writability are checked on the
-    executor (:func:`.slots.sink_dir`), where the directory is used.
-    """
-    if not isinstance(wal_dir, str) or not wal_dir:
-        raise ConfigError("wal_dir", "must be a non-empty path")
-    if wal_dir.startswith("~"):
-        return  # expanded on the executor, for the user it runs as
-    path = os.path.abspath(wal_dir)
-    try:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            raise ConfigError("wal_dir", f"{wal_dir} is a symbolic link; the sink never follows one there: "
-                                         "give the real directory")
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    except OSError:
-        return  # not ours to judge from the driver
-    while True:  # the path, else its nearest existing ancestor, must be a directory
-        try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            if os.path.dirname(path) == path:
-                return
-            path = os.path.dirname(path)
-            continue
-        except OSError:
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            where = wal_dir if path == os.path.abspath(wal_dir) else f"{wal_dir}: its parent {path}"
-            raise ConfigError("wal_dir", f"{where} exists and is not a directory; choose a directory the "
-                                         f"sink may create (default {DEFAULT_WAL_DIR})")
-        return
-
-
-#: Options of :class:`.RecoverableKafkaSink` that are not config fields (for "did you mean").
-_SINK_ONLY_OPTIONS = ("name", "kafka_conf", "history", "drain_on_failure_s")
-#: Kafka options whose values are executor-local files or start network activity of their
-#: own: left out of the driver's check (their names are librdkafka's and checked there).
-_NOT_CHECKED_ON_DRIVER = re.compile(r"(\.location$|^sasl\.kerberos\.|^sasl\.oauthbearer\.|^plugin\.library\.paths$)")
-_TIMEOUT_OPTIONS = ("message.timeout.ms", "delivery.timeout.ms")
-#: librdkafka's names in its errors -> the alias users usually write.
-_ALIASES = {"queue.buffering.max.ms": "linger.ms", "request.required.acks": "acks",
-            "message.timeout.ms": "delivery.timeout.ms"}
-
-
-def _check_option_names(options: Mapping[str, Any]) -> None:
-    """Unknown keyword options -> ``ConfigError`` naming the closest valid one."""
-    known = [f.name for f in fields(SinkConfig) if f.name not in ("kafka_conf_items", "name", "wal_dir")]
-    valid = known + ["wal_dir", *_SINK_ONLY_OPTIONS]
-    for opt in options:
-        if opt in known:
-            continue
-        close = difflib.get_close_matches(opt, valid, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; valid options: {', '.join(sorted(valid))}"
-        if "." in opt:
-            hint += " (Kafka client options go into kafka_conf)"
-        raise ConfigError(opt, f"is not an option of the sink{hint}")
-
-
-def check_kafka_conf(config: "SinkConfig") -> None:
-    """Let librdkafka check the Kafka configuration on the driver, without connecting.
-
-    A producer is created and destroyed with the user's options minus
-    ``bootstrap.servers`` (so it connects to nothing; it costs well under a
-    millisecond), minus options naming executor-local files or starting their
-    own network activity. Its log is silenced; secrets are scrubbed.
-
-    Raises:
-        ConfigError: naming ``kafka_conf`` and librdkafka's reason.
-    """
-    try:
-        from confluent_kafka import KafkaException, Producer
-    except ImportError:  # pragma: no cover - a dependency of the package
-        return
-    conf: dict[str, Any] = {k: v for k, v in config.producer_conf().items()
-                            if k != "bootstrap.servers" and not _NOT_CHECKED_ON_DRIVER.search(k)}
-    protocol = conf.pop("security.protocol", None)
-    if protocol is not None and str(protocol).lower() not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
-        raise ConfigError("kafka_conf['security.protocol']",
-                          f"must be plaintext, ssl, sasl_plaintext or sasl_ssl, got {config.scrub(str(protocol))!r}")
-    conf["log_level"] = 0
-    try:
-        producer = Producer(conf)
-    except (KafkaException, ValueError, TypeError) as exc:
-        err = exc.args[0] if exc.args else exc
-        text = err.str() if hasattr(err, "str") else str(err)
-        named = re.search(r'property:? "([^"]+)"', text)
-        prop = named.group(1) if named else ""
-        prop = prop if prop in conf else _ALIASES.get(prop, "")
-        option = f"kafka_conf[{prop!r}]" if prop in conf else "kafka_conf"
-        raise ConfigError(option, f"refused by the Kafka client: {config.scrub(text)}") from None
-    del producer  # destroyed here: it never had a broker to talk to
-
-
-def _warn_ack_timeout(name: str, ack_timeout_s: float, conf: Mapping[str, str]) -> None:
-    """``ack_timeout_s`` longer than the client's own delivery timeout: a warning, not an error.
-
-    Nothing is lost either way (a record the client times out is retried from
-    the WAL), so the configuration is valid; but the task then waits through
-    timeouts and retries instead of for one delivery, which is rarely meant.
-    """
-    for opt in _TIMEOUT_OPTIONS:
-        raw = conf.get(opt)
-        try:
-            ms = int(raw) if raw is not None else None
-        except ValueError:
-            continue  # librdkafka names the bad value
-        if ms and ack_timeout_s * 1000 > ms:
-            log.warning(
-                "sink=%s ack_timeout_s=%s is longer than kafka option %s=%d: records the client times out "
-                "are retried from the WAL while the task waits; lower ack_timeout_s to at most %.1f or raise %s",
-                name, ack_timeout_s, opt, ms, ms / 1000, opt,
-            )
-
-
 @dataclass(frozen=True)
 class SinkConfig:
     """Everything a task needs to write; picklable, holds no live handle.
@@ -242,7 +116,8 @@ class SinkConfig:
         Raises:
             ConfigError: naming the option that is wrong and why.
         """
-        _check_option_names(options)
+        fixed = ("kafka_conf_items", "name", "wal_dir")  # given positionally, or not an option
+        check_option_names(options, [f.name for f in fields(cls) if f.name not in fixed])
         if not isinstance(kafka_conf, Mapping):
             raise ConfigError("kafka_conf", f"must be a mapping, got {type(kafka_conf).__name__}")
         items = []
@@ -272,7 +147,7 @@ class SinkConfig:
         for reserved in ("transactional.id",):
             if reserved in conf:
                 raise ConfigError(f"kafka_conf[{reserved!r}]", "is set by the sink itself (exactly-once mode)")
-        _check_wal_dir(self.wal_dir)
+        check_wal_dir(self.wal_dir)
         for opt in ("topic", "dead_letter_topic"):
             v = getattr(self, opt)
             if v is not None and (not isinstance(v, str) or not _TOPIC_RE.match(v)):
@@ -299,7 +174,7 @@ class SinkConfig:
             raise ConfigError("id_header", "must be a non-empty string")
         if not isinstance(self.wait_for_broker, bool):
             raise ConfigError("wait_for_broker", f"must be True or False, got {self.wait_for_broker!r}")
-        _warn_ack_timeout(self.name, self.ack_timeout_s, conf)
+        warn_ack_timeout(self.name, self.ack_timeout_s, conf)
         for k, safe in _SAFE_DEFAULTS.items():
             v = conf.get(k)
             if v is not None and str(v).lower() not in (safe, "-1" if k == "acks" else safe):

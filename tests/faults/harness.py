@@ -40,7 +40,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
-from devtools.devbroker import EmbeddedBroker, free_port
+from devtools.devbroker import EmbeddedBroker, free_port, stop_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -610,13 +610,7 @@ class S3Server:
         raise RuntimeError("moto_server did not start")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 class TansuBroker(EmbeddedBroker):

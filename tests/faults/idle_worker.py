@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         write_source(src, args.rows, args.files, value_size=200)
         conf = {"bootstrap.servers": broker.bootstrap, "client.id": SINK_CLIENT_ID, "message.timeout.ms": 5000}
         sink = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=0.0,
-                                    retry_backoff_max_s=2.0)
+                                    retry_backoff_max_s=2.0, wait_for_broker=True)  # down from the start
         broker.proxy.refuse()
         outage_at = time.time()
         q = start_stream(spark, src, BatchProbe(sink), os.path.join(work, "chk"), files_per_trigger=1)

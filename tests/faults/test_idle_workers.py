@@ -50,7 +50,10 @@ def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
     topic = new_topic(tansu.bootstrap)
     name = sink_name("f14")
     conf = {"bootstrap.servers": tansu.bootstrap, "client.id": SINK_CLIENT_ID, "message.timeout.ms": 3000}
-    sink = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=0.0, retry_backoff_max_s=1.0)
+    # The broker is unreachable from the sink's very first batch: without wait_for_broker the first-contact
+    # check would fail the query (BrokerUnreachableError) instead of letting the records wait in the WAL.
+    sink = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=0.0, retry_backoff_max_s=1.0,
+                                wait_for_broker=True)
     tansu.proxy.refuse()  # reset before their first request reaches the broker: nothing of the sink gets there
     try:
         with caplog.at_level(logging.WARNING, logger="spark_recoverable_sink.sink"):
