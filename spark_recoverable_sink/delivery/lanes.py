@@ -23,24 +23,29 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
                  timeout_s: float = 10.0) -> dict[int, tuple[int, int] | None]:
     """Each lane's committed marker ``(batch, rows mod 2**24)``, ``None`` if it never committed.
 
-    Read with ``require_stable``: a marker in a transaction not yet completed is never returned.
+    Read by a consumer of the lane's group with ``isolation.level=read_committed``
+    (so a marker of a transaction not yet completed is never returned). Not
+    the admin client: librdkafka 2.x can abort the process when an admin
+    request that timed out is answered later (seen here with a stopped broker).
 
     Raises:
         confluent_kafka.KafkaException: the broker did not answer in ``timeout_s``.
     """
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    admin = AdminClient(client_conf(config))
-    futures = {}
-    for lane in lanes:
-        req = ConsumerGroupTopicPartitions(lane_id(config.name, run, lane), [TopicPartition(config.topic, 0)])
-        futures[lane] = admin.list_consumer_group_offsets([req], require_stable=True, request_timeout=timeout_s)
     out: dict[int, tuple[int, int] | None] = {}
-    for lane, fs in futures.items():
-        (f,) = fs.values()
-        (tp,) = f.result().topic_partitions
-        out[lane] = None if tp.error is not None else decode_marker(tp.offset)
+    for lane in lanes:
+        conf = client_conf(config)
+        conf.update({"group.id": lane_id(config.name, run, lane), "enable.auto.commit": "false",
+                     "isolation.level": "read_committed"})
+        c = Consumer(conf)
+        try:
+            (tp,) = c.committed([TopicPartition(config.topic, 0)], timeout=timeout_s)
+        finally:
+            c.close()
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        out[lane] = decode_marker(tp.offset)
     return out
 
 
