@@ -28,6 +28,7 @@ class RoundSteps:
     """Settling finished rounds, abandoning stuck ones, retrying from the WAL."""
 
     config: "SinkConfig"
+    contact: "BrokerContact"
     _book: ChunkBook
     _slot: "ProducerSlot"
     _clock: Callable[[], float]
@@ -64,6 +65,8 @@ class RoundSteps:
 
     def _settle_one(self, t: ChunkTracker) -> None:
         rnd = t.round
+        if rnd.acked:  # a broker answered: never again a first-contact failure (contact.py)
+            self.contact.mark_reached()
         group = rnd.indices if t.isolating and rnd.indices is not None else []
         for i in group:  # an isolation round: its records leave isolation unless they fail again
             t.isolate.pop(i, None)

@@ -203,6 +203,7 @@ def test_13d_non_utf8_string_key_passes_through_as_bytes(spark, broker, tmp_path
     scenario.rows_sent, scenario.records_read, scenario.distinct_ids = n, len(got.records), len(by_row)
     scenario.lost = n - len(by_row)
     scenario.duplicates = len(got.records) - len(by_row)
-    scenario.figures.update(acked=rep.acked, keys_altered=len(wrong), sample_key=repr(got.records[0].key))
+    scenario.figures.update(acked=rep.acked, keys_altered=len(wrong), sample_key=repr(got.records[0].key),
+                            reader_gap_reads=got.gap_reads)
     assert scenario.lost == 0
     assert not wrong, f"keys altered in transit, e.g. {[by_row[i] for i in wrong[:3]]}"
