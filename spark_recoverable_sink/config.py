@@ -189,9 +189,6 @@ class SinkConfig:
         if not self.topic:
             raise ConfigError("topic", "exactly_once needs a default topic: partition 0 of it holds the sink's "
                                        "transaction markers (consumer-group offsets, no records)")
-        if "transactional.id" in conf:
-            raise ConfigError("kafka_conf['transactional.id']", "is set by the sink in exactly_once mode (one per "
-                                                                "lane, see README): remove it")
         if self.dead_letter_topic is not None:
             raise ConfigError("dead_letter_topic", "is not supported with exactly_once yet: a record refused for "
                                                    "good stays in the WAL and its unit is reported pending")

@@ -9,6 +9,7 @@ the driver ends the batch only once every lane of it is committed.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from . import _points
@@ -21,7 +22,9 @@ from .errors import ExactlyOnceMismatchError
 if TYPE_CHECKING:  # pragma: no cover
     from .runtime import WorkerRuntime
 
-__all__ = ["publish_unit"]
+__all__ = ["publish_unit", "abandon_unit"]
+
+log = logging.getLogger(__name__)
 
 
 def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run: str, rows: int,
@@ -52,3 +55,16 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
         rt.publisher.contact.mark_reached()
         return rows
     return 0
+
+
+def abandon_unit(rt: "WorkerRuntime", akey: AttemptKey) -> None:
+    """A task failed before its unit was committed in the WAL: delete what it wrote (nothing was produced).
+
+    Best effort: if the WAL refuses, the attempt stays open and the next
+    recovery of the slot drops it (an open attempt is never published).
+    """
+    try:
+        rt.wal.abort_attempt(akey)
+    except Exception:  # the task's own error is the one to raise
+        log.warning("sink=%s batch=%d partition=%d abandoned attempt left for recovery to drop",
+                    rt.config.name, akey.batch, akey.partition, exc_info=True)

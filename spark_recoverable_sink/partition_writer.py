@@ -23,7 +23,7 @@ from .encoding import OPEN, AttemptKey, AttemptState, ChunkKey, encode_chunk, re
 from .report import REPORT_FIELDS, PartitionReport
 from .runtime import WorkerRuntime, get_runtime
 from .schema import normalize_batch, payload_bytes
-from .eo_task import publish_unit
+from .eo_task import abandon_unit, publish_unit
 from .tracking import AttemptTracker, ChunkTracker
 
 __all__ = ["PartitionWriter", "write_partition", "report_batch"]
@@ -145,13 +145,16 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
     except BaseException:
         # Abandoned: its chunks stay until acked (or are dropped as uncommitted
-        # after a crash); Spark re-runs the task.
-        publisher.attempt_closed(attempt)
+        # after a crash); Spark re-runs the task. Exactly-once produced none of them: gone now.
+        if eo:
+            abandon_unit(rt, akey)
+        else:
+            publisher.attempt_closed(attempt)
         raise
-    publisher.attempt_closed(attempt)
-    if eo:
+    if eo:  # the unit's attempt record stays until its transaction is committed (never the publisher's)
         acked = publish_unit(rt, config, akey, run, seq, chunks)
     else:
+        publisher.attempt_closed(attempt)
         if trackers and config.ack_timeout_s > 0:
             publisher.wait_finished(trackers, ContactDeadline(config.ack_timeout_s, publisher.contact))
         publisher.checkpoint()

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 _IDLE_SCAN_S = 5.0  # how often an idle worker looks for orphan slots
 _IDLE_COMMIT_S = 5.0  # exactly-once: how long one idle pass may spend on waiting units
+_IDLE_UNITS_EVERY_S = 2.0  # exactly-once: how often an idle worker retries its waiting units
 _RUNTIMES: dict[SinkConfig, "WorkerRuntime"] = {}
 _RUNTIMES_PID = os.getpid()
 _RUNTIMES_LOCK = threading.Lock()
@@ -105,7 +106,7 @@ class WorkerRuntime:
         self._seen_empty: dict[int, Any] = {}
         self._adopt_lock = threading.Lock()
         self._replayed = 0
-        self._last_scan = time.monotonic()
+        self._last_scan = self._last_units = time.monotonic()
         while True:
             self.lock, self.wal = self._take_own_slot()
             try:
@@ -287,7 +288,8 @@ class WorkerRuntime:
             if time.monotonic() - self._last_scan >= _IDLE_SCAN_S:
                 self._last_scan = time.monotonic()
                 self._replayed += self.adopt_orphans()
-            if self.units is not None:
+            if self.units is not None and time.monotonic() - self._last_units >= _IDLE_UNITS_EVERY_S:
+                self._last_units = time.monotonic()
                 self.units.retry_pending(Deadline(_IDLE_COMMIT_S), blocking=False)
             if self.adopted:
                 self._release_drained()

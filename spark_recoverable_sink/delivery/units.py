@@ -129,7 +129,7 @@ class UnitBook:
                    f"committed to Kafka for it had {unit.found_rows} (mod 2^24)")
             self.mismatched[f"{unit.wal.path}:{unit.key}"] = why
             log.error("sink=%s exactly-once mismatch: %s", self.config.name, why)
-        else:
+        elif unit.attempts == 1 or unit.attempts % 10 == 0:
             log.warning("sink=%s batch=%d partition=%d rows=%d not committed yet (try %d): %s",
                         self.config.name, unit.batch, unit.partition, unit.rows, unit.attempts, unit.last_error)
         return outcome

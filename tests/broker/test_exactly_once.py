@@ -163,6 +163,10 @@ def test_broker_down_keeps_the_unit_pending_then_commits_it_once(own_broker, tmp
                                                guarantee="exactly_once", ack_timeout_s=2.0), 1, 0, 0,
                               batches(0, 300, 50), run="r")
         assert (rep.acked, rep.pending) == (0, 300)
+        pending_rt = get_runtime(SinkConfig.build(cfg2.name, dict(cfg2.kafka_conf_items), cfg2.wal_dir,
+                                                  topic=cfg2.topic, guarantee="exactly_once", ack_timeout_s=2.0))
+        pending_rt.publisher.checkpoint()  # what the poller thread does every second: it must not touch the unit
+        assert list(pending_rt.wal.attempts().values())[0].committed, "the pending unit lost its attempt record"
     finally:
         own_broker.resume()
     rt = get_runtime(SinkConfig.build(cfg.name, dict(cfg.kafka_conf_items), cfg.wal_dir, topic=cfg.topic,
@@ -180,7 +184,9 @@ def test_abort_lingering_initialises_every_lane_of_the_sink(broker, topic, tmp_p
         write_partition(cfg, 0, p, 0, batches(p, 10, 50), run="rr")
     lanes = sink_lanes(cfg)
     assert lanes == [lane_id(cfg.name, "rr", 0), lane_id(cfg.name, "rr", 1)]
-    assert abort_lingering(cfg) == lanes
+    from spark_recoverable_sink.admin import abort_transactions
+
+    assert abort_transactions(cfg.name, dict(cfg.kafka_conf_items), topic) == lanes
     # the lanes go on: the fenced producers are replaced, the markers read again
     for p in (0, 1):
         assert write_partition(cfg, 1, p, 0, batches(p, 10, 50), run="rr").acked == 10
