@@ -93,13 +93,11 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], bootstrap: str, sc
                 spark, bootstrap, rows_by_size={s: p["tp_rows"][str(s)] for s in p["sizes"]}, partitions=args.partitions,
                 topic_partitions=args.topic_partitions, rounds=p["tp_rounds"], writers=sb.WRITERS,
                 scratch=scratch, verify=p["verify"]))
-            results["throughput"]["exactly_once"] = sb.exactly_once_status()
         if "latency" in want:
             results["latency"] = guarded(lambda: sb.latency(
                 spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
                 topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
                 warmup_batches=p["lat_warmup_batches"], writers=sb.WRITERS, scratch=scratch))
-            results["latency"]["exactly_once"] = sb.exactly_once_status()
     finally:
         spark.stop()
 

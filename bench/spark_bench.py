@@ -23,7 +23,7 @@ from . import common
 from .writers import FlushWriter, Prepare, RawWriter
 
 RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-async", "sink-exactly-once"
-WRITERS = (RAW, FLUSH, SYNC, ASYNC)
+WRITERS = (RAW, FLUSH, SYNC, ASYNC, EXACTLY)
 LABELS = {
     RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
     SYNC: "sink at-least-once sync", ASYNC: "sink at-least-once async", EXACTLY: "sink exactly-once",
@@ -33,19 +33,6 @@ SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def exactly_once_status() -> dict[str, Any]:
-    """The placeholder entry: asks the sink whether the mode exists (it does not; nothing is faked)."""
-    from spark_recoverable_sink.config import SinkConfig
-
-    try:
-        SinkConfig.build("probe", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused", guarantee="exactly_once")
-    except Exception as exc:  # noqa: BLE001 - the refusal is the answer
-        return {"writer": EXACTLY, "label": LABELS[EXACTLY], "status": "not available yet",
-                "reason": f"{type(exc).__name__}: {exc}"}
-    return {"writer": EXACTLY, "label": LABELS[EXACTLY], "status": "exists but not benchmarked",
-            "reason": "the sink accepted guarantee='exactly_once'; add it to bench/spark_bench.py"}
 
 
 def build_spark(cores: int, partitions: int, driver_memory: str) -> Any:
@@ -151,8 +138,10 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
     if writer == FLUSH:
         fn = FlushWriter(conf, topic)
         return Target(writer, topic, fn, fn.ddl)
-    ack = SYNC_ACK_TIMEOUT_S if writer == SYNC else 0.0
-    sink = RecoverableKafkaSink(name=run_name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=ack)
+    ack = SYNC_ACK_TIMEOUT_S if writer in (SYNC, EXACTLY) else 0.0
+    guarantee = "exactly_once" if writer == EXACTLY else "at_least_once"
+    sink = RecoverableKafkaSink(name=run_name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=ack,
+                                guarantee=guarantee)
     return Target(writer, topic, None, SINK_DDL, sink=sink, wal_dir=wal_dir)  # type: ignore[arg-type]
 
 

@@ -11,6 +11,7 @@ from .errors import (
     BrokerUnreachableError,
     ConfigError,
     DeadLetterError,
+    ExactlyOnceMismatchError,
     InvalidRecordError,
     ProducerError,
     RecoverableSinkError,
@@ -39,6 +40,7 @@ __all__ = [
     "DeadLetterError",
     "ProducerError",
     "BrokerUnreachableError",
+    "ExactlyOnceMismatchError",
 ]
 
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ from .errors import WalError
 from .slots import SlotLock, ensure_private_dir, list_slots, resolve_wal_dir, slot_paths
 from .wal import Wal
 
-__all__ = ["SlotInfo", "inspect_slots", "quarantine_slot", "quarantine_held", "QUARANTINE_DIR"]
+__all__ = ["SlotInfo", "inspect_slots", "quarantine_slot", "quarantine_held", "abort_transactions", "QUARANTINE_DIR"]
 
 QUARANTINE_DIR = "quarantine"
 
@@ -116,3 +116,23 @@ def quarantine_held(lock: SlotLock, sdir: str) -> str:
     except OSError as exc:
         raise WalError(f"cannot quarantine slot {lock.wal_path} to {dest}: {exc}", lock.wal_path) from exc
     return dest
+
+
+def abort_transactions(name: str, kafka_conf: dict, topic: str, lanes: "list[str] | None" = None,
+                       timeout_s: float = 30.0) -> list[str]:
+    """Exactly-once: abort every transaction the sink's lanes left open; returns the lanes handled.
+
+    ``lanes`` defaults to every lane that ever committed (its marker group
+    exists); pass lane names (``rks-eo.<sink>.<run>.<partition>``) for others.
+    A lane in use is fenced too; its owner re-initialises and carries on.
+
+    Raises:
+        ConfigError: the configuration is not valid for an exactly-once sink.
+        confluent_kafka.KafkaException: a lane could not be initialised in ``timeout_s``.
+    """
+    from .config import SinkConfig
+    from .delivery.lanes import abort_lingering
+
+    config = SinkConfig.build(name, kafka_conf, "/nonexistent-wal-dir-not-used", topic=topic,
+                              guarantee="exactly_once")
+    return abort_lingering(config, lanes, timeout_s)

@@ -86,7 +86,7 @@ class SinkConfig:
         wal_sync: ``"commit"`` (fsync per WAL transaction) or ``"none"``.
         dead_letter_topic: Where records with non-retriable errors are copied.
         retry_backoff_s / retry_backoff_max_s: Backoff of retries from the WAL.
-        guarantee: ``"at_least_once"`` (``"exactly_once"`` is reserved).
+        guarantee: ``"at_least_once"`` or ``"exactly_once"`` (Kafka transactions; see README).
         id_header: Name of the header carrying each record's deterministic id.
         wait_for_broker: When the first batch of a sink cannot reach any
             broker: ``False`` (default) fails it with ``BrokerUnreachableError``,
@@ -166,10 +166,10 @@ class SinkConfig:
             raise ConfigError("retry_backoff_max_s", "must be >= retry_backoff_s")
         if self.wal_sync not in WAL_SYNC_MODES:
             raise ConfigError("wal_sync", f"must be one of {WAL_SYNC_MODES}, got {self.wal_sync!r}")
+        if self.guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+            raise ConfigError("guarantee", f"must be {AT_LEAST_ONCE!r} or {EXACTLY_ONCE!r}, got {self.guarantee!r}")
         if self.guarantee == EXACTLY_ONCE:
-            raise ConfigError("guarantee", "'exactly_once' is not available yet; use 'at_least_once'")
-        if self.guarantee != AT_LEAST_ONCE:
-            raise ConfigError("guarantee", f"must be {AT_LEAST_ONCE!r}, got {self.guarantee!r}")
+            self._check_exactly_once(conf)
         if not isinstance(self.id_header, str) or not self.id_header:
             raise ConfigError("id_header", "must be a non-empty string")
         if not isinstance(self.wait_for_broker, bool):
@@ -184,6 +184,14 @@ class SinkConfig:
                 )
 
     # -- Kafka configuration -------------------------------------------------
+
+    def _check_exactly_once(self, conf: Mapping[str, str]) -> None:
+        if not self.topic:
+            raise ConfigError("topic", "exactly_once needs a default topic: partition 0 of it holds the sink's "
+                                       "transaction markers (consumer-group offsets, no records)")
+        if self.dead_letter_topic is not None:
+            raise ConfigError("dead_letter_topic", "is not supported with exactly_once yet: a record refused for "
+                                                   "good stays in the WAL and its unit is reported pending")
 
     def producer_conf(self) -> dict[str, str]:
         """The configuration handed to ``confluent_kafka.Producer``: the user's, plus defaults.

@@ -54,10 +54,16 @@ def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str
         replayed = rt.take_replayed() + rt.adopt_orphans()
         if confirmed:
             rt.publisher.confirm_dead_letters(frozenset(confirmed))
-        while rt.publisher.in_flight() > 0 and not deadline.expired():
-            rt.publisher.tick(deadline.cap(0.05), backlog_chunks=None)
-        rt.publisher.checkpoint()
-        pending = rt.publisher.in_flight()
+        if rt.units is not None:  # exactly-once: waiting units, oldest first, each in its transaction
+            pending = rt.units.retry_pending(deadline)
+            while pending > 0 and not deadline.expired():
+                time.sleep(deadline.cap(0.2))
+                pending = rt.units.retry_pending(deadline)
+        else:
+            while rt.publisher.in_flight() > 0 and not deadline.expired():
+                rt.publisher.tick(deadline.cap(0.05), backlog_chunks=None)
+            rt.publisher.checkpoint()
+            pending = rt.publisher.in_flight()
     return {"pid": os.getpid(), "slot": rt.wal.path, "replayed": replayed, "pending": pending,
             "seconds": time.monotonic() - t0}
 

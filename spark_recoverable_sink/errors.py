@@ -23,6 +23,7 @@ __all__ = [
     "DeadLetterError",
     "ProducerError",
     "BrokerUnreachableError",
+    "ExactlyOnceMismatchError",
 ]
 
 
@@ -140,3 +141,21 @@ class BrokerUnreachableError(RecoverableSinkError):
         self.bootstrap_servers = bootstrap_servers
         self.last_error = last_error
         self.pending = pending
+
+
+class ExactlyOnceMismatchError(RecoverableSinkError):
+    """A re-run of a batch does not hold what the first run already committed to Kafka.
+
+    In exactly-once mode a (batch, partition) whose transaction is committed is
+    skipped when the batch runs again; that is only right if the re-run puts
+    the same rows in the same Spark partition. ``batch``, ``partition``,
+    ``rows`` (this run) and ``committed_rows`` (the committed unit's count,
+    modulo 2**24) say where it differs. Nothing of this attempt is published.
+    """
+
+    def __init__(self, message: str, batch: int, partition: int, rows: int, committed_rows: int | None) -> None:
+        super().__init__(message)
+        self.batch = batch
+        self.partition = partition
+        self.rows = rows
+        self.committed_rows = committed_rows

@@ -23,6 +23,7 @@ from .encoding import OPEN, AttemptKey, AttemptState, ChunkKey, encode_chunk, re
 from .report import REPORT_FIELDS, PartitionReport
 from .runtime import WorkerRuntime, get_runtime
 from .schema import normalize_batch, payload_bytes
+from .eo_task import abandon_unit, publish_unit
 from .tracking import AttemptTracker, ChunkTracker
 
 __all__ = ["PartitionWriter", "write_partition", "report_batch"]
@@ -111,6 +112,8 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     akey = AttemptKey(batch_id, partition, gen)
     attempt = AttemptTracker(rt.wal, akey)
     trackers: list[ChunkTracker] = []
+    chunks: list[tuple[ChunkKey, int]] = []
+    eo = rt.units is not None  # exactly-once: the unit is published in one transaction once committed
     prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
     started = time.time()
     seq = nbytes = 0
@@ -122,32 +125,40 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
             chunk = encode_chunk(norm)
             key = ChunkKey(batch_id, partition, seq, gen)
             rt.reserve_space(len(chunk))
-            first = None if trackers else AttemptState(OPEN, spark_attempt, 0, started)
+            first = None if chunks else AttemptState(OPEN, spark_attempt, 0, started)
             rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
-            attempt.add_chunk(key)
-            t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
-            trackers.append(t)
-            if config.ack_timeout_s > 0:
-                publisher.produce_chunk(t, norm)  # ... then Kafka
-                publisher.tick(0)
-            else:
-                publisher.enqueue_chunk(t, norm)  # ... then Kafka, from the poller thread
+            chunks.append((key, len(chunk)))
+            if not eo:  # (exactly-once: ... then Kafka, in one transaction, after step 4)
+                attempt.add_chunk(key)
+                t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
+                trackers.append(t)
+                if config.ack_timeout_s > 0:
+                    publisher.produce_chunk(t, norm)  # ... then Kafka
+                    publisher.tick(0)
+                else:
+                    publisher.enqueue_chunk(t, norm)  # ... then Kafka, from the poller thread
             seq += norm.num_rows
             nbytes += payload_bytes(norm)
             _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
-        if trackers:
+        if chunks:
             rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
         _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
     except BaseException:
         # Abandoned: its chunks stay until acked (or are dropped as uncommitted
-        # after a crash); Spark re-runs the task.
-        publisher.attempt_closed(attempt)
+        # after a crash); Spark re-runs the task. Exactly-once produced none of them: gone now.
+        if eo:
+            abandon_unit(rt, akey)
+        else:
+            publisher.attempt_closed(attempt)
         raise
-    publisher.attempt_closed(attempt)
-    if trackers and config.ack_timeout_s > 0:
-        publisher.wait_finished(trackers, ContactDeadline(config.ack_timeout_s, publisher.contact))
-    publisher.checkpoint()
-    acked = sum(t.acked for t in trackers)
+    if eo:  # the unit's attempt record stays until its transaction is committed (never the publisher's)
+        acked = publish_unit(rt, config, akey, run, seq, chunks)
+    else:
+        publisher.attempt_closed(attempt)
+        if trackers and config.ack_timeout_s > 0:
+            publisher.wait_finished(trackers, ContactDeadline(config.ack_timeout_s, publisher.contact))
+        publisher.checkpoint()
+        acked = sum(t.acked for t in trackers)
     if acked:
         publisher.contact.mark_reached()
     dead = sum(len(t.dead) for t in trackers)
@@ -156,8 +167,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
         replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
         dead_letters=tuple(publisher.offer_unreported_dead()),
-        problems=tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(rt.unreadable.items()))
-        + tuple(f"WAL slot quarantined automatically to {dest}: {why}" for dest, why in sorted(rt.quarantined.items())),
+        problems=rt.problems(),
         broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
     )
     log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",

@@ -24,10 +24,13 @@ import threading
 import time
 from typing import Any
 
-from .config import SinkConfig
+from .config import EXACTLY_ONCE, SinkConfig
+from .deadline import Deadline
 from .encoding import AttemptKey
 from .admin import quarantine_held
 from .errors import WalError, WalFullError, WalUncleanError
+from .delivery.transactions import Committer
+from .delivery.units import UnitBook, units_of
 from .publisher import Publisher
 from .slots import SlotLock, acquire_free_slot, list_slots, sink_dir, slot_paths
 from .tracking import AttemptTracker, ChunkTracker
@@ -38,6 +41,8 @@ __all__ = ["WorkerRuntime", "get_runtime", "reset_runtimes"]
 log = logging.getLogger(__name__)
 
 _IDLE_SCAN_S = 5.0  # how often an idle worker looks for orphan slots
+_IDLE_COMMIT_S = 5.0  # exactly-once: how long one idle pass may spend on waiting units
+_IDLE_UNITS_EVERY_S = 2.0  # exactly-once: how often an idle worker retries its waiting units
 _RUNTIMES: dict[SinkConfig, "WorkerRuntime"] = {}
 _RUNTIMES_PID = os.getpid()
 _RUNTIMES_LOCK = threading.Lock()
@@ -92,13 +97,16 @@ class WorkerRuntime:
         self.config = config
         self.sdir = sink_dir(config.wal_dir, config.name)
         self.publisher = Publisher(config, sink_dir=self.sdir)
+        #: exactly-once: units waiting for their transaction (at-least-once: None)
+        self.units = (UnitBook(config, Committer(config, self.publisher.contact.client_error))
+                      if config.guarantee == EXACTLY_ONCE else None)
         self.unreadable: dict[int, str] = {}  # slot index -> why it cannot be read
         self.quarantined: dict[str, str] = {}  # where a slot was set aside automatically -> why
         self.adopted: dict[int, tuple[SlotLock, Wal]] = {}
         self._seen_empty: dict[int, Any] = {}
         self._adopt_lock = threading.Lock()
         self._replayed = 0
-        self._last_scan = time.monotonic()
+        self._last_scan = self._last_units = time.monotonic()
         while True:
             self.lock, self.wal = self._take_own_slot()
             try:
@@ -193,6 +201,17 @@ class WorkerRuntime:
             log.warning("sink=%s slot=%s dropping %d chunks of %d uncommitted attempts (Spark re-runs them)",
                         self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
             wal.prune(chunks=drop, attempts_done=finished)
+        if self.units is not None:  # exactly-once: each committed attempt is a unit for a transaction
+            units = units_of(wal, {k: st.rows for k, st in attempts.items() if st.committed},
+                             [(ck, size) for ck, size in replay])
+            for unit in units:
+                self.units.add(unit)
+            replayed = sum(u.rows for u in units)
+            if replayed:
+                log.warning("sink=%s slot=%s units=%d rows=%d of committed attempts wait for their transaction "
+                            "(skipped if their lane's marker shows them in Kafka)", self.config.name, wal.path,
+                            len(units), replayed)
+            return replayed
         # Replays wait in the publisher's backlog (read back from the WAL when
         # their turn comes): adopting never blocks a task, even with the broker down.
         replayed = 0
@@ -269,6 +288,9 @@ class WorkerRuntime:
             if time.monotonic() - self._last_scan >= _IDLE_SCAN_S:
                 self._last_scan = time.monotonic()
                 self._replayed += self.adopt_orphans()
+            if self.units is not None and time.monotonic() - self._last_units >= _IDLE_UNITS_EVERY_S:
+                self._last_units = time.monotonic()
+                self.units.retry_pending(Deadline(_IDLE_COMMIT_S), blocking=False)
             if self.adopted:
                 self._release_drained()
         finally:
@@ -277,12 +299,21 @@ class WorkerRuntime:
     def _release_drained(self) -> None:
         with self._adopt_lock:
             for index, (lock, wal) in list(self.adopted.items()):
-                if self.publisher.references(wal) or not wal.is_empty():
+                if (self.publisher.references(wal) or (self.units is not None and self.units.references(wal))
+                        or not wal.is_empty()):
                     continue
                 wal.close()
                 lock.release()
                 del self.adopted[index]
                 log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+
+    def problems(self) -> tuple[str, ...]:
+        """What every task report of this worker names: slots set aside, units that do not match Kafka."""
+        return (tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(self.unreadable.items()))
+                + tuple(f"WAL slot quarantined automatically to {dest}: {why}"
+                        for dest, why in sorted(self.quarantined.items()))
+                + tuple(f"exactly-once unit set aside ({where}): {why}"
+                        for where, why in sorted((self.units.mismatched if self.units else {}).items())))
 
     def take_replayed(self) -> int:
         n, self._replayed = self._replayed, 0
@@ -309,6 +340,8 @@ class WorkerRuntime:
     def close(self, flush_s: float = 5.0) -> None:
         """Flush (up to ``flush_s``), checkpoint and release every slot. Optional: nothing depends on it."""
         self.publisher.close(flush_s)
+        if self.units is not None:
+            self.units.close()
         with self._adopt_lock:
             for lock, wal in self.adopted.values():
                 wal.close()

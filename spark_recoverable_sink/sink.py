@@ -23,9 +23,10 @@ import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .config import DEFAULT_WAL_DIR, SinkConfig
+from .config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
 from .contact import first_contact_failure
 from .drain import DRAIN_DDL, DrainReport, DrainTask
+from .eo_driver import settle
 from .errors import BrokerUnreachableError, ConfigError, DeadLetterError, RecoverableSinkError
 from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
 from .partition_writer import PartitionWriter
@@ -216,6 +217,8 @@ class RecoverableKafkaSink:
         for problem in report.problems:
             log.error("sink=%s batch_id=%d problem=%s", self.config.name, batch_id, problem)
         self._check_first_contact(report)
+        if self.config.guarantee == EXACTLY_ONCE and report.pending:
+            settle(self, df.sparkSession, report)
         return report
 
     def _check_first_contact(self, report: BatchReport) -> None:

@@ -35,8 +35,10 @@ def main() -> None:
     from spark_recoverable_sink.partition_writer import write_partition
 
     opts = json.loads(conf_json)
+    run = opts.pop("run", "")
     cfg = SinkConfig.build(opts.pop("name"), opts.pop("kafka_conf"), opts.pop("wal_dir"), **opts)
-    report = write_partition(cfg, int(batch), int(partition), 0, batches(int(partition), int(rows), int(size)))
+    report = write_partition(cfg, int(batch), int(partition), 0, batches(int(partition), int(rows), int(size)),
+                             run=run)
     if die_at == "settled":
         import time
 

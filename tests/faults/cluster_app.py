@@ -54,7 +54,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     status.write(f"up {time.time() - t0:.1f}\n")
     sink = RecoverableKafkaSink(a["name"], {"bootstrap.servers": a["bootstrap"]}, topic=a["topic"],
-                                wal_dir=a["wal_dir"], ack_timeout_s=30.0)
+                                wal_dir=a["wal_dir"], ack_timeout_s=30.0, guarantee=a.get("guarantee", "at_least_once"))
 
     def fn(df, batch_id):
         status.write(f"start {batch_id} {time.time():.3f}\n")

@@ -806,7 +806,7 @@ def tally(contents: Any, expected_rows: Iterable[int]) -> Tally:
 
 
 def read_back(bootstrap: str, topic: str, expected_rows: Iterable[int], reader: LiveReader | None = None,
-              wait_s: float = 90.0) -> Tally:
+              wait_s: float = 90.0, isolation: str = "read_uncommitted") -> Tally:
     """Wait (up to ``wait_s``) for every row to be visible, then read the topic back completely."""
     from tests.kafka_helpers import read_topic
 
@@ -814,9 +814,11 @@ def read_back(bootstrap: str, topic: str, expected_rows: Iterable[int], reader: 
     if reader is not None:
         reader.wait_for(keys_of(rows), wait_s)
         seen = reader.records
-        contents = read_topic(bootstrap, topic, expected=max(seen, len(rows)), idle_s=3.0, timeout_s=wait_s + 60)
+        contents = read_topic(bootstrap, topic, expected=max(seen, len(rows)), idle_s=3.0, timeout_s=wait_s + 60,
+                              isolation=isolation)
     else:
-        contents = read_topic(bootstrap, topic, expected=len(rows), idle_s=5.0, timeout_s=wait_s + 60)
+        contents = read_topic(bootstrap, topic, expected=len(rows), idle_s=5.0, timeout_s=wait_s + 60,
+                              isolation=isolation)
     t = tally(contents, rows)
     if reader is not None:
         t.errors += reader.errors[:20]

@@ -31,7 +31,8 @@ def _sink(**kw):
     ({"max_wal_bytes": 1.5e9}, "max_wal_bytes"),
     ({"topic": "bad topic"}, "topic"),
     ({"dead_letter_topic": "t"}, "dead_letter_topic"),
-    ({"guarantee": "exactly_once"}, "guarantee"),
+    ({"guarantee": "exactly_once", "topic": None}, "topic"),
+    ({"guarantee": "exactly_once", "dead_letter_topic": "dlq"}, "dead_letter_topic"),
     ({"guarantee": "at_most_once"}, "guarantee"),
     ({"checkpoint_interval_s": 0}, "checkpoint_interval_s"),
     ({"wal_dir": ""}, "wal_dir"),
@@ -43,6 +44,12 @@ def test_bad_options_are_named(kw, option):
         _sink(**kw)
     assert ei.value.option == option
     assert option in str(ei.value)
+
+
+def test_exactly_once_is_accepted_with_a_default_topic():
+    conf = _sink(guarantee="exactly_once", kafka_conf={"bootstrap.servers": "h:1", "transaction.timeout.ms": 30000})
+    assert conf.config.guarantee == "exactly_once"
+    assert conf.config.producer_conf()["transaction.timeout.ms"] == "30000"
 
 
 def test_safe_defaults_filled_and_user_values_pass_through():

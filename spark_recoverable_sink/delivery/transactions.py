@@ -1,0 +1,284 @@
+"""Exactly-once: one Kafka transaction per unit, with a marker committed in it.
+
+A *unit* is what one Spark task committed to the WAL for one (run, batch,
+partition): its chunks, in sequence order. A unit is published in one Kafka
+transaction by the producer of its *lane*, whose ``transactional.id`` is
+``rks-eo.<sink>.<run>.<partition>``: a function of what every attempt at
+the unit shares (never of the attempt), so a retried, speculative or
+adopting producer fences the earlier one, and the broker aborts what the
+earlier one left open (Apache Kafka; see README for the test broker).
+
+The same transaction commits the lane's *marker*: an offset of the consumer
+group named like the lane, on partition 0 of the sink's topic, that encodes
+the batch and the unit's row count (the broker keeps the offset, not
+metadata: some brokers drop metadata). The driver runs batches one after
+the other and a batch ends only once every lane of it is committed
+(:mod:`.sink`), so a lane's marker at batch ``m >= b`` proves that unit
+``(b, lane)`` is in Kafka: a re-run, a stale WAL copy or an adopter skips it.
+
+Steps of :meth:`Committer.commit` (each resumable after a failure):
+
+1. the lane's producer, created and ``init_transactions()``-ed once (fences
+   every earlier producer of the lane);
+2. read the marker (read_committed: never a pending transaction's);
+   ``batch >= unit's`` -> skipped (row count compared when equal);
+3. ``begin_transaction``; produce every record from the WAL (ids in headers);
+4. ``send_offsets_to_transaction`` (the marker), ``commit_transaction``.
+
+A failure leaves the lane in a state the next call resumes from: a commit
+that timed out is retried on the same producer (a new producer would make
+the broker abort, or on some brokers expose, the open transaction), one
+that needs an abort is aborted first, a fatal or fenced producer is
+replaced (and the marker read again).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import _points
+from ..config import SinkConfig
+from ..deadline import Deadline
+from ..encoding import AttemptKey, ChunkKey, decode_chunk, record_id_prefix
+from .codes import PRODUCER_RESET
+from .rows import produce_rows
+
+__all__ = ["Unit", "Committer", "lane_id", "encode_marker", "decode_marker", "client_conf", "COMMITTED", "SKIPPED",
+           "PENDING", "MISMATCH"]
+
+log = logging.getLogger(__name__)
+
+COMMITTED, SKIPPED, PENDING, MISMATCH = "committed", "skipped", "pending", "mismatch"
+_ROWS_BITS = 24  # the marker keeps the row count modulo 2**24 next to the batch id
+
+
+def lane_id(sink: str, run: str, partition: int) -> str:
+    """The ``transactional.id`` (and marker group) of one lane: what all attempts at its units share."""
+    return f"rks-eo.{sink}.{run}.{partition}"
+
+
+def encode_marker(batch: int, rows: int) -> int:
+    """The marker offset of a committed unit: batch and row count (mod 2**24) in one int64."""
+    return ((batch + 1) << _ROWS_BITS) | (rows & ((1 << _ROWS_BITS) - 1))
+
+
+def decode_marker(offset: int) -> tuple[int, int] | None:
+    """``(batch, rows mod 2**24)`` of a marker offset; ``None`` if the lane never committed."""
+    if offset is None or offset < (1 << _ROWS_BITS):
+        return None
+    return (offset >> _ROWS_BITS) - 1, offset & ((1 << _ROWS_BITS) - 1)
+
+
+@dataclass
+class Unit:
+    """One committed WAL attempt, published as one transaction."""
+
+    wal: Any
+    key: AttemptKey
+    run: str
+    rows: int
+    chunks: list[tuple[ChunkKey, int]]  # (key, stored size), in sequence order
+    outcome: str = PENDING
+    last_error: str = ""
+    attempts: int = 0
+    found_rows: int | None = field(default=None)  # the marker's row count when it did not match
+
+    @property
+    def batch(self) -> int:
+        return self.key.batch
+
+    @property
+    def partition(self) -> int:
+        return self.key.partition
+
+
+class _Lane:
+    """One lane's producer, its marker consumer, and what its open transaction holds."""
+
+    def __init__(self, producer: Any, consumer: Any) -> None:
+        self.producer = producer
+        self.consumer = consumer
+        self.ready = False  # init_transactions() returned
+        self.open: AttemptKey | None = None  # the unit whose transaction is begun, not yet committed
+        self.produced = False  # the unit's records are in the open transaction
+        self.offsets_sent = False  # the marker is in it too: only commit_transaction is left
+        self.must_abort = False
+
+    def reset(self) -> None:
+        self.open, self.produced, self.offsets_sent, self.must_abort = None, False, False, False
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception:  # closing is best effort: the process may be going away
+            pass
+
+
+class Committer:
+    """Publishes units through lane producers (callers serialise calls per runtime).
+
+    Raises nothing for broker trouble: an outcome of ``PENDING`` with
+    ``last_error`` says the unit stays in the WAL for a later call.
+    """
+
+    def __init__(self, config: SinkConfig, on_client_error: Callable[[Any], None] | None = None,
+                 max_lanes: int = 32) -> None:
+        if not config.topic:
+            raise ValueError("exactly-once needs the sink's default topic for its markers")
+        self.config = config
+        self._on_error = on_client_error
+        self._lanes: OrderedDict[str, _Lane] = OrderedDict()
+        self._max_lanes = max_lanes
+
+    # -- lanes -------------------------------------------------------------------------
+
+    def _lane(self, lid: str) -> _Lane:
+        lane = self._lanes.get(lid)
+        if lane is not None:
+            self._lanes.move_to_end(lid)
+            return lane
+        from confluent_kafka import Consumer, Producer
+
+        conf = self.config.producer_conf()
+        conf["transactional.id"] = lid
+        if self._on_error is not None:
+            conf["error_cb"] = self._on_error
+        cconf = client_conf(self.config)
+        if self._on_error is not None:
+            cconf["error_cb"] = self._on_error
+        cconf.update({"group.id": lid, "enable.auto.commit": "false", "isolation.level": "read_committed"})
+        lane = _Lane(Producer(conf), Consumer(cconf))
+        self._lanes[lid] = lane
+        while len(self._lanes) > self._max_lanes:  # idle lanes go; a new owner re-initialises (and fences)
+            _old_id, old = self._lanes.popitem(last=False)
+            if old.open is None:
+                old.close()
+            else:
+                self._lanes[_old_id] = old  # never drop a lane with a transaction open
+                self._lanes.move_to_end(_old_id, last=False)
+                break
+        return lane
+
+    def _drop(self, lid: str) -> None:
+        lane = self._lanes.pop(lid, None)
+        if lane is not None:
+            lane.close()
+
+    # -- one unit ----------------------------------------------------------------------
+
+    def commit(self, unit: Unit, deadline: Deadline) -> str:
+        """Try to publish ``unit`` before ``deadline``; returns its outcome (also in ``unit.outcome``)."""
+        from confluent_kafka import KafkaException
+
+        lid = lane_id(self.config.name, unit.run, unit.partition)
+        unit.attempts += 1
+        try:
+            lane = self._lane(lid)
+            unit.outcome = self._commit(lane, unit, deadline)
+        except KafkaException as exc:
+            err = exc.args[0]
+            unit.last_error = self.config.scrub(err.str() if hasattr(err, "str") else str(err))
+            lane = self._lanes.get(lid)
+            if lane is not None:
+                if getattr(err, "fatal", lambda: False)() or getattr(err, "code", lambda: None)() in PRODUCER_RESET:
+                    log.warning("sink=%s lane=%s producer failed fatally (%s); a new one takes over",
+                                self.config.name, lid, unit.last_error)
+                    self._drop(lid)
+                elif getattr(err, "txn_requires_abort", lambda: False)():
+                    lane.must_abort = True
+            unit.outcome = PENDING
+        except _Timeout as exc:
+            unit.last_error = str(exc)
+            unit.outcome = PENDING
+        return unit.outcome
+
+    def _commit(self, lane: _Lane, unit: Unit, deadline: Deadline) -> str:
+        p = lane.producer
+        if not lane.ready:  # 1
+            p.init_transactions(_left(deadline, "init_transactions"))
+            lane.ready = True
+        if lane.must_abort or (lane.open is not None and (lane.open != unit.key or not lane.produced)):
+            # a failed transaction, or another unit's (or a half-produced) one: aborted before anything else
+            p.abort_transaction(_left(deadline, "abort_transaction"))
+            lane.reset()
+        if lane.open is None:
+            marker = self._marker(lane, deadline)  # 2
+            if marker is not None and marker[0] >= unit.batch:
+                if marker[0] == unit.batch and marker[1] != unit.rows & ((1 << _ROWS_BITS) - 1):
+                    unit.found_rows = marker[1]
+                    return MISMATCH
+                return SKIPPED
+            p.begin_transaction()  # 3
+            lane.open = unit.key
+            self._produce(p, unit, deadline)
+            lane.produced = True
+        if not lane.offsets_sent:  # 4
+            from confluent_kafka import TopicPartition
+
+            md = lane.consumer.consumer_group_metadata()
+            tp = TopicPartition(self.config.topic, 0, encode_marker(unit.batch, unit.rows))
+            p.send_offsets_to_transaction([tp], md, _left(deadline, "send_offsets_to_transaction"))
+            lane.offsets_sent = True
+        p.commit_transaction(_left(deadline, "commit_transaction"))  # a commit that timed out is retried as it is
+        lane.reset()
+        return COMMITTED
+
+    def _marker(self, lane: _Lane, deadline: Deadline) -> tuple[int, int] | None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        (tp,) = lane.consumer.committed([TopicPartition(self.config.topic, 0)], timeout=_left(deadline, "marker"))
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        return decode_marker(tp.offset)
+
+    def _produce(self, p: Any, unit: Unit, deadline: Deadline) -> None:
+        failed: list[Any] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(err)
+
+        prefix = record_id_prefix(self.config.name, unit.batch, unit.partition, unit.run)
+        block_s = max(0.5, deadline.remaining())
+        for ck, _size in unit.chunks:
+            raw = unit.wal.read_chunk(ck)
+            if raw is None:
+                raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
+            batch = decode_chunk(raw)
+            _n, sync_failed = produce_rows(p, on_delivery, batch.num_rows, batch, None, self.config.topic,
+                                           self.config.id_header, prefix, ck.first_seq, block_s)
+            failed.extend(e for _i, e in sync_failed)
+            p.poll(0)
+            _points.point("eo.produced_chunk", batch=unit.batch, partition=unit.partition, rows=ck.first_seq + _n)
+        if failed:  # the transaction cannot commit: aborted, then the unit is tried again
+            from confluent_kafka import KafkaException
+
+            raise KafkaException(failed[0])
+
+    def close(self) -> None:
+        for lid in list(self._lanes):
+            self._drop(lid)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _left(deadline: Deadline, what: str) -> float:
+    left = deadline.remaining()
+    if left <= 0:
+        raise _Timeout(f"no time left for {what}")
+    return max(0.05, left)
+
+
+_CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.ssl", "client.", "socket.", "broker.",
+                    "reconnect.", "metadata.", "topic.metadata", "api.version", "log_level")
+
+
+def client_conf(config: SinkConfig) -> dict[str, str]:
+    """The connection and security options of the sink's Kafka configuration (for consumers and admin)."""
+    return {k: v for k, v in config.producer_conf().items() if k.startswith(_CLIENT_PREFIXES)}
