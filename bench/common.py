@@ -21,7 +21,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 #: The sink's safe producer defaults, applied to every writer so the comparison is fair.
-SAFE_PRODUCER_CONF = {"enable.idempotence": "true", "acks": "all"}
+# the sink's defaults: safe delivery, and the Java client's partitioner (what Spark's own Kafka sink uses)
+SAFE_PRODUCER_CONF = {"enable.idempotence": "true", "acks": "all", "partitioner": "murmur2_random"}
 
 
 def producer_conf(bootstrap: str) -> dict[str, str]:

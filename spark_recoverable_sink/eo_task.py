@@ -39,7 +39,7 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
     if not chunks or rt.units is None:
         return 0
     unit = Unit(rt.wal, akey, run, rows, list(chunks))
-    _points.point("eo.before_transaction", batch=akey.batch, partition=akey.partition, rows=rows)
+    _points.point("eo.before_commit", batch=akey.batch, partition=akey.partition, rows=rows)
     outcome = rt.units.commit(unit, ContactDeadline(config.ack_timeout_s, rt.publisher.contact))
     if outcome == MISMATCH:
         rt.units.mismatched.pop(f"{unit.wal.path}:{unit.key}", None)

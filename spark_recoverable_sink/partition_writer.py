@@ -114,6 +114,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     trackers: list[ChunkTracker] = []
     chunks: list[tuple[ChunkKey, int]] = []
     eo = rt.units is not None  # exactly-once: the unit is published in one transaction once committed
+    inline = None  # exactly-once: the transaction the task fills as it writes (False: from the WAL after step 4)
     prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
     started = time.time()
     seq = nbytes = 0
@@ -128,7 +129,14 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
             first = None if chunks else AttemptState(OPEN, spark_attempt, 0, started)
             rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
             chunks.append((key, len(chunk)))
-            if not eo:  # (exactly-once: ... then Kafka, in one transaction, after step 4)
+            if eo:  # ... then Kafka, into the unit's transaction (committed after step 4)
+                if inline is None and len(chunks) == 1:
+                    _points.point("eo.before_transaction", batch=batch_id, partition=partition, rows=seq)
+                    inline = rt.units.committer.begin_inline(
+                        akey, run, ContactDeadline(config.ack_timeout_s, publisher.contact)) or False
+                if inline:
+                    inline.produce(norm, seq, publisher.block_s)
+            else:
                 attempt.add_chunk(key)
                 t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
                 trackers.append(t)
@@ -152,6 +160,8 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
             publisher.attempt_closed(attempt)
         raise
     if eo:  # the unit's attempt record stays until its transaction is committed (never the publisher's)
+        if inline:
+            inline.finish()
         acked = publish_unit(rt, config, akey, run, seq, chunks)
     else:
         publisher.attempt_closed(attempt)

@@ -12,7 +12,7 @@ import logging
 from typing import Iterable
 
 from ..config import SinkConfig
-from .transactions import client_conf, decode_marker, lane_id
+from .markers import client_conf, decode_marker, lane_id
 
 __all__ = ["lane_markers", "sink_lanes", "abort_lingering"]
 

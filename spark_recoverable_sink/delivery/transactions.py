@@ -35,7 +35,6 @@ replaced (and the marker read again).
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -45,32 +44,15 @@ from ..config import SinkConfig
 from ..deadline import Deadline
 from ..encoding import AttemptKey, ChunkKey, decode_chunk, record_id_prefix
 from .codes import PRODUCER_RESET
+from .markers import ROWS_MASK, client_conf, decode_marker, encode_marker, lane_id
 from .rows import produce_rows
 
 __all__ = ["Unit", "Committer", "lane_id", "encode_marker", "decode_marker", "client_conf", "COMMITTED", "SKIPPED",
-           "PENDING", "MISMATCH"]
+           "PENDING", "MISMATCH", "left"]
 
 log = logging.getLogger(__name__)
 
 COMMITTED, SKIPPED, PENDING, MISMATCH = "committed", "skipped", "pending", "mismatch"
-_ROWS_BITS = 24  # the marker keeps the row count modulo 2**24 next to the batch id
-
-
-def lane_id(sink: str, run: str, partition: int) -> str:
-    """The ``transactional.id`` (and marker group) of one lane: what all attempts at its units share."""
-    return f"rks-eo.{sink}.{run}.{partition}"
-
-
-def encode_marker(batch: int, rows: int) -> int:
-    """The marker offset of a committed unit: batch and row count (mod 2**24) in one int64."""
-    return ((batch + 1) << _ROWS_BITS) | (rows & ((1 << _ROWS_BITS) - 1))
-
-
-def decode_marker(offset: int) -> tuple[int, int] | None:
-    """``(batch, rows mod 2**24)`` of a marker offset; ``None`` if the lane never committed."""
-    if offset is None or offset < (1 << _ROWS_BITS):
-        return None
-    return (offset >> _ROWS_BITS) - 1, offset & ((1 << _ROWS_BITS) - 1)
 
 
 @dataclass
@@ -180,35 +162,72 @@ class Committer:
             lane = self._lane(lid)
             unit.outcome = self._commit(lane, unit, deadline)
         except KafkaException as exc:
-            err = exc.args[0]
-            unit.last_error = self.config.scrub(err.str() if hasattr(err, "str") else str(err))
-            lane = self._lanes.get(lid)
-            if lane is not None:
-                if getattr(err, "fatal", lambda: False)() or getattr(err, "code", lambda: None)() in PRODUCER_RESET:
-                    log.warning("sink=%s lane=%s producer failed fatally (%s); a new one takes over",
-                                self.config.name, lid, unit.last_error)
-                    self._drop(lid)
-                elif getattr(err, "txn_requires_abort", lambda: False)():
-                    lane.must_abort = True
+            unit.last_error = self._failed(lid, exc.args[0])
             unit.outcome = PENDING
         except _Timeout as exc:
             unit.last_error = str(exc)
             unit.outcome = PENDING
         return unit.outcome
 
+    def _failed(self, lid: str, err: Any) -> str:
+        """What a Kafka error leaves the lane to do next time; returns the error's text (scrubbed)."""
+        text = self.config.scrub(err.str() if hasattr(err, "str") else str(err))
+        lane = self._lanes.get(lid)
+        if lane is not None:
+            if getattr(err, "fatal", lambda: False)() or getattr(err, "code", lambda: None)() in PRODUCER_RESET:
+                log.warning("sink=%s lane=%s producer failed fatally (%s); a new one takes over",
+                            self.config.name, lid, text)
+                self._drop(lid)
+            elif getattr(err, "txn_requires_abort", lambda: False)():
+                lane.must_abort = True
+        return text
+
+    def begin_inline(self, key: AttemptKey, run: str, deadline: Deadline) -> "Any":
+        """A task's unit, produced into its transaction as its chunks reach the WAL (steps 1-3 now).
+
+        ``None`` when that cannot start before ``deadline`` or the lane's
+        marker already holds the batch: the task then publishes from the WAL
+        after its attempt is committed (:meth:`commit`), as any retry does.
+        """
+        from confluent_kafka import KafkaException
+
+        lid = lane_id(self.config.name, run, key.partition)
+        try:
+            lane = self._lane(lid)
+            p = lane.producer
+            if not lane.ready:
+                p.init_transactions(left(deadline, "init_transactions"))
+                lane.ready = True
+            if lane.must_abort or lane.open is not None:
+                p.abort_transaction(left(deadline, "abort_transaction"))
+                lane.reset()
+            marker = self._marker(lane, deadline)
+            if marker is not None and marker[0] >= key.batch:
+                return None  # a re-run: the commit step compares and skips
+            p.begin_transaction()
+            lane.open = key
+            from .inline import InlineTransaction
+
+            return InlineTransaction(self, lid, lane, key, run)
+        except KafkaException as exc:
+            self._failed(lid, exc.args[0])
+        except _Timeout:
+            pass
+        return None
+
     def _commit(self, lane: _Lane, unit: Unit, deadline: Deadline) -> str:
         p = lane.producer
         if not lane.ready:  # 1
-            p.init_transactions(_left(deadline, "init_transactions"))
+            p.init_transactions(left(deadline, "init_transactions"))
             lane.ready = True
         if lane.must_abort or (lane.open is not None and (lane.open != unit.key or not lane.produced)):
             # a failed transaction, or another unit's (or a half-produced) one: aborted before anything else
-            p.abort_transaction(_left(deadline, "abort_transaction"))
+            p.abort_transaction(left(deadline, "abort_transaction"))
             lane.reset()
         if lane.open is None:
             marker = self._marker(lane, deadline)  # 2
             if marker is not None and marker[0] >= unit.batch:
-                if marker[0] == unit.batch and marker[1] != unit.rows & ((1 << _ROWS_BITS) - 1):
+                if marker[0] == unit.batch and marker[1] != unit.rows & ROWS_MASK:
                     unit.found_rows = marker[1]
                     return MISMATCH
                 return SKIPPED
@@ -221,16 +240,16 @@ class Committer:
 
             md = lane.consumer.consumer_group_metadata()
             tp = TopicPartition(self.config.topic, 0, encode_marker(unit.batch, unit.rows))
-            p.send_offsets_to_transaction([tp], md, _left(deadline, "send_offsets_to_transaction"))
+            p.send_offsets_to_transaction([tp], md, left(deadline, "send_offsets_to_transaction"))
             lane.offsets_sent = True
-        p.commit_transaction(_left(deadline, "commit_transaction"))  # a commit that timed out is retried as it is
+        p.commit_transaction(left(deadline, "commit_transaction"))  # a commit that timed out is retried as it is
         lane.reset()
         return COMMITTED
 
     def _marker(self, lane: _Lane, deadline: Deadline) -> tuple[int, int] | None:
         from confluent_kafka import KafkaException, TopicPartition
 
-        (tp,) = lane.consumer.committed([TopicPartition(self.config.topic, 0)], timeout=_left(deadline, "marker"))
+        (tp,) = lane.consumer.committed([TopicPartition(self.config.topic, 0)], timeout=left(deadline, "marker"))
         if tp.error is not None:
             raise KafkaException(tp.error)
         return decode_marker(tp.offset)
@@ -268,17 +287,9 @@ class _Timeout(Exception):
     pass
 
 
-def _left(deadline: Deadline, what: str) -> float:
-    left = deadline.remaining()
-    if left <= 0:
+def left(deadline: Deadline, what: str) -> float:
+    """Seconds left for one client call; ``_Timeout`` when none (the unit stays pending)."""
+    rest = deadline.remaining()
+    if rest is not None and rest <= 0:
         raise _Timeout(f"no time left for {what}")
-    return max(0.05, left)
-
-
-_CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.ssl", "client.", "socket.", "broker.",
-                    "reconnect.", "metadata.", "topic.metadata", "api.version", "log_level")
-
-
-def client_conf(config: SinkConfig) -> dict[str, str]:
-    """The connection and security options of the sink's Kafka configuration (for consumers and admin)."""
-    return {k: v for k, v in config.producer_conf().items() if k.startswith(_CLIENT_PREFIXES)}
+    return 30.0 if rest is None else max(0.05, rest)

@@ -20,7 +20,7 @@ from spark_recoverable_sink import ExactlyOnceMismatchError
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
 from spark_recoverable_sink.delivery.lanes import abort_lingering, lane_markers, sink_lanes
-from spark_recoverable_sink.delivery.transactions import decode_marker, encode_marker, lane_id
+from spark_recoverable_sink.delivery.markers import decode_marker, encode_marker, lane_id
 from spark_recoverable_sink.partition_writer import write_partition
 from spark_recoverable_sink.runtime import get_runtime
 
@@ -121,16 +121,17 @@ def test_worker_killed_after_the_kafka_commit_is_skipped_by_the_adopter(broker, 
     assert get_runtime(cfg).units.pending_rows() == 0
 
 
-def test_worker_killed_before_its_transaction_publishes_the_unit_once(broker, topic, tmp_path, hooks):
+def test_worker_killed_before_anything_is_produced_is_retried_once(broker, topic, tmp_path, hooks):
+    """Killed once its first chunk is in the WAL, before its transaction begins (its attempt still open)."""
     cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
     crash = hooks.crash("eo.before_transaction")
     _child(cfg, 3, 0, 800, "r", hook_dir=hooks.dir)
     assert crash.fired() is not None
     assert read_topic(broker.bootstrap, topic, idle_s=1.0, timeout_s=5, isolation=RC).records == []
-    rep = write_partition(cfg, 4, 0, 0, batches(0, 10, 50), run="r")
-    assert rep.replayed == 800
-    _assert_exactly(read_topic(broker.bootstrap, topic, expected=810, isolation=RC), cfg, "r",
-                    {(3, 0): 800, (4, 0): 10})
+    # Spark re-runs the failed task (here on this process, which adopts the dead worker's slot first)
+    rep = write_partition(cfg, 3, 0, 1, batches(0, 800, 50), run="r")
+    assert rep.acked == 800
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=800, isolation=RC), cfg, "r", {(3, 0): 800})
 
 
 @pytest.mark.xfail(reason="the test broker (Tansu) makes the open transaction of a fenced producer visible when "
