@@ -192,6 +192,19 @@ class SinkConfig:
         if self.dead_letter_topic is not None:
             raise ConfigError("dead_letter_topic", "is not supported with exactly_once yet: a record refused for "
                                                    "good stays in the WAL and its unit is reported pending")
+        if str(conf.get("acks", "all")).lower() not in ("all", "-1"):
+            raise ConfigError("kafka_conf['acks']", "must be 'all' with exactly_once (Kafka transactions need it)")
+        ms = {}
+        for opt in ("transaction.timeout.ms", "message.timeout.ms", "delivery.timeout.ms"):
+            try:
+                ms[opt] = int(conf[opt]) if opt in conf else None
+            except ValueError:
+                ms[opt] = None  # librdkafka names the bad value (check_kafka_conf)
+        txn_ms = ms["transaction.timeout.ms"] or 60000
+        for opt in ("message.timeout.ms", "delivery.timeout.ms"):
+            if ms[opt] is not None and ms[opt] > txn_ms:
+                raise ConfigError(f"kafka_conf[{opt!r}]", f"must not exceed transaction.timeout.ms={txn_ms} "
+                                                          "with exactly_once (the client refuses it)")
 
     def producer_conf(self) -> dict[str, str]:
         """The configuration handed to ``confluent_kafka.Producer``: the user's, plus defaults.

@@ -133,7 +133,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                 if inline is None and len(chunks) == 1:
                     _points.point("eo.before_transaction", batch=batch_id, partition=partition, rows=seq)
                     inline = rt.units.committer.begin_inline(
-                        akey, run, ContactDeadline(config.ack_timeout_s, publisher.contact)) or False
+                        rt.wal.path, akey, run, ContactDeadline(config.ack_timeout_s, publisher.contact)) or False
                 if inline:
                     inline.produce(norm, seq, publisher.block_s)
             else:

@@ -23,9 +23,11 @@ __all__ = ["InlineTransaction"]
 class InlineTransaction:
     """A lane's open transaction being filled by the task, chunk after chunk, right after each WAL append."""
 
-    def __init__(self, committer: "Committer", lid: str, lane: "_Lane", key: AttemptKey, run: str) -> None:
+    def __init__(self, committer: "Committer", lid: str, lane: "_Lane", ident: tuple[str, AttemptKey],
+                 run: str) -> None:
         self._committer = committer
-        self._lid, self._lane, self._key = lid, lane, key
+        self._lid, self._lane, self._ident = lid, lane, ident
+        self._key = key = ident[1]
         self._prefix = record_id_prefix(committer.config.name, key.batch, key.partition, run)
         self.broken = False
         self._failed: list[Any] = []
@@ -55,5 +57,5 @@ class InlineTransaction:
 
     def finish(self) -> None:
         """Every chunk is in: the commit step only sends the marker and commits (unless it broke)."""
-        if not self.broken and self._lane.open == self._key:
+        if not self.broken and self._lane.open == self._ident:
             self._lane.produced = True

@@ -85,7 +85,7 @@ class _Lane:
         self.producer = producer
         self.consumer = consumer
         self.ready = False  # init_transactions() returned
-        self.open: AttemptKey | None = None  # the unit whose transaction is begun, not yet committed
+        self.open: tuple[str, AttemptKey] | None = None  # (slot path, attempt) whose transaction is open
         self.produced = False  # the unit's records are in the open transaction
         self.offsets_sent = False  # the marker is in it too: only commit_transaction is left
         self.must_abort = False
@@ -182,7 +182,7 @@ class Committer:
                 lane.must_abort = True
         return text
 
-    def begin_inline(self, key: AttemptKey, run: str, deadline: Deadline) -> "Any":
+    def begin_inline(self, wal_path: str, key: AttemptKey, run: str, deadline: Deadline) -> "Any":
         """A task's unit, produced into its transaction as its chunks reach the WAL (steps 1-3 now).
 
         ``None`` when that cannot start before ``deadline`` or the lane's
@@ -198,32 +198,50 @@ class Committer:
             if not lane.ready:
                 p.init_transactions(left(deadline, "init_transactions"))
                 lane.ready = True
-            if lane.must_abort or lane.open is not None:
-                p.abort_transaction(left(deadline, "abort_transaction"))
-                lane.reset()
+            self._settle_open(lane, None, deadline)
             marker = self._marker(lane, deadline)
             if marker is not None and marker[0] >= key.batch:
                 return None  # a re-run: the commit step compares and skips
             p.begin_transaction()
-            lane.open = key
+            lane.open = (wal_path, key)
             from .inline import InlineTransaction
 
-            return InlineTransaction(self, lid, lane, key, run)
+            return InlineTransaction(self, lid, lane, (wal_path, key), run)
         except KafkaException as exc:
             self._failed(lid, exc.args[0])
         except _Timeout:
             pass
         return None
 
+    def _settle_open(self, lane: _Lane, ident: Any, deadline: Deadline) -> None:
+        """Finish what the lane has open before anything else, unless it is ``ident``'s own, complete one.
+
+        librdkafka resumes an API call that timed out only by calling it again
+        (an abort during a pending commit fails with ``_CONFLICT``): another
+        unit's transaction with its records and marker all sent is committed
+        (resumed), anything else open or failed is aborted (or the abort resumed).
+        """
+        p = lane.producer
+        if lane.open is None and not lane.must_abort:
+            return
+        if lane.open == ident and lane.produced and not lane.must_abort:
+            return  # the caller's own transaction: its commit step resumes it
+        if lane.offsets_sent and not lane.must_abort:
+            p.commit_transaction(left(deadline, "commit_transaction"))  # another unit's, complete: resumed
+        else:
+            p.abort_transaction(left(deadline, "abort_transaction"))
+        lane.reset()
+
     def _commit(self, lane: _Lane, unit: Unit, deadline: Deadline) -> str:
         p = lane.producer
-        if not lane.ready:  # 1
+        ident = (unit.wal.path, unit.key)
+        if not lane.ready:  # 1 (a unit Kafka already has is skipped without fencing anyone)
+            early = self._marker(lane, deadline)
+            if early is not None and early[0] > unit.batch:
+                return SKIPPED
             p.init_transactions(left(deadline, "init_transactions"))
             lane.ready = True
-        if lane.must_abort or (lane.open is not None and (lane.open != unit.key or not lane.produced)):
-            # a failed transaction, or another unit's (or a half-produced) one: aborted before anything else
-            p.abort_transaction(left(deadline, "abort_transaction"))
-            lane.reset()
+        self._settle_open(lane, ident, deadline)
         if lane.open is None:
             marker = self._marker(lane, deadline)  # 2
             if marker is not None and marker[0] >= unit.batch:
@@ -232,7 +250,7 @@ class Committer:
                     return MISMATCH
                 return SKIPPED
             p.begin_transaction()  # 3
-            lane.open = unit.key
+            lane.open = ident
             self._produce(p, unit, deadline)
             lane.produced = True
         if not lane.offsets_sent:  # 4
@@ -264,6 +282,8 @@ class Committer:
         prefix = record_id_prefix(self.config.name, unit.batch, unit.partition, unit.run)
         block_s = max(0.5, deadline.remaining())
         for ck, _size in unit.chunks:
+            if failed or deadline.expired():
+                break  # the transaction will be aborted anyway: stop feeding it
             raw = unit.wal.read_chunk(ck)
             if raw is None:
                 raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
@@ -277,6 +297,8 @@ class Committer:
             from confluent_kafka import KafkaException
 
             raise KafkaException(failed[0])
+        if deadline.expired():
+            raise _Timeout("no time left to produce the unit")
 
     def close(self) -> None:
         for lid in list(self._lanes):

@@ -103,8 +103,7 @@ class UnitBook:
             for unit in self._ordered():
                 if deadline.expired():
                     break
-                if self._try(unit, deadline) == PENDING:
-                    break  # the broker is not answering: later units would only wait too
+                self._try(unit, deadline)  # a pending one does not hold up units of other lanes
             return sum(u.rows for u in self._pending.values())
         finally:
             self._lock.release()
