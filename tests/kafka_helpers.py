@@ -125,13 +125,14 @@ def read_topic(bootstrap: str, topics: str | list[str], expected: int | None = N
             if expected is not None and quiet >= max(idle_s, 15.0):
                 break  # nothing more is coming
         if expected is not None and len(out.records) < expected:
-            _read_gaps_again(bootstrap, isolation, out)
+            _read_gaps_again(bootstrap, isolation, out, sorted(assigned))
         return out
     finally:
         c.close()
 
 
-def _read_gaps_again(bootstrap: str, isolation: str, out: "TopicContents") -> None:
+def _read_gaps_again(bootstrap: str, isolation: str, out: "TopicContents",
+                     assigned: list[tuple[str, int]]) -> None:
     """Read the offset gaps of a short read again, with a fresh consumer (records added once).
 
     A consumer of the test broker has been seen to skip a run of offsets the
@@ -144,7 +145,8 @@ def _read_gaps_again(bootstrap: str, isolation: str, out: "TopicContents") -> No
     by_tp: dict[tuple[str, int], list[int]] = {}
     for r in out.records:
         by_tp.setdefault((r.topic, r.partition), []).append(r.offset)
-    starts = []  # one per partition: its first gap (or past its last record read)
+    # one per partition: its first gap, past its last record read, or its beginning if none was read
+    starts = [TopicPartition(t, p, 0) for t, p in assigned if (t, p) not in by_tp]
     for (topic, part), offs in by_tp.items():
         offs.sort()
         gaps = [a + 1 for a, b in zip(offs, offs[1:]) if b > a + 1]
