@@ -91,6 +91,8 @@ class SinkConfig:
         wait_for_broker: When the first batch of a sink cannot reach any
             broker: ``False`` (default) fails it with ``BrokerUnreachableError``,
             ``True`` only warns and keeps waiting (records stay in the WAL).
+        metrics_port: Driver only: serve Prometheus metrics on this port
+            (``0`` = a free port; ``None`` = no endpoint). See :mod:`.ops.metrics`.
     """
 
     name: str
@@ -108,6 +110,7 @@ class SinkConfig:
     guarantee: str = AT_LEAST_ONCE
     id_header: str = "rks-id"
     wait_for_broker: bool = False
+    metrics_port: int | None = field(default=None, compare=False)  # driver only: not part of the runtime key
 
     @classmethod
     def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
@@ -174,6 +177,9 @@ class SinkConfig:
             raise ConfigError("id_header", "must be a non-empty string")
         if not isinstance(self.wait_for_broker, bool):
             raise ConfigError("wait_for_broker", f"must be True or False, got {self.wait_for_broker!r}")
+        if self.metrics_port is not None and (isinstance(self.metrics_port, bool) or not isinstance(
+                self.metrics_port, int) or not 0 <= self.metrics_port <= 65535):
+            raise ConfigError("metrics_port", f"must be None or a port number 0-65535, got {self.metrics_port!r}")
         warn_ack_timeout(self.name, self.ack_timeout_s, conf)
         for k, safe in _SAFE_DEFAULTS.items():
             v = conf.get(k)
