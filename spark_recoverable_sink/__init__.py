@@ -24,8 +24,18 @@ from .errors import (
 from .report import BatchReport, PartitionReport
 from .sink import RecoverableKafkaSink
 
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the data source needs pyspark, imported on first use
+    if name == "RecoverableKafkaDataSource":
+        from .spark.datasource import RecoverableKafkaDataSource
+
+        return RecoverableKafkaDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "RecoverableKafkaSink",
+    "RecoverableKafkaDataSource",
     "SinkConfig",
     "BatchReport",
     "PartitionReport",

@@ -24,14 +24,14 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
-from .contact import first_contact_failure
 from .drain import DRAIN_DDL, DrainReport, DrainTask
 from .eo_driver import settle
-from .errors import BrokerUnreachableError, ConfigError, DeadLetterError, RecoverableSinkError
+from .errors import RecoverableSinkError
 from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
 from .partition_writer import PartitionWriter
 from .report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from .schema import validate_spark_schema
+from .spark.batches import conclude_batch, dead_letter_error, first_contact_error, warn_pending
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -143,15 +143,9 @@ class RecoverableKafkaSink:
         return report
 
     def _raise_dead_letters(self, report: BatchReport) -> None:
-        if report.dead_letters and self.config.dead_letter_topic is None:
-            dead = report.dead_letters
-            raise DeadLetterError(self._dead_message(dead), [i for i, _ in dead], dict(dead))
-
-    def _dead_message(self, dead: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> str:
-        shown = "; ".join(f"{rid}: {err}" for rid, err in list(dead)[:10])
-        more = f" (and {len(dead) - 10} more)" if len(dead) > 10 else ""
-        return (f"sink={self.config.name}: {len(dead)} record(s) failed with a non-retriable Kafka error and no "
-                f"dead_letter_topic is set; they are kept in the WAL's dead-letter store: {shown}{more}")
+        error = dead_letter_error(self.config, report)
+        if error is not None:
+            raise error
 
     def drain(self, spark: Any = None, timeout_s: float = 60.0, tasks: int | None = None) -> DrainReport:
         """Deliver what executors' WALs still hold for this sink, writing nothing new.
@@ -177,17 +171,8 @@ class RecoverableKafkaSink:
         log.info("sink=%s drain replayed=%d pending=%d workers=%d seconds=%.3f", self.config.name,
                  report.replayed, report.pending, report.workers, report.seconds)
         if report.pending:
-            self._warn_pending("drain", report.pending)
+            warn_pending(self.config, "drain", report.pending)
         return report
-
-    def _warn_pending(self, where: str, pending: int) -> None:
-        # Nothing on the driver can know when an executor's worker goes away (Spark closes Python
-        # workers idle for a minute): say where the records are and how to get them out.
-        log.warning("sink=%s %s pending=%d records are in executors' WALs, not yet acked by Kafka; the workers' "
-                    "background threads deliver them while the workers live (Spark closes a Python worker idle "
-                    "for about a minute). If the application ends first, they stay in the WAL until "
-                    "sink.drain(spark) or the next run of sink name=%s with wal_dir=%s on that executor",
-                    self.config.name, where, pending, self.config.name, self.config.wal_dir)
 
     def _run(self, df: "DataFrame", batch_id: int, run: str) -> BatchReport:
         t0 = time.monotonic()
@@ -209,13 +194,8 @@ class RecoverableKafkaSink:
         parts = [PartitionReport.from_row(r) for r in rows]
         with self._lock:  # the driver holds these rows now: later jobs confirm their dead letters
             new_dead = self._dead.admit(parts)
-        report = BatchReport.from_partitions(batch_id, parts, time.monotonic() - t0, dead_letters=new_dead, run=run)
+        report = conclude_batch(self.config, batch_id, run, parts, time.monotonic() - t0, new_dead)
         self.reports.append(report)
-        log.info("sink=%s %s", self.config.name, report.log_line())
-        if report.pending:
-            self._warn_pending(f"batch_id={batch_id}", report.pending)
-        for problem in report.problems:
-            log.error("sink=%s batch_id=%d problem=%s", self.config.name, batch_id, problem)
         self._check_first_contact(report)
         if self.config.guarantee == EXACTLY_ONCE and report.pending:
             settle(self, df.sparkSession, report)
@@ -228,25 +208,14 @@ class RecoverableKafkaSink:
             BrokerUnreachableError: no task of this batch, nor any earlier one,
                 reached a broker, and the client reported connection errors.
         """
-        if self._broker_reached:
+        if self._broker_reached:  # driver memory: once reached, later outages are outages
             return
         if any(p.broker_reached or p.acked for p in report.partition_reports):
             self._broker_reached = True
             return
-        failure = first_contact_failure(report.partition_reports)
-        if failure is None:
-            return
-        pending, last_error = failure
-        servers = self.config.scrub(dict(self.config.kafka_conf_items)["bootstrap.servers"])
-        message = (f"sink={self.config.name} has never reached a Kafka broker at bootstrap.servers={servers}: "
-                   f"last connection error: {last_error}. Check bootstrap.servers (host, port, listener) and the "
-                   f"security settings. Nothing was dropped: the {pending} record(s) of batch_id="
-                   f"{report.batch_id} not yet acked stay in the executors' WALs and are delivered once a broker "
-                   "answers (or by the next run); set wait_for_broker=True to wait instead of failing.")
-        if self.config.wait_for_broker:
-            log.error("%s (wait_for_broker=True: not failing)", message)
-            return
-        raise BrokerUnreachableError(message, servers, last_error, pending)
+        error = first_contact_error(self.config, report)
+        if error is not None:
+            raise error
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: reports and locks stay on the driver.

@@ -1,0 +1,79 @@
+"""A fresh Spark application writing through every entry point; run in its own process by the tests.
+
+* ``format("recoverable-kafka")`` without registering it (a session looks
+  its Python data sources up once, when it starts: only a fresh one shows that
+  Spark finds the data source by itself), batch (``ds-batch``) and streaming
+  (``ds-stream``, three micro-batches);
+* with ``connect``: the same through a local Spark Connect server, plus
+  ``sink.write(df)`` (``cx-write``), ``foreachBatch(sink)`` with a ``run_id``
+  (``cx-stream``) and without one (must fail, naming ``run_id``).
+
+Prints one JSON line of results on stdout.
+
+Usage: python -m tests.spark.entry_points_app BOOTSTRAP TOPIC WORK_DIR ROWS classic|connect
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+def _until_batch(q: Any, batch: int) -> None:
+    while q.isActive and (q.lastProgress is None or q.lastProgress["batchId"] < batch):
+        q.awaitTermination(0.2)
+    q.stop()
+
+
+def _rate(spark: Any, rows: int, prefix: str) -> Any:
+    return (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows).option("numPartitions", 2)
+            .load().selectExpr("cast(value as string) as key", f"concat('{prefix}', cast(value as string)) as value"))
+
+
+def main(argv: list[str]) -> int:
+    bootstrap, topic, work, rows, mode = argv[:5]
+    n = int(rows)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+    spark = (builder.remote("local[2]") if mode == "connect" else builder.master("local[2]")).getOrCreate()
+    out: dict[str, Any] = {"mode": mode}
+    wal = os.path.join(work, "wal")
+    opts = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "wal_dir": wal, "ack_timeout_s": "30"}
+    batch = spark.range(n).selectExpr("cast(id as string) as key", "concat('v-', cast(id as string)) as value")
+    batch.write.format("recoverable-kafka").options(**opts).option("name", "ds-batch").mode("append").save()
+
+    q = (_rate(spark, n // 2, "s-").writeStream.format("recoverable-kafka").options(**opts)
+         .option("name", "ds-stream").option("checkpointLocation", os.path.join(work, "chk-ds"))
+         .trigger(processingTime="500 milliseconds").start())
+    _until_batch(q, 2)
+    out.update(ds_query_id=str(q.id), ds_exception=str(q.exception()) if q.exception() else None)
+
+    if mode == "connect":
+        from spark_recoverable_sink import RecoverableKafkaSink
+
+        conf = {"bootstrap.servers": bootstrap}
+        report = RecoverableKafkaSink("cx-write", conf, topic=topic, wal_dir=wal).write(batch)
+        out.update(write_rows=report.rows, write_acked=report.acked, write_run=report.run)
+        sink = RecoverableKafkaSink("cx-stream", conf, topic=topic, wal_dir=wal, run_id="cxrun1")
+        q = (_rate(spark, n // 2, "c-").writeStream.foreachBatch(sink)
+             .option("checkpointLocation", os.path.join(work, "chk-fb")).trigger(processingTime="500 milliseconds")
+             .start())
+        _until_batch(q, 2)
+        out.update(fb_exception=str(q.exception()) if q.exception() else None)
+        sink = RecoverableKafkaSink("cx-norun", conf, topic=topic, wal_dir=wal)
+        q = (_rate(spark, 10, "x-").writeStream.foreachBatch(sink)
+             .option("checkpointLocation", os.path.join(work, "chk-norun")).start())
+        try:
+            q.awaitTermination(120)
+        except Exception as exc:  # noqa: BLE001 - the failure is the result
+            out.update(norun_error=str(exc)[:2000])
+    print(json.dumps(out))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""Tier 3: the data source ``recoverable-kafka`` and Spark Connect, against the real broker.
+
+The entry-point runs go through tests/spark/entry_points_app.py in a process
+of their own: a fresh session shows that Spark finds the data source without
+a registration call, and Spark Connect starts its own local server there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+import pytest
+
+from spark_recoverable_sink import RecoverableKafkaDataSource
+
+from ..kafka_helpers import read_topic
+
+pytestmark = pytest.mark.spark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROWS = 1000
+_REPORT = re.compile(r"sink=(\S+) entry=recoverable-kafka batch_id=(\d+) run=(\S+) rows=(\d+) \S+ acked=(\d+)")
+
+
+def _run_app(broker, topic: str, work: str, mode: str) -> tuple[dict, list[tuple[str, int, str, int, int]]]:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    p = subprocess.run([sys.executable, "-m", "tests.spark.entry_points_app", broker.bootstrap, topic, work,
+                        str(ROWS), mode], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    reports = [(m[1], int(m[2]), m[3], int(m[4]), int(m[5])) for m in _REPORT.finditer(p.stderr)]
+    return out, reports
+
+
+def _by_sink_batch(ids: Counter) -> dict[tuple[str, str, int], int]:
+    """Records per (sink, run, batch), from ids ``sink:run:batch:partition:seq``."""
+    out: dict[tuple[str, str, int], int] = defaultdict(int)
+    for rid, count in ids.items():
+        sink, run, batch, _, _ = rid.split(":")
+        out[(sink, run, int(batch))] += count
+    return dict(out)
+
+
+@pytest.mark.parametrize("mode", ["classic", "connect"])
+def test_every_entry_point_delivers_each_row_once(broker, topic, tmp_path, mode):
+    out, reports = _run_app(broker, topic, str(tmp_path), mode)
+    got = read_topic(broker.bootstrap, topic, expected=None, idle_s=3.0)
+    assert got.duplicates() == 0
+    per = _by_sink_batch(got.ids)
+    run = out["ds_query_id"].replace("-", "")[:16]
+    assert out["ds_exception"] is None
+
+    # batch save, found by name (no register call): one run, batch 0, every row; its commit logged the report
+    batch_runs = {r for (s, r, _) in per if s == "ds-batch"}
+    assert len(batch_runs) == 1 and per[("ds-batch", batch_runs.pop(), 0)] == ROWS
+    assert [(r[0], r[1], r[3], r[4]) for r in reports if r[0] == "ds-batch"] == [("ds-batch", 0, ROWS, ROWS)]
+
+    # streaming: run = the query's id, one batch id per micro-batch, each committed batch complete
+    committed = {b: rows for s, b, r, rows, acked in reports if s == "ds-stream" and r == run and acked == rows}
+    assert {0, 1, 2} <= set(committed) and all(rows == ROWS // 2 for rows in committed.values())
+    for b in committed:
+        assert per[("ds-stream", run, b)] == ROWS // 2
+    assert {r for (s, r, _) in per if s == "ds-stream"} == {run}
+    for rec in got.records:  # keys and values agree: no row was mixed with another
+        assert rec.value.decode().split("-", 1)[1] == rec.key.decode()
+
+    if mode == "connect":
+        assert out["write_rows"] == out["write_acked"] == ROWS
+        assert per[("cx-write", out["write_run"], 0)] == ROWS
+        assert out["fb_exception"] is None
+        assert all(per[("cx-stream", "cxrun1", b)] == ROWS // 2 for b in (0, 1, 2))
+        # Spark Connect hides the query id from foreachBatch: the sink says to pass run_id
+        assert "pass run_id= to the sink" in out["norun_error"]
+
+
+def _save(spark, **options):
+    df = spark.range(10).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+    writer = df.write.format("recoverable-kafka").mode(options.pop("mode", "append"))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    writer.save()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"ack_timout_s": "1"}, "did you mean 'ack_timeout_s'"),
+    ({"ack_timeout_s": "soon"}, "invalid option 'ack_timeout_s': must be a number"),
+    ({"kafka.linger.mss": "5"}, "kafka_conf"),
+    ({"guarantee": "exactly_once"}, "exactly_once needs foreachBatch(sink)"),
+    ({"mode": "overwrite"}, "use mode('append')"),
+    ({"history": "3"}, "is an option of foreachBatch(sink) only"),
+])
+def test_option_errors_name_the_option(spark, broker, topic, tmp_path, options, message):
+    spark.dataSource.register(RecoverableKafkaDataSource)
+    base = {"kafka.bootstrap.servers": broker.bootstrap, "topic": topic, "name": "ds-errors",
+            "wal_dir": str(tmp_path / "wal"), "kafka.sasl.password": "hunter2-secret"}
+    with pytest.raises(Exception) as info:
+        _save(spark, **{**base, **options})
+    text = str(info.value)
+    assert message in text
+    assert "hunter2-secret" not in text
+
+
+def test_explicit_registration_writes_with_the_sinks_options(spark, broker, topic, tmp_path):
+    spark.dataSource.register(RecoverableKafkaDataSource)
+    _save(spark, **{"kafka.bootstrap.servers": broker.bootstrap, "topic": topic, "name": "ds-explicit",
+                    "wal_dir": str(tmp_path / "wal"), "run_id": "fixedrun", "id_header": "my-id",
+                    "kafka.linger.ms": "1"})
+    got = read_topic(broker.bootstrap, topic, expected=10)
+    ids = sorted(dict(r.headers)["my-id"].decode() for r in got.records)
+    assert len(ids) == 10 and all(i.startswith("ds-explicit:fixedrun:0:") for i in ids)
