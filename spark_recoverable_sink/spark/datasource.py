@@ -25,7 +25,8 @@ What the data source does not do (``foreachBatch(sink)`` does): run a drain
 job after a failed batch, confirm dead letters back to the workers (a worker
 lists its unreported dead letters in each of its reports), refuse a second
 query with the same sink name, and exactly-once (its driver side cannot run
-the job that settles a batch's transactions).
+the job that settles a batch's transactions), and the Prometheus endpoint
+(``metrics_port``: no driver process of its own lives across batches).
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class RecoverableKafkaDataSource(DataSource):
         if parsed.config.guarantee == EXACTLY_ONCE:
             raise ConfigError("guarantee", "exactly_once needs foreachBatch(sink): the data source's driver side "
                                            "cannot run the job that settles a batch's transactions")
+        if parsed.config.metrics_port is not None:
+            raise ConfigError("metrics_port", "needs foreachBatch(sink): the data source's driver side runs in "
+                                              "short-lived Python workers that cannot keep an HTTP endpoint up; "
+                                              "its batch reports are in the driver log (entry=recoverable-kafka)")
         return parsed.config, validate_spark_schema(schema, parsed.config.topic), parsed.run_id
 
     def streamWriter(self, schema: "StructType", overwrite: bool) -> "StreamWriter":

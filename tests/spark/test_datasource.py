@@ -93,6 +93,7 @@ def _save(spark, **options):
     ({"guarantee": "exactly_once"}, "exactly_once needs foreachBatch(sink)"),
     ({"mode": "overwrite"}, "use mode('append')"),
     ({"history": "3"}, "is an option of foreachBatch(sink) only"),
+    ({"metrics_port": "0"}, "metrics_port"),
 ])
 def test_option_errors_name_the_option(spark, broker, topic, tmp_path, options, message):
     spark.dataSource.register(RecoverableKafkaDataSource)
