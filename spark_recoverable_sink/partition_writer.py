@@ -19,6 +19,7 @@ import pyarrow as pa
 from . import _points
 from .config import SinkConfig
 from .contact import ContactDeadline
+from .delivery.stats import latest_summary
 from .encoding import OPEN, AttemptKey, AttemptState, ChunkKey, encode_chunk, record_id_prefix
 from .report import REPORT_FIELDS, PartitionReport
 from .runtime import WorkerRuntime, get_runtime
@@ -172,6 +173,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     if acked:
         publisher.contact.mark_reached()
     dead = sum(len(t.dead) for t in trackers)
+    kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
     report = PartitionReport(
         partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
         pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
@@ -179,6 +181,9 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         dead_letters=tuple(publisher.offer_unreported_dead()),
         problems=rt.problems(),
         broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
+        wal_bytes=rt.wal.live_bytes,
+        kafka_queue_msgs=kstats.queue_msgs if kstats else -1, kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0,
+        kafka_txn_state=kstats.txn_state if kstats else "",
     )
     log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",
              config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, replayed,

@@ -17,6 +17,10 @@ REPORT_FIELDS: tuple[tuple[str, str], ...] = (
     ("dead_letters", "string"), ("problems", "string"),
     # first-contact check (see contact.py): did this worker's sink ever reach a broker, its last connection error
     ("broker_reached", "bigint"), ("last_error", "string"),
+    # live bytes of the task's WAL slot when it ended; librdkafka statistics (-1 / "": not enabled or not yet
+    # emitted; see delivery/stats.py)
+    ("wal_bytes", "bigint"), ("kafka_queue_msgs", "bigint"), ("kafka_rtt_ms", "double"),
+    ("kafka_txn_state", "string"),
 )
 REPORT_DDL = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
@@ -28,6 +32,12 @@ class PartitionReport:
     ``dead_letters`` holds (record id, error, token) of every dead letter its
     worker still offers: not only this task's, and again in every report until
     the driver confirms the token (see :class:`DeadLetterLedger`).
+
+    ``wal_bytes`` is the live (unacked) bytes of the task's own WAL slot when
+    it ended, to compare with ``max_wal_bytes``. With ``statistics.interval.ms``
+    in the Kafka configuration, ``kafka_queue_msgs`` (librdkafka's ``msg_cnt``),
+    ``kafka_rtt_ms`` (mean broker round trip) and ``kafka_txn_state`` come
+    from the worker's latest statistics; otherwise they are -1, -1.0 and "".
     """
 
     partition: int
@@ -46,6 +56,10 @@ class PartitionReport:
     problems: tuple[str, ...] = ()
     broker_reached: int = 0
     last_error: str = ""
+    wal_bytes: int = 0
+    kafka_queue_msgs: int = -1
+    kafka_rtt_ms: float = -1.0
+    kafka_txn_state: str = ""
 
     def to_row(self) -> dict[str, Any]:
         d = asdict(self)
@@ -70,6 +84,13 @@ class BatchReport:
     (record id, error) of records that failed with a non-retriable error and
     that no earlier report of this sink object listed; ``run`` is the run
     component of this batch's record ids (``sink:run:batch:partition:seq``).
+
+    ``wal_bytes`` sums the live WAL bytes of the slots the tasks ran on (each
+    slot once, its largest figure); ``wal_slot_bytes_max`` is the fullest
+    slot's (the limit ``max_wal_bytes`` is per slot). The ``kafka_*`` figures
+    aggregate the tasks' librdkafka statistics: the largest queue, the mean
+    and largest round-trip time, the distinct transaction states; -1 (and
+    ``()``) when no task had statistics.
     """
 
     batch_id: int
@@ -86,6 +107,12 @@ class BatchReport:
     problems: tuple[str, ...] = ()
     run: str = ""
     partition_reports: tuple[PartitionReport, ...] = field(default=(), repr=False)
+    wal_bytes: int = 0
+    wal_slot_bytes_max: int = 0
+    kafka_queue_msgs_max: int = -1
+    kafka_rtt_ms_avg: float = -1.0
+    kafka_rtt_ms_max: float = -1.0
+    kafka_txn_states: tuple[str, ...] = ()
 
     @classmethod
     def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float,
@@ -94,6 +121,10 @@ class BatchReport:
         ps = tuple(sorted(parts, key=lambda p: p.partition))
         if dead_letters is None:
             dead_letters = {tok: (rid, err) for p in ps for rid, err, tok in p.dead_letters}.values()
+        slots: dict[str, int] = {}
+        for p in ps:  # tasks of one worker report the same slot, at different moments: keep its largest
+            slots[p.slot] = max(slots.get(p.slot, 0), p.wal_bytes)
+        rtts = [p.kafka_rtt_ms for p in ps if p.kafka_rtt_ms >= 0]
         return cls(
             batch_id=batch_id, rows=sum(p.rows for p in ps), bytes=sum(p.bytes for p in ps),
             acked=sum(p.acked for p in ps), pending=sum(p.pending for p in ps),
@@ -101,6 +132,10 @@ class BatchReport:
             replayed=sum(p.replayed for p in ps), seconds=seconds, partitions=len(ps),
             dead_letters=tuple(dead_letters),
             problems=tuple(sorted({x for p in ps for x in p.problems})), run=run, partition_reports=ps,
+            wal_bytes=sum(slots.values()), wal_slot_bytes_max=max(slots.values(), default=0),
+            kafka_queue_msgs_max=max((p.kafka_queue_msgs for p in ps), default=-1),
+            kafka_rtt_ms_avg=sum(rtts) / len(rtts) if rtts else -1.0, kafka_rtt_ms_max=max(rtts, default=-1.0),
+            kafka_txn_states=tuple(sorted({p.kafka_txn_state for p in ps if p.kafka_txn_state})),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,12 +143,18 @@ class BatchReport:
         d.pop("partition_reports")
         d["dead_letters"] = [list(x) for x in self.dead_letters]
         d["problems"] = list(self.problems)
+        d["kafka_txn_states"] = list(self.kafka_txn_states)
         return d
 
     def log_line(self) -> str:
-        return (f"batch_id={self.batch_id} run={self.run} rows={self.rows} bytes={self.bytes} acked={self.acked} "
+        line = (f"batch_id={self.batch_id} run={self.run} rows={self.rows} bytes={self.bytes} acked={self.acked} "
                 f"pending={self.pending} retried={self.retried} dead_lettered={self.dead_lettered} "
-                f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f}")
+                f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f} "
+                f"wal_bytes={self.wal_bytes} wal_slot_bytes_max={self.wal_slot_bytes_max}")
+        if self.kafka_queue_msgs_max >= 0:  # librdkafka statistics enabled
+            line += (f" kafka_queue_msgs_max={self.kafka_queue_msgs_max} kafka_rtt_ms_avg={self.kafka_rtt_ms_avg:.3f}"
+                     f" kafka_rtt_ms_max={self.kafka_rtt_ms_max:.3f} kafka_txn_states={','.join(self.kafka_txn_states)}")
+        return line
 
 
 class DeadLetterLedger:

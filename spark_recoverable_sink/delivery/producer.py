@@ -1,5 +1,10 @@
 """The Kafka client of a publisher: created lazily, replaced after fatal errors, old ones purged.
 
+With ``statistics.interval.ms`` in the user's configuration, every producer
+gets a ``stats_cb`` that keeps the latest summary for the task reports
+(:mod:`.stats`); users cannot pass callables themselves (the configuration
+is shipped to executors).
+
 A replaced producer (a *zombie*) is never polled for the chunks it held (they
 were re-sent on the new one); it is purged (``purge()`` and a bounded
 ``flush``) and dropped, so it neither keeps sending nor holds memory.
@@ -12,6 +17,7 @@ from typing import Any, Callable
 
 from ..config import SinkConfig
 from ..errors import ProducerError
+from .stats import install_stats_cb
 
 __all__ = ["ProducerSlot", "message_timeout_s"]
 
@@ -55,6 +61,7 @@ class ProducerSlot:
 
         conf: dict[str, Any] = dict(self.config.producer_conf())
         conf["error_cb"] = self._on_error
+        install_stats_cb(conf, self.config.name)
         try:
             return (self._factory or Producer)(conf)
         except (KafkaException, ValueError, TypeError) as exc:
