@@ -152,8 +152,9 @@ class BatchReport:
                 f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f} "
                 f"wal_bytes={self.wal_bytes} wal_slot_bytes_max={self.wal_slot_bytes_max}")
         if self.kafka_queue_msgs_max >= 0:  # librdkafka statistics enabled
-            line += (f" kafka_queue_msgs_max={self.kafka_queue_msgs_max} kafka_rtt_ms_avg={self.kafka_rtt_ms_avg:.3f}"
-                     f" kafka_rtt_ms_max={self.kafka_rtt_ms_max:.3f} kafka_txn_states={','.join(self.kafka_txn_states)}")
+            line += (f" kafka_queue_msgs_max={self.kafka_queue_msgs_max}"
+                     f" kafka_rtt_ms_avg={self.kafka_rtt_ms_avg:.3f} kafka_rtt_ms_max={self.kafka_rtt_ms_max:.3f}"
+                     f" kafka_txn_states={','.join(self.kafka_txn_states)}")
         return line
 
 
