@@ -74,7 +74,9 @@ class RecoverableKafkaSink:
             ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
 
     Raises:
-        ConfigError: an option is wrong (the message names it).
+        ConfigError: an option is wrong (the message names it), or
+            ``metrics_port`` is set and the endpoint cannot start
+            (prometheus-client missing, port taken).
     """
 
     def __init__(
@@ -89,6 +91,10 @@ class RecoverableKafkaSink:
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()
         self._broker_reached = False  # driver memory of the first-contact check
+        if self.config.metrics_port is not None:  # a missing extra or a busy port fails here, before any write
+            from .ops.metrics import start
+
+            start(self.config)
 
     @property
     def name(self) -> str:
