@@ -91,10 +91,11 @@ class RecoverableKafkaSink:
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()
         self._broker_reached = False  # driver memory of the first-contact check
+        self.metrics_endpoint = None  # the Prometheus endpoint (``.url``), when metrics_port is set
         if self.config.metrics_port is not None:  # a missing extra or a busy port fails here, before any write
             from .ops.metrics import start
 
-            start(self.config)
+            self.metrics_endpoint = start(self.config)
 
     @property
     def name(self) -> str:
@@ -235,6 +236,7 @@ class RecoverableKafkaSink:
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()
         self._broker_reached = False
+        self.metrics_endpoint = None
 
     def __repr__(self) -> str:
         return f"RecoverableKafkaSink({self.config!r})"
