@@ -6,7 +6,8 @@ first time a task of that sink runs in it (after Spark forked the worker), and
 keeps it for the following tasks. Nothing here is ever pickled.
 
 Recovery (run when a runtime takes its slot, and at the start of every task
-for slots whose owner died):
+for slots whose owner died; implemented in :mod:`.recovery`, which the
+operator CLI's ``rks replay`` uses too):
 
 1. take the slot's lock; a free lock means the owner is dead;
 2. open its WAL and read its attempts;
@@ -22,19 +23,16 @@ import logging
 import os
 import threading
 import time
-from typing import Any
 
 from .config import EXACTLY_ONCE, SinkConfig
 from .deadline import Deadline
-from .encoding import AttemptKey
-from .admin import quarantine_held
-from .errors import WalError, WalFullError, WalUncleanError
+from .errors import WalError, WalFullError
 from .delivery.transactions import Committer
-from .delivery.units import UnitBook, units_of
+from .delivery.units import UnitBook
 from .publisher import Publisher
-from .slots import SlotLock, acquire_free_slot, list_slots, sink_dir, slot_paths
-from .tracking import AttemptTracker, ChunkTracker
-from .wal import Wal, map_size_for
+from .recovery import SlotAdopter
+from .slots import SlotLock, acquire_free_slot, sink_dir
+from .wal import Wal
 
 __all__ = ["WorkerRuntime", "get_runtime", "reset_runtimes"]
 
@@ -100,11 +98,11 @@ class WorkerRuntime:
         #: exactly-once: units waiting for their transaction (at-least-once: None)
         self.units = (UnitBook(config, Committer(config, self.publisher.contact.client_error))
                       if config.guarantee == EXACTLY_ONCE else None)
-        self.unreadable: dict[int, str] = {}  # slot index -> why it cannot be read
-        self.quarantined: dict[str, str] = {}  # where a slot was set aside automatically -> why
-        self.adopted: dict[int, tuple[SlotLock, Wal]] = {}
-        self._seen_empty: dict[int, Any] = {}
-        self._adopt_lock = threading.Lock()
+        #: recovery of slots and adoption of orphans (recovery.py); its tables are shared here
+        self.recovery = SlotAdopter(config, self.sdir, self.publisher, self.units)
+        self.unreadable = self.recovery.unreadable  # slot index -> why it cannot be read
+        self.quarantined = self.recovery.quarantined  # where a slot was set aside automatically -> why
+        self.adopted = self.recovery.adopted  # slot index -> (lock, WAL) of adopted orphan slots
         self._replayed = 0
         self._last_scan = self._last_units = time.monotonic()
         while True:
@@ -129,8 +127,7 @@ class WorkerRuntime:
                  config.name, os.getpid(), self.wal.path, self.wal.live_bytes, self._replayed)
 
     def _open(self, lock: SlotLock) -> Wal:
-        return Wal(lock.wal_path, sink_name=self.config.name, map_size=map_size_for(self.config.max_wal_bytes),
-                   sync=self.config.wal_sync == "commit")
+        return self.recovery.open(lock)
 
     def _take_own_slot(self) -> tuple[SlotLock, Wal]:
         while True:
@@ -143,138 +140,22 @@ class WorkerRuntime:
                     raise
 
     def _give_up(self, lock: SlotLock, wal: Wal | None, exc: BaseException, what: str) -> None:
-        """A slot failed to open or recover: close it and release its lock, whatever the failure.
+        """A slot failed to open or recover: close it and release its lock (see :meth:`.SlotAdopter.give_up`)."""
+        self.recovery.give_up(lock, wal, exc, what)
 
-        A :class:`WalError` is never skipped silently: logged with the file and
-        reported in every task report of this worker; a slot written with
-        ``wal_sync="none"`` that fails validation after a reboot
-        (:class:`WalUncleanError`) is quarantined, its bytes kept.
-        """
-        try:
-            if wal is not None:
-                wal.close()
-            if isinstance(exc, WalError):
-                log.error("sink=%s slot=%s %s: %s", self.config.name, lock.wal_path, what, exc)
-                if not isinstance(exc, WalUncleanError):
-                    self.unreadable[lock.index] = str(exc)
-                    return
-                try:
-                    dest = quarantine_held(lock, self.sdir)
-                except WalError as why:  # the move failed: set aside and reported all the same
-                    self.unreadable[lock.index] = f"{exc}; automatic quarantine failed: {why}"
-                    return
-                log.error("sink=%s slot=%s quarantined to %s", self.config.name, lock.wal_path, dest)
-                self.quarantined[dest] = str(exc)
-        finally:
-            lock.release()
-
-    # -- recovery ------------------------------------------------------------------
+    # -- recovery (recovery.py) ----------------------------------------------------
 
     def recover(self, wal: Wal) -> int:
         """Drop uncommitted attempts, replay committed unacked chunks; returns records replayed.
 
-        Every chunk is validated (header and checksum) before anything is
-        replayed or dropped; then chunks are decoded and produced one at a
-        time, so a large slot never has to fit in memory.
-
         Raises:
             WalFormatError: the slot holds a corrupt chunk (it needs quarantine).
         """
-        attempts = wal.attempts()
-        rows_of = wal.check_chunks()
-        wal.dead_letters()  # decoded too before anything is queued: a bad one sets the slot aside untouched
-        drop: list[tuple[Any, int]] = []
-        replay: list[tuple[Any, int]] = []
-        trackers: dict[AttemptKey, AttemptTracker] = {}
-        for ck, size in wal.chunk_keys():
-            state = attempts.get(ck.attempt)
-            if state is None or not state.committed:
-                drop.append((ck, size))
-            else:
-                replay.append((ck, size))
-                if ck.attempt not in trackers:
-                    trackers[ck.attempt] = AttemptTracker(wal, ck.attempt)
-                trackers[ck.attempt].add_chunk(ck)
-        wal.gen = max([wal.gen] + [ck.gen for ck in rows_of])
-        finished = [k for k, st in attempts.items() if not st.committed or k not in trackers]
-        if drop or finished:
-            log.warning("sink=%s slot=%s dropping %d chunks of %d uncommitted attempts (Spark re-runs them)",
-                        self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
-            wal.prune(chunks=drop, attempts_done=finished)
-        if self.units is not None:  # exactly-once: each committed attempt is a unit for a transaction
-            units = units_of(wal, {k: st.rows for k, st in attempts.items() if st.committed},
-                             [(ck, size) for ck, size in replay])
-            for unit in units:
-                self.units.add(unit)
-            replayed = sum(u.rows for u in units)
-            if replayed:
-                log.warning("sink=%s slot=%s units=%d rows=%d of committed attempts wait for their transaction "
-                            "(skipped if their lane's marker shows them in Kafka)", self.config.name, wal.path,
-                            len(units), replayed)
-            return replayed
-        # Replays wait in the publisher's backlog (read back from the WAL when
-        # their turn comes): adopting never blocks a task, even with the broker down.
-        replayed = 0
-        for ck, size in replay:
-            t = ChunkTracker(wal, ck, rows_of[ck], size, trackers[ck.attempt], replayed=True,
-                             skip=frozenset(wal.dead_keys_in_chunk(ck, rows_of[ck])))
-            self.publisher.enqueue_chunk(t, None)
-            replayed += t.rows - len(t.skip)
-        for at in trackers.values():
-            self.publisher.attempt_closed(at)
-        self.publisher.load_dead_letters(wal)
-        if replayed:
-            log.warning("sink=%s slot=%s replaying records=%d of committed, unacked attempts=%d",
-                        self.config.name, wal.path, replayed, len(trackers))
-        return replayed
+        return self.recovery.recover(wal)
 
     def adopt_orphans(self) -> int:
-        """Adopt every slot of this sink whose owner is dead and which holds records."""
-        total = 0
-        with self._adopt_lock:
-            for index in list(self.unreadable):  # quarantined by an operator since
-                if not any(os.path.exists(p) for p in slot_paths(self.sdir, index)):
-                    del self.unreadable[index]
-            for index in list_slots(self.sdir):
-                if index == self.lock.index or index in self.adopted or index in self.unreadable:
-                    continue
-                data = os.path.join(slot_paths(self.sdir, index)[1], "data.mdb")
-                try:
-                    st = os.stat(data)
-                    stamp: Any = (st.st_ino, st.st_mtime_ns, st.st_size)
-                except FileNotFoundError:
-                    stamp = None
-                if index in self._seen_empty and self._seen_empty[index] == stamp:
-                    continue
-                lock = SlotLock(self.sdir, index)
-                try:
-                    if not lock.try_acquire():
-                        continue  # its owner is alive
-                except WalError as exc:  # a lock file that is not ours to trust: never opened
-                    log.error("sink=%s slot=%s cannot be locked: %s", self.config.name, lock.lock_path, exc)
-                    self.unreadable[index] = str(exc)
-                    continue
-                if stamp is None:
-                    self._seen_empty[index] = stamp
-                    lock.release()
-                    continue
-                wal: Wal | None = None
-                try:
-                    wal = self._open(lock)
-                    if wal.is_empty() and not wal.dead_letters_pending(self.config.dead_letter_topic is not None):
-                        wal.close()
-                        lock.release()
-                        self._seen_empty[index] = stamp
-                        continue
-                    log.warning("sink=%s pid=%d adopting orphan slot=%s", self.config.name, os.getpid(), wal.path)
-                    self.adopted[index] = (lock, wal)
-                    total += self.recover(wal)
-                except BaseException as exc:
-                    self.adopted.pop(index, None)
-                    self._give_up(lock, wal, exc, "(orphan) cannot be read")
-                    if not isinstance(exc, WalError):
-                        raise
-        return total
+        """Adopt every slot of this sink (but this worker's own) whose owner is dead and which holds records."""
+        return self.recovery.adopt_orphans(skip=(self.lock.index,))
 
     def _on_idle(self) -> None:
         """Poller idle hook: release drained adopted slots; every few seconds, adopt orphans.
@@ -297,21 +178,11 @@ class WorkerRuntime:
             self.publisher.lock.release()
 
     def _release_drained(self) -> None:
-        with self._adopt_lock:
-            for index, (lock, wal) in list(self.adopted.items()):
-                if (self.publisher.references(wal) or (self.units is not None and self.units.references(wal))
-                        or not wal.is_empty()):
-                    continue
-                wal.close()
-                lock.release()
-                del self.adopted[index]
-                log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+        self.recovery.release_drained()
 
     def problems(self) -> tuple[str, ...]:
         """What every task report of this worker names: slots set aside, units that do not match Kafka."""
-        return (tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(self.unreadable.items()))
-                + tuple(f"WAL slot quarantined automatically to {dest}: {why}"
-                        for dest, why in sorted(self.quarantined.items()))
+        return (self.recovery.problems()
                 + tuple(f"exactly-once unit set aside ({where}): {why}"
                         for where, why in sorted((self.units.mismatched if self.units else {}).items())))
 
@@ -342,10 +213,6 @@ class WorkerRuntime:
         self.publisher.close(flush_s)
         if self.units is not None:
             self.units.close()
-        with self._adopt_lock:
-            for lock, wal in self.adopted.values():
-                wal.close()
-                lock.release()
-            self.adopted.clear()
+        self.recovery.close()
         self.wal.close()
         self.lock.release()

@@ -271,6 +271,15 @@ class Wal(SlotReads):
     def put_dead_letters(self, dead: list[tuple[bytes, DeadLetter]]) -> None:
         self.prune(dead=dead)
 
+    def delete_dead_letters(self, keys: list[bytes]) -> int:
+        """Remove dead letters from the store (an operator re-sent them); returns how many were there.
+
+        Raises:
+            WalWriteError: the transaction failed; nothing was removed.
+        """
+        with self._write("delete_dead_letters") as txn:
+            return sum(bool(txn.delete(k, db=self._dead)) for k in keys)
+
     def abort_attempt(self, key: AttemptKey) -> int:
         """Delete an attempt and all its chunks; returns the number of chunks removed."""
         removed: list[tuple[ChunkKey, int]] = []

@@ -1,0 +1,144 @@
+"""What every operator command shares: finding a WAL's sinks, reading a Kafka conf file, the error type.
+
+A *WAL directory* is a sink's ``wal_dir``: it holds one directory per sink
+name, each with ``slot-NNNNN.lock`` files and ``slot-NNNNN/`` LMDB
+directories. Nothing here creates anything: a command pointed at the wrong
+path says so instead of making a WAL there.
+
+A Kafka conf file is a JSON object of confluent-kafka settings. A value may
+be ``{"env": "VAR"}``: it is read from the environment variable ``VAR``, so
+secrets need not sit in a file. Values of secret options are never printed
+(see :func:`.config.redact`); :func:`scrubber` removes them from any text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Callable, Mapping
+
+from ..config import SinkConfig, is_secret_option
+from ..errors import ConfigError, RecoverableSinkError, WalError
+from ..slots import list_slots, resolve_wal_dir
+
+__all__ = ["OpsError", "find_sinks", "load_kafka_conf", "build_config", "scrubber", "lock_owner"]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class OpsError(RecoverableSinkError):
+    """An operator command cannot run as asked; the message is the one line the CLI prints."""
+
+
+def find_sinks(wal_dir: str, sink: str | None = None) -> list[tuple[str, str]]:
+    """``(sink name, sink directory)`` of every sink with slots under ``wal_dir`` (or of ``sink`` only).
+
+    Raises:
+        OpsError: ``wal_dir`` is not a directory or holds no sink with slots, or ``sink`` has no slots there.
+    """
+    try:
+        path = resolve_wal_dir(wal_dir)
+    except WalError as exc:
+        raise OpsError(str(exc)) from exc
+    if not os.path.lexists(path):
+        raise OpsError(f"{wal_dir}: no such directory")
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise OpsError(f"{wal_dir} is not a WAL directory: not a directory (or a symbolic link)")
+    try:
+        names = sorted(n for n in os.listdir(path) if _has_slots(os.path.join(path, n)))
+    except OSError as exc:
+        raise OpsError(f"{wal_dir} cannot be read: {exc.strerror or exc}") from exc
+    if sink is None:
+        if not names:
+            raise OpsError(f"{wal_dir} is not a WAL directory: no <sink>/slot-NNNNN.lock under it")
+        return [(n, os.path.join(path, n)) for n in names]
+    if not _NAME_RE.match(sink):
+        raise OpsError(f"{sink!r} is not a sink name (letters, digits, '.', '_', '-')")
+    if sink not in names:
+        if not names and not os.path.isdir(os.path.join(path, sink)):
+            raise OpsError(f"{wal_dir} is not a WAL directory: no <sink>/slot-NNNNN.lock under it")
+        raise OpsError(f"sink {sink!r} has no slots under {wal_dir} (sinks there: {', '.join(names) or 'none'})")
+    return [(sink, os.path.join(path, sink))]
+
+
+def _has_slots(sdir: str) -> bool:
+    if os.path.islink(sdir) or not os.path.isdir(sdir):
+        return False
+    try:
+        return bool(list_slots(sdir))
+    except OSError:
+        return False
+
+
+def lock_owner(lock_path: str) -> str:
+    """What a slot's lock file says about its holder (``pid=... host=...``), or ``""``."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        text = os.read(fd, 200).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    return " ".join(text.split())
+
+
+def load_kafka_conf(path: str) -> dict[str, Any]:
+    """A confluent-kafka configuration from a JSON file; ``{"env": "VAR"}`` values read from the environment.
+
+    Raises:
+        OpsError: the file cannot be read, is not a JSON object, or names an unset variable
+            (messages name keys and variables, never values).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except OSError as exc:
+        raise OpsError(f"kafka conf {path} cannot be read: {exc.strerror or exc}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # JSONDecodeError.msg never quotes the document (a secret may be in it)
+        where = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise OpsError(f"kafka conf {path} is not valid JSON: {where}") from None
+    if not isinstance(raw, dict):
+        raise OpsError(f"kafka conf {path} must be a JSON object of confluent-kafka settings")
+    conf: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            var = value.get("env")
+            if set(value) != {"env"} or not isinstance(var, str) or not var:
+                raise OpsError(f"kafka conf {path}: {key!r} must be a string, a number, a boolean "
+                               'or {"env": "VARIABLE"}')
+            if var not in os.environ:
+                raise OpsError(f"kafka conf {path}: {key!r} reads environment variable {var}, which is not set")
+            conf[key] = os.environ[var]
+        elif isinstance(value, (str, int, float, bool)):
+            conf[key] = value
+        else:
+            raise OpsError(f"kafka conf {path}: {key!r} must be a string, a number, a boolean "
+                           f'or {{"env": "VARIABLE"}}, not {type(value).__name__}')
+    return conf
+
+
+def scrubber(conf: Mapping[str, Any]) -> Callable[[str], str]:
+    """A function replacing every secret value of ``conf`` in a text by ``***``."""
+    secrets = sorted({str(v) for k, v in conf.items() if is_secret_option(k) and str(v)}, key=len, reverse=True)
+
+    def scrub(text: str) -> str:
+        for s in secrets:
+            text = text.replace(s, "***")
+        return text
+
+    return scrub
+
+
+def build_config(name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> SinkConfig:
+    """The sink configuration a command publishes with (validated as the sink does).
+
+    Raises:
+        OpsError: an option or the Kafka configuration is refused (secrets scrubbed).
+    """
+    try:
+        return SinkConfig.build(name, dict(kafka_conf), wal_dir, **options)
+    except ConfigError as exc:
+        raise OpsError(scrubber(kafka_conf)(str(exc))) from None  # the cause may quote secret values
