@@ -1,7 +1,11 @@
 """The hot path: one ``produce`` call per record of a chunk, with its id header.
 
 Kept tight on purpose (about 1.5 µs a record): no per-record Python work
-beyond the ``produce`` call and the header bytes.
+beyond the ``produce`` call and the header bytes. The id header goes in as a
+one-entry dict where it is the only header: confluent-kafka converts a dict
+about 0.15 µs faster than a list holding a tuple (measured: 0.35 against
+0.51 µs over a header-less ``produce``); with the row's own headers (keys may
+repeat) it stays a list.
 """
 
 from __future__ import annotations
@@ -53,10 +57,10 @@ def produce_rows(producer: Any, cb: Any, rows_total: int, batch: pa.RecordBatch,
     if topics is None and parts is None and hdrs is None and tss is None:
         for i in rows:  # the common case, kept tight: ~1 produce call per record
             try:
-                produce(topic, values[i], keys[i], on_delivery=cb, headers=[(idh, b"%b%d" % (prefix, seq0 + i))])
+                produce(topic, values[i], keys[i], on_delivery=cb, headers={idh: b"%b%d" % (prefix, seq0 + i)})
             except BufferError:
                 produce_blocking(producer, sync_failed, i, (topic, values[i], keys[i]),
-                                 {"on_delivery": cb, "headers": [(idh, b"%b%d" % (prefix, seq0 + i))]}, block_s)
+                                 {"on_delivery": cb, "headers": {idh: b"%b%d" % (prefix, seq0 + i)}}, block_s)
             except KafkaException as exc:
                 sync_failed.append((i, exc.args[0]))
             n += 1

@@ -89,7 +89,8 @@ class HeaderFaults(Wrapped):
 
     def release(self, window: list[tuple[tuple, dict[str, Any]]]) -> None:
         for args, kwargs in window:
-            names = {h[0] for h in kwargs.get("headers") or ()}
+            hs = kwargs.get("headers") or ()
+            names = set(hs) if isinstance(hs, dict) else {h[0] for h in hs}  # the id alone goes in as a dict
             topic, value, key = args
             if "bad" in names:
                 kwargs["on_delivery"](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Msg(topic, value, key))
