@@ -38,12 +38,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spark_recoverable_sink import jobs as job  # the templates' settings and building blocks
+
 # The embedded broker launcher (devtools/) lives at the repository root, outside the installed package.
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
     sys.path.append(_REPO)
-import stream_to_kafka as job  # noqa: E402  (jobs/ is not a package)
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_recoverable_sink import BatchReport, RecoverableKafkaSink
@@ -61,7 +61,7 @@ ID_HEADER = "rks-id"
 
 @dataclass(frozen=True)
 class DemoKafkaSettings:
-    """``kafka``: ``topic`` is a prefix (the run id is appended); ``producer_conf`` as in the job template."""
+    """``kafka``: ``topic`` is a prefix (the run id is appended); ``producer_conf`` as in the job templates."""
 
     topic: str = "rks-demo"
     partitions: int = 3
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     log.setLevel(logging.INFO)
-    job.log.setLevel(logging.INFO)
+    logging.getLogger("spark_recoverable_sink.jobs").setLevel(logging.INFO)
     try:
         settings = load_settings(args.conf)
     except (OSError, job.SettingsError) as exc:

@@ -1,4 +1,4 @@
-"""Tier 3: jobs/stream_to_kafka.py runs for real (in-process) against the test broker."""
+"""Tier 3: jobs/stream_to_kafka.py runs for real (in-process, through spark_recoverable_sink.jobs.run_job)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 from types import ModuleType
 
 import pytest
+
+from spark_recoverable_sink import jobs
 
 from ..kafka_helpers import read_topic
 
@@ -34,8 +36,8 @@ job = _load("stream_to_kafka", "stream_to_kafka.py")
 
 
 def test_stream_to_kafka_job_delivers_every_reported_row(spark, broker, topic, tmp_path):
-    base = job.load_settings(os.path.join(ROOT, "conf/stream_to_kafka.json"),
-                             environ={"KAFKA_BOOTSTRAP": broker.bootstrap})
+    base = jobs.load_settings(os.path.join(ROOT, "conf/stream_to_kafka.json"), job.Source,
+                              environ={"KAFKA_BOOTSTRAP": broker.bootstrap})
     settings = dataclasses.replace(
         base,
         kafka=dataclasses.replace(base.kafka, topic=topic),
@@ -44,7 +46,8 @@ def test_stream_to_kafka_job_delivers_every_reported_row(spark, broker, topic, t
         query=dataclasses.replace(base.query, checkpoint_location=str(tmp_path / "chk"), run_seconds=6.0,
                                   trigger_interval_s=1.0),
     )
-    sink = job.run_job(settings, spark, environ={"KAFKA_BOOTSTRAP": broker.bootstrap})
+    sink = jobs.run_job(settings, job.build_source, spark, environ={"KAFKA_BOOTSTRAP": broker.bootstrap},
+                        job="stream_to_kafka")
 
     reports = list(sink.reports)
     rows = sum(r.rows for r in reports)

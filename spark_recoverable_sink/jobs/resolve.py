@@ -1,0 +1,73 @@
+"""What a job resolves when it starts: secrets from the environment, schema files.
+
+Kept apart from :mod:`.settings` (which only validates the conf file): the
+results here may hold secrets and are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+from .settings import KafkaSettings, SettingsError
+
+__all__ = ["CLIENT_CONF_PREFIXES", "resolve_client_conf", "producer_conf", "load_schema"]
+
+#: Producer options other clients (admin, consumer) need too: connection and security.
+CLIENT_CONF_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "client.id", "socket.",
+                        "broker.address.family", "client.dns.lookup")
+
+
+def resolve_client_conf(key: str, conf: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+                        ) -> dict[str, Any]:
+    """``conf`` with every ``{"env": "NAME"}`` replaced by the variable's value. Never log the result.
+
+    Raises:
+        SettingsError: a variable is not set.
+    """
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for name, v in conf.items():
+        if isinstance(v, Mapping):
+            if v["env"] not in environ:
+                raise SettingsError(f"{key}[{name!r}]: environment variable {v['env']} is not set")
+            v = environ[v["env"]]
+        out[name] = v
+    return out
+
+
+def producer_conf(kafka: KafkaSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The confluent-kafka configuration: bootstrap servers plus ``producer_conf``, secrets resolved.
+
+    Never log the result: it holds secrets.
+
+    Raises:
+        SettingsError: a ``{"env": NAME}`` value names an unset variable.
+    """
+    resolved = resolve_client_conf("kafka.producer_conf", kafka.producer_conf, environ)
+    return {"bootstrap.servers": kafka.bootstrap_servers, **resolved}
+
+
+def load_schema(path: str) -> Any:
+    """A schema file: a Spark DDL string (``id bigint, name string``) or a StructType's JSON.
+
+    Returns the DDL string or a ``pyspark.sql.types.StructType``, either of
+    which ``DataStreamReader.schema`` takes.
+
+    Raises:
+        SettingsError: the file is empty or its JSON is not a StructType.
+        OSError: the file cannot be read.
+    """
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read().strip()
+    if not text:
+        raise SettingsError(f"{path}: the schema file is empty")
+    if not text.startswith("{"):
+        return text
+    from pyspark.sql.types import StructType
+
+    try:
+        return StructType.fromJson(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SettingsError(f"{path}: not a Spark StructType JSON schema: {exc!r}") from None
