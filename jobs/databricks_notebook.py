@@ -17,7 +17,7 @@
 
 # COMMAND ----------
 
-# MAGIC %pip install /dbfs/FileStore/wheels/spark_recoverable_sink-*.whl
+# MAGIC %pip install /dbfs/FileStore/wheels/spark_recoverable_sink-0.1.0-py3-none-any.whl
 
 # COMMAND ----------
 

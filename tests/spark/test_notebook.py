@@ -29,6 +29,14 @@ HEADER = "# Databricks notebook source"
 SEP = "\n# COMMAND ----------\n"
 
 
+def _version() -> str:
+    """The package version: the %pip cell names the wheel of this version (%pip takes a path, not a pattern)."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
 def _cells() -> list[str]:
     with open(NOTEBOOK, encoding="utf-8") as fh:
         text = fh.read()
@@ -110,7 +118,7 @@ def test_notebook_cell_structure() -> None:
     pip = [i for i, c in enumerate(cells) if c.startswith("# MAGIC %pip")]
     assert len(pip) == 1
     assert cells[pip[0]].startswith("# MAGIC %pip install /dbfs/") and cells[pip[0]].endswith(
-        "spark_recoverable_sink-*.whl") and len(cells[pip[0]].splitlines()) == 1
+        f"spark_recoverable_sink-{_version()}-py3-none-any.whl") and len(cells[pip[0]].splitlines()) == 1
     assert cells[pip[0] + 1] == "dbutils.library.restartPython()"
     code = [i for i, c in enumerate(cells) if not _is_magic(c)]
     assert all("# MAGIC" not in cells[i] for i in code)
