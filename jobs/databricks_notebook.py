@@ -85,7 +85,7 @@ source_df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 
 # MAGIC ## `foreachBatch(sink)`
 # MAGIC
 # MAGIC The fullest form: batch reports on the sink object, a drain job after a failed batch, exactly-once
-# MAGIC (`delivery="exactly_once"`). The query stops once `batches` micro-batches were reported (a real job
+# MAGIC (`guarantee="exactly_once"`). The query stops once `batches` micro-batches were reported (a real job
 # MAGIC runs until it is stopped); records still pending in the WALs are then drained.
 
 # COMMAND ----------

@@ -153,7 +153,10 @@ def stop_gracefully(q: "StreamingQuery", grace_s: float) -> None:
 
 
 def totals(sink: "RecoverableKafkaSink") -> dict[str, int]:
-    """``batches`` plus the sums of the sink's kept batch reports (rows, acked, pending ...)."""
+    """``batches`` plus the sums of the sink's kept batch reports (rows, acked, pending ...).
+
+    The sink keeps its last 1000 reports (``history``): a longer run's totals cover those.
+    """
     reports = list(sink.reports)
     return {"batches": len(reports), **{k: sum(getattr(r, k) for r in reports) for k in _TOTAL_KEYS}}
 
@@ -217,8 +220,9 @@ def run_job(settings: JobSettings, build: BuildSource, spark: "SparkSession" | N
         stop_gracefully(q, settings.query.stop_grace_s)
     exc = q.exception()
     got = totals(sink)
-    if got["pending"] and exc is None:
-        # Records not acked when their tasks ended: deliver them before the application stops.
+    if exc is None:
+        # Records not acked when their tasks ended (in any batch, also one older than the kept
+        # reports): deliver them before the application stops. One small job; quick when none is left.
         drained = sink.drain(spark, timeout_s=settings.query.stop_grace_s)
         log.info("job=%s drain replayed=%d pending=%d workers=%d seconds=%.1f", job, drained.replayed,
                  drained.pending, drained.workers, drained.seconds)

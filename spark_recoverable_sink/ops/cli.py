@@ -123,6 +123,11 @@ def inspect(wal_dir: str, sink: str | None, as_json: bool) -> None:
         raise click.exceptions.Exit(EXIT_PARTIAL)
 
 
+def _id_header_option() -> Callable[[Any], Any]:
+    return click.option("--id-header", default="rks-id", show_default=True,
+                        help="The sink's id_header: the header the record ids go in (must match the sink's).")
+
+
 def _conf_option(required: bool = True) -> Callable[[Any], Any]:
     return click.option("--kafka-conf", "kafka_conf", required=required, metavar="FILE.json",
                         help='confluent-kafka settings (JSON; {"env": "VAR"} reads a value from the environment).')
@@ -136,15 +141,16 @@ def _conf_option(required: bool = True) -> Callable[[Any], Any]:
               help="Seconds to wait for acks before giving up (what is not acked stays in the WAL).")
 @click.option("--exactly-once", is_flag=True, help="The sink uses guarantee='exactly_once' (needs --topic).")
 @click.option("--topic", help="The sink's default topic (exactly-once: its partition 0 holds the markers).")
+@_id_header_option()
 def replay(wal_dir: str, sink: str, kafka_conf: str, timeout_s: float, exactly_once: bool,
-           topic: str | None) -> None:
+           topic: str | None, id_header: str) -> None:
     """Adopt the sink's slots whose owner is dead and deliver their committed records."""
     with _failing():
         conf = _client_conf(kafka_conf)
     scrub = scrubber(conf)
     with _failing(scrub):
         ((_name, sdir),) = find_sinks(wal_dir, sink)
-        config = build_config(sink, conf, wal_dir, topic=topic,
+        config = build_config(sink, conf, wal_dir, topic=topic, id_header=id_header,
                               guarantee=EXACTLY_ONCE if exactly_once else AT_LEAST_ONCE)
         with render.replay_progress(sys.stdout.isatty()) as on_progress:
             result = replay_sink(config, timeout_s, on_progress)
@@ -183,8 +189,9 @@ def replay(wal_dir: str, sink: str, kafka_conf: str, timeout_s: float, exactly_o
 @_conf_option(required=False)
 @click.option("--id", "ids", multiple=True, help="Only this record id (repeatable).")
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True, help="Seconds to wait for acks.")
+@_id_header_option()
 def dead_letters(wal_dir: str, sink: str, export_path: str | None, do_resend: bool, kafka_conf: str | None,
-                 ids: tuple[str, ...], timeout_s: float) -> None:
+                 ids: tuple[str, ...], timeout_s: float, id_header: str) -> None:
     """List, export or re-send the records the sink refused for good (slots of dead owners)."""
     if do_resend and not kafka_conf:
         render.error("--resend needs --kafka-conf FILE.json")
@@ -196,7 +203,7 @@ def dead_letters(wal_dir: str, sink: str, export_path: str | None, do_resend: bo
         if do_resend:
             conf = _client_conf(kafka_conf)  # type: ignore[arg-type]
             scrub = scrubber(conf)
-            config = build_config(sink, conf, wal_dir)
+            config = build_config(sink, conf, wal_dir, id_header=id_header)
     partial = False
     with _failing(scrub), held_slots(sink, sdir) as held:
         for index, owner in sorted(held.owned.items()):

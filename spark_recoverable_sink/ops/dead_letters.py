@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterator
@@ -63,7 +64,14 @@ class HeldSlots:
 
 @contextlib.contextmanager
 def held_slots(sink: str, sdir: str) -> Iterator[HeldSlots]:
-    """Lock and open every slot of ``sink`` whose owner is dead; release them all on exit."""
+    """Lock and open every slot of ``sink`` whose owner is dead; release them all on exit.
+
+    A slot with no LMDB file yet is locked but not opened (looking must not
+    create one); one that cannot be opened is named in ``unreadable``.
+
+    Raises:
+        OSError: the sink directory cannot be listed.
+    """
     held = HeldSlots(sink)
     locks: list[SlotLock] = []
     try:
@@ -77,6 +85,8 @@ def held_slots(sink: str, sdir: str) -> Iterator[HeldSlots]:
                 held.unreadable[index] = str(exc)
                 continue
             locks.append(lock)
+            if not os.path.exists(os.path.join(lock.wal_path, "data.mdb")):
+                continue  # a slot that never held a record: opening it would create an environment
             try:
                 held.opened[index] = Wal(lock.wal_path, sink_name=sink,
                                          map_size=map_size_for(DEFAULT_MAX_WAL_BYTES), sync=True)
@@ -95,7 +105,11 @@ def _b64(b: bytes | None) -> str | None:
 
 
 def letter_json(sink: str, s: StoredLetter) -> dict[str, Any]:
-    """A dead letter as one JSON-able object (key, value and header values base64)."""
+    """A dead letter as one JSON-able object (key, value and header values base64).
+
+    Raises:
+        WalFormatError: its stored key is not a chunk key.
+    """
     d = s.letter
     k = ChunkKey.unpack(s.key)
     return {

@@ -82,9 +82,16 @@ def replay_sink(config: SinkConfig, timeout_s: float = 300.0,
     deadline = Deadline(timeout_s)
     sdir = os.path.join(resolve_wal_dir(config.wal_dir), config.name)
     publisher = Publisher(config, sink_dir=sdir)
-    units = (UnitBook(config, Committer(config, publisher.contact.client_error))
-             if config.guarantee == EXACTLY_ONCE else None)
-    adopter = SlotAdopter(config, sdir, publisher, units)
+    units = adopter = None
+    try:
+        units = (UnitBook(config, Committer(config, publisher.contact.client_error))
+                 if config.guarantee == EXACTLY_ONCE else None)
+        adopter = SlotAdopter(config, sdir, publisher, units)
+    except BaseException:  # nothing adopted yet: close what was built
+        publisher.close(0.0)
+        if units is not None:
+            units.close()
+        raise
     adopter.replaying = []
     last = [0.0]
 

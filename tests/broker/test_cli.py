@@ -35,16 +35,18 @@ NOWHERE = "127.0.0.1:1"  # no broker: records stay pending in the WAL
 SECRET = "s3cr3t-never-printed"
 
 
-def _writer(wal_dir: str, name: str, topic: str, batch: int, partition: int, rows: int) -> subprocess.Popen:
+def _writer(wal_dir: str, name: str, topic: str, batch: int, partition: int, rows: int,
+            **sink_options: object) -> subprocess.Popen:
     opts = {"name": name, "kafka_conf": {"bootstrap.servers": NOWHERE}, "wal_dir": wal_dir,
-            "ack_timeout_s": 0, "records_topic": topic}
+            "ack_timeout_s": 0, "records_topic": topic, **sink_options}
     return subprocess.Popen([sys.executable, "-m", "tests.broker.cli_writer", json.dumps(opts), str(batch),
                              str(partition), str(rows)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
 
-def _dead_slot(wal_dir: str, name: str, topic: str, batch: int, partition: int, rows: int) -> None:
-    proc = _writer(wal_dir, name, topic, batch, partition, rows)
+def _dead_slot(wal_dir: str, name: str, topic: str, batch: int, partition: int, rows: int,
+               **sink_options: object) -> None:
+    proc = _writer(wal_dir, name, topic, batch, partition, rows, **sink_options)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert json.loads(out)["acked"] == 0  # everything is in the WAL only
@@ -121,6 +123,18 @@ def test_replay_without_broker_fails_with_a_count_and_keeps_every_record(broker,
     assert "records=600 delivered=600" in proc.stdout and SECRET not in proc.stdout + proc.stderr
     got = read_topic(broker.bootstrap, topic, expected=600)
     assert got.distinct_ids() == {f"{name}:r1:4:2:{i}" for i in range(600)} and got.duplicates() == 0
+
+
+def test_replay_puts_ids_in_the_sinks_own_id_header(broker, topic, tmp_path):
+    wal, name = str(tmp_path / "wal"), "cli-idh"
+    _dead_slot(wal, name, topic, 2, 0, 50, id_header="my-id")
+    r = _rks("replay", wal, "--sink", name, "--kafka-conf", _conf(tmp_path, "good", broker.bootstrap),
+             "--id-header", "my-id")
+    assert r.exit_code == 0, r.stderr
+    got = read_topic(broker.bootstrap, topic, expected=50)
+    ids = sorted(dict(rec.headers)["my-id"].decode() for rec in got.records)
+    assert ids == sorted(f"{name}:r1:2:0:{i}" for i in range(50))
+    assert got.distinct_ids() == set()  # nothing under the default header
 
 
 def test_dead_letters_list_export_and_resend(broker, topic, tmp_path):

@@ -132,8 +132,7 @@ def test_notebook_cell_structure() -> None:
     assert "spark.dataSource.register(RecoverableKafkaDataSource)" in body
 
 
-def test_notebook_runs_both_forms_against_the_broker(spark, broker, topic, tmp_path, caplog, capfd) -> None:
-    caplog.set_level(logging.DEBUG)
+def test_notebook_runs_both_forms_against_the_broker(spark, broker, topic, tmp_path) -> None:
     secret = f"nb-s3cret-{uuid.uuid4().hex}"
     name = f"nb-{uuid.uuid4().hex[:8]}"
     dbutils = FakeDbutils({"bootstrap": broker.bootstrap, "topic": topic, "sink_name": name,
@@ -172,10 +171,8 @@ def test_notebook_runs_both_forms_against_the_broker(spark, broker, topic, tmp_p
     for r in got.records:
         assert json.loads(r.value)["n"] == int(r.key)
 
-    out, err = capfd.readouterr()
-    for where, text in (("displayed", _shown_text(shown)), ("stdout", out), ("stderr", err),
-                        ("log", caplog.text), ("sink", repr(sink))):
-        assert secret not in text, f"the secret appeared in the {where}"
+    # (PLAINTEXT: the password is read but not used; that it never shows once it is in the
+    # producer conf is the next test's.)
 
 
 def test_notebook_sasl_conf_uses_the_secret_and_never_shows_it(spark, tmp_path, caplog, capfd) -> None:
