@@ -102,22 +102,19 @@ def load_kafka_conf(path: str) -> dict[str, Any]:
         raise OpsError(f"kafka conf {path} is not valid JSON: {where}") from None
     if not isinstance(raw, dict):
         raise OpsError(f"kafka conf {path} must be a JSON object of confluent-kafka settings")
-    conf: dict[str, Any] = {}
     for key, value in raw.items():
-        if isinstance(value, dict):
-            var = value.get("env")
-            if set(value) != {"env"} or not isinstance(var, str) or not var:
-                raise OpsError(f"kafka conf {path}: {key!r} must be a string, a number, a boolean "
-                               'or {"env": "VARIABLE"}')
-            if var not in os.environ:
-                raise OpsError(f"kafka conf {path}: {key!r} reads environment variable {var}, which is not set")
-            conf[key] = os.environ[var]
-        elif isinstance(value, (str, int, float, bool)):
-            conf[key] = value
-        else:
+        ok = isinstance(value, (str, int, float, bool)) or (
+            isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str) and value["env"])
+        if not ok:  # the value itself is never echoed: it may be a secret
             raise OpsError(f"kafka conf {path}: {key!r} must be a string, a number, a boolean "
-                           f'or {{"env": "VARIABLE"}}, not {type(value).__name__}')
-    return conf
+                           'or {"env": "VARIABLE"}')
+    from ..jobs.resolve import resolve_client_conf  # the job templates' resolution of {"env": ...}
+    from ..jobs.settings import SettingsError
+
+    try:
+        return resolve_client_conf(f"kafka conf {path}", raw)
+    except SettingsError as exc:
+        raise OpsError(str(exc)) from None
 
 
 def scrubber(conf: Mapping[str, Any]) -> Callable[[str], str]:

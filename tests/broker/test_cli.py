@@ -211,7 +211,7 @@ def test_errors_are_one_line_with_a_non_zero_exit(broker, topic, tmp_path):
     assert conf_no_env.exit_code == 0
     unset = CliRunner().invoke(main, ["replay", wal, "--sink", name, "--kafka-conf", good],
                                 env={"RKS_TEST_SECRET": None})
-    assert unset.exit_code == 2 and "reads environment variable RKS_TEST_SECRET, which is not set" in unset.stderr
+    assert unset.exit_code == 2 and "environment variable RKS_TEST_SECRET is not set" in unset.stderr
 
     # A slot of a newer WAL format: named, never read, never changed.
     _dead_slot(wal, name, topic, 2, 0, 100)
