@@ -14,92 +14,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO, "docs", "PERFORMANCE.md")
 PNG = os.path.join(REPO, "docs", "performance.png")
 
-RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-async", "sink-exactly-once"
-LABELS = {RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync", ASYNC: "sink async",
+NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
+                                          "sink-exactly-once")
+LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync", ASYNC: "sink async",
           EXACTLY: "sink exactly-once"}
 
 
-# -- targets -----------------------------------------------------------------------------------
+# -- targets: bench/targets.py ------------------------------------------------------------------
+
+if REPO not in sys.path:  # also run as a script: python bench/render.py
+    sys.path.insert(0, REPO)
+from bench.targets import evaluate_targets, lat_row as _lat, tp_row as _tp  # noqa: E402
 
 
 def _ok(section: Any) -> bool:
     return isinstance(section, dict) and "error" not in section
-
-
-def _tp(results: dict[str, Any], writer: str, size: int) -> dict[str, Any] | None:
-    tp = results.get("throughput")
-    if not _ok(tp):
-        return None
-    return next((r for r in tp["summary"] if r["writer"] == writer and r["value_bytes"] == size), None)
-
-
-def _lat(results: dict[str, Any], writer: str, size: int = 100) -> dict[str, Any] | None:
-    lat = results.get("latency")
-    if not _ok(lat):
-        return None
-    return next((r for r in lat["results"] if r["writer"] == writer and r["value_bytes"] == size), None)
-
-
-def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The targets, each with the measured figure and met / missed / not measured."""
-    out = []
-
-    def add(name: str, goal: str, measured: float | None, text: str, ok: bool | None, note: str = "") -> None:
-        status = "not measured" if measured is None or ok is None else ("met" if ok else "missed")
-        out.append({"name": name, "goal": goal, "measured": measured, "measured_text": text, "status": status,
-                    "note": note})
-
-    s = _tp(results, SYNC, 100)
-    v = s and s.get("vs_flush")
-    add("sink sync throughput vs flush-writer (100 B)", ">= 0.95 x flush-writer", v,
-        f"{v:.2f} x ({s['rows_per_s']:,.0f} rows/s)" if v else "n/a", None if v is None else v >= 0.95)
-    v = s and s.get("vs_raw")
-    add("sink sync throughput vs raw (100 B)", ">= 0.85 x raw", v,
-        f"{v:.2f} x ({s['rows_per_s']:,.0f} rows/s)" if v else "n/a", None if v is None else v >= 0.85)
-
-    wal = results.get("wal")
-    w = None
-    if _ok(wal):
-        w = next((r for r in wal["wal_only"] if r["design"] == "chunked" and r["value_bytes"] == 100 and r["fsync"]),
-                 None)
-    v = w and w.get("total_with_ack_us")
-    add("WAL cost per record, write + ack + prune (100 B, fsync per WAL transaction)", "<= 0.5 us/record", v,
-        f"{v:.3f} us/record (write {w['write_us']:.3f} + ack {w['ack_us']:.3f} + prune {w['prune_us']:.3f})"
-        if v else "n/a", None if v is None else v <= 0.5)
-
-    e = _tp(results, EXACTLY, 100)
-    v = (e["rows_per_s"] / s["rows_per_s"]) if e and s and s.get("rows_per_s") else None
-    add("exactly-once throughput vs sink sync (100 B)", ">= 0.85 x sink sync", v,
-        f"{v:.2f} x ({e['rows_per_s']:,.0f} rows/s)" if v else "n/a", None if v is None else v >= 0.85)
-
-    a, f = _lat(results, ASYNC), _lat(results, FLUSH)
-    v = None
-    if a and f and a["add_batch_ms"]["p50"] and f["add_batch_ms"]["p50"]:
-        v = a["add_batch_ms"]["p50"] / f["add_batch_ms"]["p50"]
-    add("sink async p50 micro-batch latency vs flush-writer (same load)", "<= 0.5 x flush-writer", v,
-        f"{v:.2f} x ({a['add_batch_ms']['p50']:.0f} ms vs {f['add_batch_ms']['p50']:.0f} ms, addBatch p50)"
-        if v is not None else "n/a", None if v is None else v <= 0.5)
-
-    mem = results.get("memory")
-    v = mem.get("growth") if _ok(mem) else None
-    note = ""
-    if _ok(mem) and len(mem["runs"]) >= 2:
-        r0, r1 = mem["runs"][0], mem["runs"][-1]
-        sizes = f"{r0['rows']:,} -> {r1['rows']:,} rows"
-        if (r0["rows"], r1["rows"]) != (1_000_000, 10_000_000):
-            note = f"quick mode measured {sizes}, not 1M -> 10M"
-        text = f"{v * 100:+.1f} % ({r0['peak_hwm_kib'] / 1024:.0f} -> {r1['peak_hwm_kib'] / 1024:.0f} MiB, {sizes})"
-    else:
-        text = "n/a"
-    add("worker peak memory from 1M to 10M rows in one partition", "flat within 10 %", v, text,
-        None if v is None else v <= 0.10, note)
-
-    rec = results.get("recovery")
-    v = rec["replay"].get("rows_per_s") if _ok(rec) else None
-    add("replay of orphaned records", ">= 300k records/s", v,
-        f"{v:,.0f} records/s ({rec['replay']['replayed']:,} records in {rec['replay']['acked_s']:.2f} s)"
-        if v else "n/a", None if v is None else v >= 300_000)
-    return out
 
 
 # -- markdown ---------------------------------------------------------------------------------------
@@ -197,7 +126,14 @@ which `bench/run.py` checks are exactly what the sink hands to confluent-kafka. 
   worker's background thread produces them after the task. Its *time to durable in Kafka* is measured separately, from the start of
   the write until the WAL is empty (all acked *and pruned*; pruning runs at least every
   `checkpoint_interval_s` = 1 s, so this overstates the time to the last ack by up to about a second).
-* **sink exactly-once**: not available yet (see below); nothing is reported for it.
+* **sink exactly-once**: `guarantee="exactly_once"`, sync: each task's records in one Kafka transaction
+  with its lane's marker, committed before the task returns (visible to read_committed consumers then).
+* **no-op** (latency only): reads its rows and writes nothing: the part of a micro-batch's time that
+  Spark itself sets; every writer's latency is also shown above this floor.
+
+CPU = user + system seconds of every process of the run (the Spark driver JVM, the Python daemon and
+workers, the broker, the bench process), from `/proc`, from the start of the write until it returned
+(async: until durable), per million rows; median of the runs.
 
 Differences that are part of what is measured, not of the setup: the sink writes each Arrow batch to
 the WAL (fsync per transaction) before producing, and adds a header `rks-id` (~30 bytes) to every
@@ -228,6 +164,7 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
                 rows.append([LABELS.get(r["writer"], r["writer"]), _f(r["median_s"], "{:.2f}"),
                              f"{_f(r['min_s'], '{:.2f}')}–{_f(r['max_s'], '{:.2f}')}", _f(r["rows_per_s"]),
                              _f(r["mb_per_s"], "{:.1f}"), _f(r["vs_raw"], "{:.2f}"), _f(r["vs_flush"], "{:.2f}"),
+                             _f(r.get("cpu_s_per_million"), "{:.2f}"), _f(r.get("cpu_vs_flush"), "{:.2f}"),
                              {True: "yes", False: f"**NO: {r.get('read_back_text') or 'fewer read back than written'}**"}.get(
                                  r.get("read_back_ok"), "–")])
                 if r["writer"] == ASYNC and r.get("acked_at_task_end") is not None:
@@ -236,10 +173,10 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
                     rows.append(["↳ sink async, time to durable in Kafka", _f(r["durable_median_s"], "{:.2f}"), "",
                                  _f(r["durable_rows_per_s"]), _f(r["durable_rows_per_s"] * r["mb_per_s"] /
                                                                  r["rows_per_s"], "{:.1f}"),
-                                 _f(r.get("durable_vs_raw"), "{:.2f}"), _f(r.get("durable_vs_flush"), "{:.2f}"), ""])
-            rows.append(["sink exactly-once", "", "", "", "", "", "", "not available yet"])
+                                 _f(r.get("durable_vs_raw"), "{:.2f}"), _f(r.get("durable_vs_flush"), "{:.2f}"),
+                                 "", "", ""])
             w(_table(["writer", "median s", "range s", "rows/s", "MB/s", "× raw", "× flush-writer",
-                      "all rows read back"], rows) + "\n")
+                      "CPU s / M rows", "CPU × flush-writer", "all rows read back"], rows) + "\n")
         w("\"All rows read back\": the first run of each writer was counted by consuming the topic from the "
           "beginning (at-least-once writers may add duplicates, never fewer rows). Every writer checks its own "
           "delivery (raw: `flush()` left nothing; flush-writer: no delivery error; sink: every record acked), so a "
@@ -260,11 +197,14 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
         rows = []
         for r in lat["results"]:
             ab, tr = r["add_batch_ms"], r["trigger_ms"]
+            floor = _lat(results, NOOP, r["value_bytes"])
+            above = (ab["p50"] - floor["add_batch_ms"]["p50"]
+                     if floor and ab["p50"] is not None and floor["add_batch_ms"]["p50"] is not None else None)
             rows.append([LABELS.get(r["writer"], r["writer"]), f"{r['value_bytes']}", str(r["batches"]),
-                         _f(r["rows_per_batch_mean"]), _f(ab["p50"]), _f(ab["p95"]), _f(ab["p99"]), _f(tr["p50"]),
-                         _f(tr["p95"]), _f(tr["p99"]), "yes" if r["kept_up"] else "**no**"])
-        rows.append(["sink exactly-once", "", "", "", "", "", "", "", "", "", "not available yet"])
-        w(_table(["writer", "value B", "batches", "rows/batch", "addBatch p50 ms", "p95", "p99",
+                         _f(r["rows_per_batch_mean"]), _f(ab["p50"]), _f(above, "{:+.0f}"), _f(ab["p95"]),
+                         _f(ab["p99"]), _f(tr["p50"]), _f(tr["p95"]), _f(tr["p99"]),
+                         "yes" if r["kept_up"] else "**no**"])
+        w(_table(["writer", "value B", "batches", "rows/batch", "addBatch p50 ms", "over no-op ms", "p95", "p99",
                   "trigger p50 ms", "p95", "p99", "kept up"], rows) + "\n")
         w("\"Kept up\": p95 trigger ≤ 1 s and batches no larger than 1.2 × the offered rows per second. "
           "The async sink's batches end before their records are acked; after the query stopped, its WAL was "
@@ -393,70 +333,7 @@ python bench/wal_cost.py --rows 1000000                      # the WAL cost alon
     return "\n".join(out)
 
 
-# -- chart -------------------------------------------------------------------------------------------
-
-
-def chart(results: dict[str, Any], path: str = PNG) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter
-    except ImportError:
-        print("[render] matplotlib not installed: no chart", file=sys.stderr)
-        return False
-    tp, lat = results.get("throughput"), results.get("latency")
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
-    writers = [RAW, FLUSH, SYNC, ASYNC, EXACTLY]
-    colors = {RAW: "#888888", FLUSH: "#4c72b0", SYNC: "#dd8452", ASYNC: "#55a868", EXACTLY: "#c44e52"}
-    if _ok(tp):
-        sizes = tp["sizes"]
-        width = 0.8 / (len(writers) + 1)
-        for i, wr in enumerate(writers + ["durable"]):
-            xs, ys = [], []
-            for j, size in enumerate(sizes):
-                r = _tp(results, ASYNC if wr == "durable" else wr, size)
-                if r is None:
-                    continue
-                xs.append(j + (i - len(writers) / 2) * width)
-                ys.append((r.get("durable_rows_per_s") if wr == "durable" else r["rows_per_s"]) or 0)
-            if wr == "durable":
-                ax1.bar(xs, ys, width, label="sink async, to durable", color="white", edgecolor=colors[ASYNC],
-                        hatch="//")
-            else:
-                ax1.bar(xs, ys, width, label=LABELS[wr], color=colors[wr])
-        ax1.set_xticks(range(len(sizes)), [f"{s} B values" for s in sizes])
-        ax1.set_ylabel("rows/s (median)")
-        ax1.yaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}"))
-        ax1.set_title(f"Batch write, {tp['partitions']} partitions, "
-                      + ", ".join(f"{int(n):,} rows of {s} B" for s, n in tp["rows_by_size"].items()), fontsize=10)
-        ax1.legend(fontsize=8)
-        ax1.grid(axis="y", alpha=0.3)
-    else:
-        ax1.text(0.5, 0.5, "throughput not measured", ha="center")
-    if _ok(lat):
-        rs = [r for r in lat["results"] if r["value_bytes"] == lat["sizes"][0]]
-        qs = ["p50", "p95", "p99"]
-        width = 0.8 / len(qs)
-        for k, q in enumerate(qs):
-            ax2.bar([i + (k - 1) * width for i in range(len(rs))], [r["add_batch_ms"][q] or 0 for r in rs], width,
-                    label=f"addBatch {q}", alpha=[1.0, 0.65, 0.35][k],
-                    color=[colors.get(r["writer"], "#4c72b0") for r in rs], edgecolor="black", linewidth=0.4)
-        ax2.set_xticks(range(len(rs)), [LABELS.get(r["writer"], r["writer"]) for r in rs], fontsize=8)
-        ax2.set_ylabel("batch duration, ms")
-        ax2.set_title(f"Micro-batch duration at {lat['rows_per_s']:,} rows/s, 1 s trigger")
-        ax2.set_xlabel("bars per writer: addBatch p50, p95, p99 (lighter)", fontsize=8)
-        ax2.grid(axis="y", alpha=0.3)
-    else:
-        ax2.text(0.5, 0.5, "latency not measured", ha="center")
-    meta = results["meta"]
-    fig.suptitle(f"spark_recoverable_sink benchmarks — {meta['mode']} mode, {meta['timestamp']}"
-                 + (" (quick: not a measurement)" if meta["mode"] == "quick" else ""), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+from bench.chart import chart  # noqa: E402  (the figure: bench/chart.py)
 
 
 def render(results: dict[str, Any], doc: str = DOC, png: str = PNG) -> None:

@@ -97,7 +97,7 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], bootstrap: str, sc
             results["latency"] = guarded(lambda: sb.latency(
                 spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
                 topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
-                warmup_batches=p["lat_warmup_batches"], writers=sb.WRITERS, scratch=scratch))
+                warmup_batches=p["lat_warmup_batches"], writers=sb.LATENCY_WRITERS, scratch=scratch))
     finally:
         spark.stop()
 

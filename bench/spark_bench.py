@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import common
-from .writers import FlushWriter, Prepare, RawWriter
+from .cpu import CpuMeter
+from .writers import FlushWriter, NoopWriter, Prepare, RawWriter
 
 RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-async", "sink-exactly-once"
+NOOP = "noop"  # latency only: reads its rows, writes nothing (the part of a batch's time Spark itself sets)
 WRITERS = (RAW, FLUSH, SYNC, ASYNC, EXACTLY)
+LATENCY_WRITERS = (NOOP,) + WRITERS
 LABELS = {
-    RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
+    NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
     SYNC: "sink at-least-once sync", ASYNC: "sink at-least-once async", EXACTLY: "sink exactly-once",
 }
 SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
@@ -138,6 +141,9 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
     if writer == FLUSH:
         fn = FlushWriter(conf, topic)
         return Target(writer, topic, fn, fn.ddl)
+    if writer == NOOP:
+        fn = NoopWriter()
+        return Target(writer, topic, fn, fn.ddl)
     ack = SYNC_ACK_TIMEOUT_S if writer in (SYNC, EXACTLY) else 0.0
     guarantee = "exactly_once" if writer == EXACTLY else "at_least_once"
     sink = RecoverableKafkaSink(name=run_name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=ack,
@@ -190,14 +196,16 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
                     t0 = time.monotonic()
                     if t0 - tw > 15:
                         log(f"throughput: {writer} warm-up took {t0 - tw:.1f}s")
+                    cpu = CpuMeter().start()
                     rep = tg.write(df, batch_id=1)
                     t1 = time.monotonic()
                     durable = None
                     if writer == ASYNC:
                         end = tg.wait_durable(600.0)
                         durable = None if end is None else end - t0
+                    cpu_s = cpu.stop()  # the whole process tree (JVM, Python workers, broker), until durable
                     run = {"writer": writer, "value_bytes": size, "round": rnd, "rows": rows, "payload_bytes": payload,
-                           "seconds": t1 - t0, "durable_seconds": durable, "report": rep}
+                           "seconds": t1 - t0, "durable_seconds": durable, "report": rep, "cpu_s": cpu_s}
                     if verify and rnd == 0:
                         warm = 10 * partitions
                         tv = time.monotonic()
@@ -234,6 +242,12 @@ def _key_bytes(rows: int) -> int:
     return total
 
 
+def _cpu_per_million(rs: list[dict[str, Any]]) -> float | None:
+    """Median CPU seconds (all processes) per million rows of these runs."""
+    per = [r["cpu_s"] / r["rows"] * 1e6 for r in rs if r.get("cpu_s") is not None]
+    return common.median(per) if per else None
+
+
 def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], sizes: list[int]) -> list[dict[str, Any]]:
     out = []
     for size in sizes:
@@ -254,7 +268,11 @@ def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], s
                 "rows_per_s": rows / m, "mb_per_s": payload / m / 1e6,
                 "vs_raw": (med[RAW] / m) if RAW in med else None,
                 "vs_flush": (med[FLUSH] / m) if FLUSH in med else None,
+                "cpu_s_per_million": _cpu_per_million(rs),
             }
+            flush_cpu = _cpu_per_million([r for r in runs if r["writer"] == FLUSH and r["value_bytes"] == size])
+            row["cpu_vs_flush"] = (row["cpu_s_per_million"] / flush_cpu
+                                   if row["cpu_s_per_million"] is not None and flush_cpu else None)
             if w == ASYNC:
                 ds = [r["durable_seconds"] for r in rs if r["durable_seconds"] is not None]
                 dm = common.median(ds)

@@ -1,5 +1,7 @@
 """The baseline writers, as ``mapInArrow`` functions, and the warm-up wrapper.
 
+* :class:`NoopWriter` -- the floor of the latency benchmark: reads its rows,
+  writes nothing (what a micro-batch costs before any Kafka work).
 * :class:`RawWriter` -- the ceiling: produces every row with confluent-kafka,
   no delivery callback at all, ``flush()`` at the end of the partition.
 * :class:`FlushWriter` -- what Spark's built-in Kafka sink does, written in
@@ -126,6 +128,17 @@ class FlushWriter:
         if unflushed:
             raise RuntimeError(f"{unflushed} records not delivered within {self.flush_timeout_s}s")
         yield _report(rows, unflushed, time.monotonic() - t0)
+
+
+class NoopWriter:
+    """The floor: reads every row of the partition (as Arrow batches) and writes nothing."""
+
+    ddl = REPORT_DDL
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        t0 = time.monotonic()
+        rows = sum(b.num_rows for b in batches)
+        yield _report(rows, 0, time.monotonic() - t0)
 
 
 class Prepare:

@@ -1,0 +1,115 @@
+"""The performance targets (issue "The WAL for free" and earlier ones), evaluated on a results document.
+
+Each target is one measured figure, a goal and met / missed / not measured.
+Ratios compare writers measured side by side in the same run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["evaluate_targets", "tp_row", "lat_row"]
+
+NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
+                                          "sink-exactly-once")
+
+
+def _ok(section: Any) -> bool:
+    return isinstance(section, dict) and "error" not in section
+
+
+def tp_row(results: dict[str, Any], writer: str, size: int) -> dict[str, Any] | None:
+    """The throughput summary row of ``writer`` at ``size`` bytes, if measured."""
+    tp = results.get("throughput")
+    if not _ok(tp):
+        return None
+    return next((r for r in tp["summary"] if r["writer"] == writer and r["value_bytes"] == size), None)
+
+
+def lat_row(results: dict[str, Any], writer: str, size: int = 100) -> dict[str, Any] | None:
+    """The latency result of ``writer`` at ``size`` bytes, if measured."""
+    lat = results.get("latency")
+    if not _ok(lat):
+        return None
+    return next((r for r in lat["results"] if r["writer"] == writer and r["value_bytes"] == size), None)
+
+
+def _p50(row: dict[str, Any] | None) -> float | None:
+    return row["add_batch_ms"]["p50"] if row and row["add_batch_ms"]["p50"] is not None else None
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The targets, each with the measured figure and met / missed / not measured."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, goal: str, measured: float | None, text: str, ok: bool | None, note: str = "") -> None:
+        status = "not measured" if measured is None or ok is None else ("met" if ok else "missed")
+        out.append({"name": name, "goal": goal, "measured": measured, "measured_text": text, "status": status,
+                    "note": note})
+
+    for size, goal in ((100, 0.90), (1024, 0.95)):
+        s = tp_row(results, SYNC, size)
+        v = s and s.get("vs_flush")
+        add(f"sink sync ÷ flush-writer throughput ({size} B, id header on)", f">= {goal:.2f}", v,
+            f"{v:.2f} ({s['rows_per_s']:,.0f} rows/s)" if v else "n/a", None if v is None else v >= goal)
+
+    s, a = tp_row(results, SYNC, 100), tp_row(results, ASYNC, 100)
+    v = (a["durable_rows_per_s"] / s["rows_per_s"]) if a and s and a.get("durable_rows_per_s") else None
+    add("sink async time-to-durable ÷ sink sync throughput (100 B)", ">= 0.95", v,
+        f"{v:.2f} ({a['durable_rows_per_s']:,.0f} rows/s to durable)" if v else "n/a",
+        None if v is None else v >= 0.95)
+
+    la, lf, ln = _p50(lat_row(results, ASYNC)), _p50(lat_row(results, FLUSH)), _p50(lat_row(results, NOOP))
+    v = la / lf if la is not None and lf else None
+    floor_ok = None if la is None or ln is None else la - ln <= 20.0
+    text = "n/a"
+    if v is not None:
+        text = f"{v:.2f} ({la:.0f} ms vs {lf:.0f} ms, addBatch p50)"
+        if ln is not None:
+            text += f"; {la - ln:+.0f} ms over the no-op writer's {ln:.0f} ms"
+    add("sink async p50 micro-batch latency ÷ flush-writer", "<= 0.5, and within 20 ms of a no-op writer", v,
+        text, None if v is None else (v <= 0.5 and bool(floor_ok)),
+        "" if ln is not None or v is None else "no-op writer not measured in this run")
+
+    s, f = tp_row(results, SYNC, 100), tp_row(results, FLUSH, 100)
+    v = s and s.get("cpu_vs_flush")
+    add("CPU seconds per million records, sink sync ÷ flush-writer (100 B, all processes)", "<= 1.15", v,
+        f"{v:.2f} ({s['cpu_s_per_million']:.2f} s vs {f['cpu_s_per_million']:.2f} s per million)"
+        if v and f else "n/a", None if v is None else v <= 1.15)
+
+    for size in (100, 1024):
+        e, s = tp_row(results, EXACTLY, size), tp_row(results, SYNC, size)
+        v = (e["rows_per_s"] / s["rows_per_s"]) if e and s and s.get("rows_per_s") else None
+        add(f"exactly-once ÷ sink sync throughput ({size} B)", ">= 0.85", v,
+            f"{v:.2f} ({e['rows_per_s']:,.0f} rows/s)" if v else "n/a", None if v is None else v >= 0.85)
+
+    wal = results.get("wal")
+    w = None
+    if _ok(wal):
+        w = next((r for r in wal["wal_only"] if r["design"] == "chunked" and r["value_bytes"] == 100 and r["fsync"]),
+                 None)
+    v = w and w.get("total_with_ack_us")
+    add("WAL cost per record, write + ack + prune (100 B, fsync per WAL transaction)", "<= 0.5 us/record", v,
+        f"{v:.3f} us/record (write {w['write_us']:.3f} + ack {w['ack_us']:.3f} + prune {w['prune_us']:.3f})"
+        if v else "n/a", None if v is None else v <= 0.5)
+
+    mem = results.get("memory")
+    v = mem.get("growth") if _ok(mem) else None
+    note = ""
+    if _ok(mem) and len(mem["runs"]) >= 2:
+        r0, r1 = mem["runs"][0], mem["runs"][-1]
+        sizes = f"{r0['rows']:,} -> {r1['rows']:,} rows"
+        if (r0["rows"], r1["rows"]) != (1_000_000, 10_000_000):
+            note = f"quick mode measured {sizes}, not 1M -> 10M"
+        text = f"{v * 100:+.1f} % ({r0['peak_hwm_kib'] / 1024:.0f} -> {r1['peak_hwm_kib'] / 1024:.0f} MiB, {sizes})"
+    else:
+        text = "n/a"
+    add("worker peak memory from 1M to 10M rows in one partition", "flat within 10 %", v, text,
+        None if v is None else v <= 0.10, note)
+
+    rec = results.get("recovery")
+    v = rec["replay"].get("rows_per_s") if _ok(rec) else None
+    add("replay of orphaned records", ">= 300k records/s", v,
+        f"{v:,.0f} records/s ({rec['replay']['replayed']:,} records in {rec['replay']['acked_s']:.2f} s)"
+        if v else "n/a", None if v is None else v >= 300_000)
+    return out
