@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_MAX_WAL_BYTES",
     "DEFAULT_WAL_DIR",
     "redact",
+    "scrub_secrets",
     "is_secret_option",
     "check_kafka_conf",
 ]
@@ -56,6 +57,14 @@ def is_secret_option(name: str) -> bool:
 def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``conf`` with the values of secret options replaced by ``***``."""
     return {k: (_REDACTED if is_secret_option(k) else v) for k, v in conf.items()}
+
+
+def scrub_secrets(conf: Mapping[str, Any], text: str) -> str:
+    """``text`` with every value of a secret option of ``conf`` replaced by ``***`` (longest first)."""
+    secrets = sorted({str(v) for k, v in conf.items() if is_secret_option(k) and str(v)}, key=len, reverse=True)
+    for secret in secrets:
+        text = text.replace(secret, _REDACTED)
+    return text
 
 
 def _positive(option: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
@@ -231,9 +240,7 @@ class SinkConfig:
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret value of the Kafka config replaced by ``***``."""
-        for secret in self.secret_values():
-            text = text.replace(secret, _REDACTED)
-        return text
+        return scrub_secrets(dict(self.kafka_conf_items), text)
 
     def __repr__(self) -> str:
         return (

@@ -13,12 +13,13 @@ secrets need not sit in a file. Values of secret options are never printed
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 from typing import Any, Callable, Mapping
 
-from ..config import SinkConfig, is_secret_option
+from ..config import SinkConfig, scrub_secrets
 from ..errors import ConfigError, RecoverableSinkError, WalError
 from ..slots import list_slots, resolve_wal_dir
 
@@ -118,15 +119,8 @@ def load_kafka_conf(path: str) -> dict[str, Any]:
 
 
 def scrubber(conf: Mapping[str, Any]) -> Callable[[str], str]:
-    """A function replacing every secret value of ``conf`` in a text by ``***``."""
-    secrets = sorted({str(v) for k, v in conf.items() if is_secret_option(k) and str(v)}, key=len, reverse=True)
-
-    def scrub(text: str) -> str:
-        for s in secrets:
-            text = text.replace(s, "***")
-        return text
-
-    return scrub
+    """A function replacing every secret value of ``conf`` in a text by ``***`` (:func:`.config.scrub_secrets`)."""
+    return functools.partial(scrub_secrets, conf)
 
 
 def build_config(name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> SinkConfig:

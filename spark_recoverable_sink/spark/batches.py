@@ -48,15 +48,12 @@ def conclude_batch(config: SinkConfig, batch_id: int, run: str, parts: Sequence[
 
 
 def _record_metrics(config: SinkConfig, report: BatchReport) -> None:
-    port = getattr(config, "metrics_port", None)
-    if port is None:
+    if config.metrics_port is None:
         return
+    from ..ops.metrics import record_batch  # prometheus-client is imported only with a port
+
     try:
-        from ..ops.metrics import record_batch
-    except ImportError:  # pragma: no cover - the metrics module ships with the package
-        return
-    try:
-        record_batch(config, report, port)
+        record_batch(config, report)
     except Exception:  # metrics must never fail a batch whose records are safe
         log.exception("sink=%s batch_id=%d metrics update failed", config.name, report.batch_id)
 

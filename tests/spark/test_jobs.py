@@ -3,36 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
-import sys
-from types import ModuleType
 
 import pytest
 
 from spark_recoverable_sink import jobs
 
 from ..kafka_helpers import read_topic
+from ..job_files import load_job
 
 pytestmark = pytest.mark.spark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _load(name: str, filename: str) -> ModuleType:
-    """Import a job script (jobs/ is not a package) under ``name``, once."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "jobs", filename))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-job = _load("stream_to_kafka", "stream_to_kafka.py")
+job = load_job("stream_to_kafka", "stream_to_kafka.py")
 
 
 def test_stream_to_kafka_job_delivers_every_reported_row(spark, broker, topic, tmp_path):

@@ -13,7 +13,6 @@ source must get exactly as far as Spark's "Failed to find data source: kafka".
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -21,7 +20,6 @@ import subprocess
 import sys
 import time
 import uuid
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -29,23 +27,12 @@ import pytest
 from spark_recoverable_sink import jobs
 
 from ..kafka_helpers import read_topic
+from ..job_files import load_job
 
 pytestmark = pytest.mark.spark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPARK_SUBMIT = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-
-
-def _load(name: str) -> ModuleType:
-    """Import a job template (jobs/ is not a package) under its file name, once."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "jobs", f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _conf(shipped: str, tmp_path: Any, **sections: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +133,7 @@ def test_file_to_kafka_with_spark_submit(broker, tmp_path):
 
 
 def test_file_to_kafka_reads_parquet_with_a_json_schema_file(spark, tmp_path):
-    mod = _load("file_to_kafka")
+    mod = load_job("file_to_kafka")
     rows = [(1, "a", 1.5), (2, "b", None)]
     df = spark.createDataFrame(rows, "id bigint, name string, amount double")
     df.write.parquet(str(tmp_path / "landing"))
@@ -177,7 +164,7 @@ def test_kafka_to_kafka_transform_writes_through_the_sink_and_the_plan_reaches_t
 
     from pyspark.errors import AnalysisException
 
-    mod = _load("kafka_to_kafka")
+    mod = load_job("kafka_to_kafka")
     raw = _conf("conf/kafka_to_kafka.json", tmp_path, kafka={"topic": topic, "create_topic_partitions": 0},
                 sink={"name": "tpl-k2k"})
     raw["source"]["consumer_conf"]["sasl.jaas.config"] = {"env": "RKS_TPL_JAAS"}

@@ -7,39 +7,24 @@ conf file (or a conf key the job does not read) fails here.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
-import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from spark_recoverable_sink import jobs
+from ..job_files import load_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-JOBS = os.path.join(ROOT, "jobs")
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 JOB_SCRIPT = "jobs/stream_to_kafka.py"
 
 
-def _load(name: str, filename: str) -> ModuleType:
-    """Import a job script (jobs/ is not a package) under ``name``, once."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(JOBS, filename))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclass type hints resolve through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
-
-
-job = _load("stream_to_kafka", "stream_to_kafka.py")  # the template: its Source and build_source
-demo = _load("rks_demo_job", "demo.py")
+job = load_job("stream_to_kafka", "stream_to_kafka.py")  # the template: its Source and build_source
+demo = load_job("rks_demo_job", "demo.py")
 
 
 def _flat_keys(raw: dict[str, Any]) -> set[str]:

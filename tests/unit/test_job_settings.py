@@ -6,33 +6,19 @@ classes used for the JSON schema file).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from spark_recoverable_sink import jobs
+from ..job_files import load_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEMPLATES = {"stream_to_kafka": "conf/stream_to_kafka.json", "file_to_kafka": "conf/file_to_kafka.json",
              "kafka_to_kafka": "conf/kafka_to_kafka.json"}
-
-
-def _load(name: str) -> ModuleType:
-    """Import a job template (jobs/ is not a package) under its file name, once."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "jobs", f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclass type hints resolve through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _raw(conf: str) -> dict[str, Any]:
@@ -109,7 +95,7 @@ def test_env_overrides_bootstrap_and_secrets_are_never_printed() -> None:
     raw = _raw("conf/stream_to_kafka.json")
     raw["kafka"]["producer_conf"]["sasl.password"] = {"env": "RKS_TEST_SECRET"}
     env = {"KAFKA_BOOTSTRAP": "broker-1:9093", "RKS_TEST_SECRET": "s3cr3t-value"}
-    settings = jobs.settings_from_dict(raw, _load("stream_to_kafka").Source, environ=env)
+    settings = jobs.settings_from_dict(raw, load_job("stream_to_kafka").Source, environ=env)
     assert settings.kafka.bootstrap_servers == "broker-1:9093"
     assert "s3cr3t-value" not in repr(settings)
     conf = jobs.producer_conf(settings.kafka, env)
@@ -123,7 +109,7 @@ def test_env_overrides_bootstrap_and_secrets_are_never_printed() -> None:
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_template_confs_load_and_set_every_key(name: str) -> None:
-    mod = _load(name)
+    mod = load_job(name)
     raw = _raw(TEMPLATES[name])
     flat = {f"{section}.{key}" for section, body in raw.items() for key in body}
     assert sorted(set(jobs.setting_keys(mod.Source)) - flat) == []
@@ -145,7 +131,7 @@ def test_template_sources_check_their_values(name: str, edit: dict[str, Any], me
     raw = _raw(TEMPLATES[name])
     raw["source"].update(edit)
     with pytest.raises(jobs.SettingsError, match=message):
-        jobs.settings_from_dict(raw, _load(name).Source, environ={})
+        jobs.settings_from_dict(raw, load_job(name).Source, environ={})
 
 
 def test_consumer_secrets_resolve_from_the_environment() -> None:
@@ -178,7 +164,7 @@ def test_schema_file_is_ddl_or_structtype_json(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_templates_exit_2_on_a_bad_conf(name: str, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
-    mod = _load(name)
+    mod = load_job(name)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"sink": {"nme": "x"}}))
     assert jobs.run_template(mod.Source, mod.build_source, ["--conf", str(bad)], job=name) == 2
