@@ -680,7 +680,7 @@ class LiveReader:
         return self
 
     def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
         try:
             c = Consumer({
@@ -700,7 +700,7 @@ class LiveReader:
                     if time.monotonic() > end:
                         raise RuntimeError(f"topic {name} has no metadata")
                     time.sleep(0.2)
-                tps += [TopicPartition(name, p, OFFSET_BEGINNING) for p in t.partitions]
+                tps += [TopicPartition(name, p, 0) for p in t.partitions]  # offset 0: see kafka_helpers.read_topic
             c.assign(tps)
             while not self._stop.is_set():
                 msgs = c.consume(5000, 0.2)
