@@ -17,13 +17,14 @@ PNG = os.path.join(REPO, "docs", "performance.png")
 NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
                                           "sink-exactly-once")
 LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync", ASYNC: "sink async",
-          EXACTLY: "sink exactly-once"}
+          EXACTLY: "sink exactly-once", "flush-writer-id": "flush-writer + rks-id header"}
 
 
 # -- targets: bench/targets.py ------------------------------------------------------------------
 
 if REPO not in sys.path:  # also run as a script: python bench/render.py
     sys.path.insert(0, REPO)
+from bench.analysis import cores_busy, why_missed  # noqa: E402
 from bench.targets import evaluate_targets, lat_row as _lat, tp_row as _tp  # noqa: E402
 
 
@@ -90,6 +91,13 @@ def markdown(results: dict[str, Any]) -> str:
         mark = {"met": "✅ met", "missed": "❌ missed", "not measured": "– not measured"}[t["status"]]
         rows.append([t["name"], t["goal"], t["measured_text"] + (f" — {t['note']}" if t.get("note") else ""), mark])
     w(_table(["target", "goal", "measured", "status"], rows) + "\n")
+    reasons = why_missed(results)
+    if reasons:
+        w("### Why the missed targets are missed\n")
+        w("Computed from this run's figures (bench/analysis.py); the profile is in section 6.\n")
+        for name, text in reasons:
+            w(f"* **{name}.** {text}")
+        w("")
 
     # machine / method
     w("## Machine and settings\n")
@@ -165,6 +173,7 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
                              f"{_f(r['min_s'], '{:.2f}')}–{_f(r['max_s'], '{:.2f}')}", _f(r["rows_per_s"]),
                              _f(r["mb_per_s"], "{:.1f}"), _f(r["vs_raw"], "{:.2f}"), _f(r["vs_flush"], "{:.2f}"),
                              _f(r.get("cpu_s_per_million"), "{:.2f}"), _f(r.get("cpu_vs_flush"), "{:.2f}"),
+                             _f(cores_busy(r), "{:.2f}"),
                              {True: "yes", False: f"**NO: {r.get('read_back_text') or 'fewer read back than written'}**"}.get(
                                  r.get("read_back_ok"), "–")])
                 if r["writer"] == ASYNC and r.get("acked_at_task_end") is not None:
@@ -174,9 +183,12 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
                                  _f(r["durable_rows_per_s"]), _f(r["durable_rows_per_s"] * r["mb_per_s"] /
                                                                  r["rows_per_s"], "{:.1f}"),
                                  _f(r.get("durable_vs_raw"), "{:.2f}"), _f(r.get("durable_vs_flush"), "{:.2f}"),
-                                 "", "", ""])
+                                 "", "", "", ""])
             w(_table(["writer", "median s", "range s", "rows/s", "MB/s", "× raw", "× flush-writer",
-                      "CPU s / M rows", "CPU × flush-writer", "all rows read back"], rows) + "\n")
+                      "CPU s / M rows", "CPU × flush-writer", "cores busy", "all rows read back"], rows) + "\n")
+        w("\"Cores busy\" = CPU seconds of every process ÷ the write's wall time: near the machine's core count "
+          "the write is CPU-bound, and throughput follows CPU per record. \"flush-writer + rks-id header\" is the "
+          "flush-writer sending the sink's id header, built the same way: the header's cost on its own.\n")
         w("\"All rows read back\": the first run of each writer was counted by consuming the topic from the "
           "beginning (at-least-once writers may add duplicates, never fewer rows). Every writer checks its own "
           "delivery (raw: `flush()` left nothing; flush-writer: no delivery error; sink: every record acked), so a "
@@ -234,12 +246,15 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
           "sync mode (WAL write + produce with the id header + ack tracking + prune), interleaved, medians:\n")
         rows = []
         for r in wal["produce_vs_sink"]:
-            rows.append([str(r["value_bytes"]), _f(r["rows"]), _f(r["produce_alone_us"], "{:.2f}"),
+            rows.append([str(r["value_bytes"]), _f(r["rows"]), _f(r.get("produce_no_report_us"), "{:.2f}"),
+                         _f(r["produce_alone_us"], "{:.2f}"),
                          _f(r.get("produce_header_us"), "{:.2f}"), _f(r["sink_us"], "{:.2f}"),
                          _f(r["sink_overhead_us"], "{:+.2f}"), _f(r["sink_vs_alone"], "{:.2f}")])
-        w(_table(["value B", "records", "produce alone µs/rec", "… + rks-id header µs/rec", "sink path µs/rec",
-                  "sink − produce alone µs/rec", "sink ÷ produce-alone speed"], rows) + "\n")
-        w("The middle column is the plain loop plus a header built like the sink's `rks-id`, to separate "
+        w(_table(["value B", "records", "produce, no reports µs/rec", "produce alone µs/rec",
+                  "… + rks-id header µs/rec", "sink path µs/rec", "sink − produce alone µs/rec",
+                  "sink ÷ produce-alone speed"], rows) + "\n")
+        w("\"No reports\" is the same loop without a delivery callback (what a delivery report per record costs); "
+          "the header column is the plain loop plus a header built like the sink's `rks-id`, to separate "
           "the cost of the header from the cost of the WAL and the ack tracking.\n")
     else:
         w(_err(wal))

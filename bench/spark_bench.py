@@ -25,10 +25,12 @@ from .writers import FlushWriter, NoopWriter, Prepare, RawWriter
 
 RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-async", "sink-exactly-once"
 NOOP = "noop"  # latency only: reads its rows, writes nothing (the part of a batch's time Spark itself sets)
-WRITERS = (RAW, FLUSH, SYNC, ASYNC, EXACTLY)
-LATENCY_WRITERS = (NOOP,) + WRITERS
+FLUSH_ID = "flush-writer-id"  # throughput only: the flush-writer sending the sink's id header (the header's cost)
+WRITERS = (RAW, FLUSH, FLUSH_ID, SYNC, ASYNC, EXACTLY)
+LATENCY_WRITERS = (NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY)
 LABELS = {
     NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
+    FLUSH_ID: "flush-writer + rks-id header",
     SYNC: "sink at-least-once sync", ASYNC: "sink at-least-once async", EXACTLY: "sink exactly-once",
 }
 SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
@@ -140,6 +142,9 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
         return Target(writer, topic, fn, fn.ddl)
     if writer == FLUSH:
         fn = FlushWriter(conf, topic)
+        return Target(writer, topic, fn, fn.ddl)
+    if writer == FLUSH_ID:  # the header the sink sends: rks-id = <name>:<run>:<batch>:<partition>:<seq>
+        fn = FlushWriter(conf, topic, id_header="rks-id", id_prefix=f"{run_name}:{uuid.uuid4().hex[:16]}:1:".encode())
         return Target(writer, topic, fn, fn.ddl)
     if writer == NOOP:
         fn = NoopWriter()

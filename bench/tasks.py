@@ -55,7 +55,7 @@ def _report_dict(r: Any) -> dict[str, Any]:
 
 def task_memory(a: dict[str, Any]) -> dict[str, Any]:
     from spark_recoverable_sink.partition_writer import write_partition
-    from spark_recoverable_sink.runtime import reset_runtimes
+    from spark_recoverable_sink.runtime import get_runtime, reset_runtimes
 
     cfg = _config(a, SYNC_ACK_TIMEOUT_S)
     base = common.proc_status()
@@ -68,10 +68,13 @@ def task_memory(a: dict[str, Any]) -> dict[str, Any]:
     end = common.proc_status()
     with open("/proc/self/status") as f:
         rss_parts = {ln.split(":")[0]: int(ln.split()[1]) for ln in f if ln.startswith("Rss")}
+    env = get_runtime(cfg).wal.env  # how much of the WAL's map has ever been used (its file-backed pages)
+    map_used_kib = (env.info()["last_pgno"] + 1) * env.stat()["psize"] // 1024
     reset_runtimes()
     return {"rows": a["rows"], "value_bytes": a["value_bytes"], "seconds": secs, "rows_per_s": a["rows"] / secs,
             "baseline_rss_kib": base["VmRSS"], "warm_hwm_kib": warm["VmHWM"], "peak_hwm_kib": end["VmHWM"],
-            "end_rss_kib": end["VmRSS"], "end_rss_parts_kib": rss_parts, "report": _report_dict(rep)}
+            "end_rss_kib": end["VmRSS"], "end_rss_parts_kib": rss_parts, "wal_map_used_kib": map_used_kib,
+            "report": _report_dict(rep)}
 
 
 # -- recovery -------------------------------------------------------------------------------
@@ -119,11 +122,14 @@ def task_replay(a: dict[str, Any]) -> dict[str, Any]:
 # -- produce cost ---------------------------------------------------------------------------
 
 
-def _produce_alone(producer: Any, topic: str, batches: list[Any], id_header: bool = False) -> float:
+def _produce_alone(producer: Any, topic: str, batches: list[Any], id_header: bool = False,
+                   callback: bool = True) -> float:
     """A plain produce loop with a delivery callback per record; seconds until every record is acked.
 
     With ``id_header`` each record also gets a header like the sink's ``rks-id``
-    (built the same way), to tell the header's cost from the WAL's.
+    (built the same way: a one-entry dict), to tell the header's cost from the
+    WAL's. Without ``callback`` no delivery report reaches Python (the cost of
+    per-record reports; only ``flush()`` says whether all went).
     """
     failed: list[Any] = []
     acked = [0]
@@ -144,9 +150,11 @@ def _produce_alone(producer: Any, topic: str, batches: list[Any], id_header: boo
             while True:
                 try:
                     if id_header:
-                        produce(topic, v, k, on_delivery=cb, headers=[("rks-id", b"%b%d" % (prefix, seq))])
-                    else:
+                        produce(topic, v, k, on_delivery=cb, headers={"rks-id": b"%b%d" % (prefix, seq)})
+                    elif callback:
                         produce(topic, v, k, on_delivery=cb)
+                    else:
+                        produce(topic, v, k)
                     break
                 except BufferError:
                     poll(0.05)
@@ -172,8 +180,9 @@ def task_produce_cost(a: dict[str, Any]) -> dict[str, Any]:
     warm = list(common.arrow_batches(10_000, size))
     _produce_alone(producer, a["topic"], warm)
     write_partition(cfg, 0, 0, 0, iter(warm))
-    alone, header, sink = [], [], []
+    alone, header, sink, no_dr = [], [], [], []
     for i in range(a["repeat"]):  # interleaved
+        no_dr.append(_produce_alone(producer, a["topic"], batches, callback=False))
         alone.append(_produce_alone(producer, a["topic"], batches))
         header.append(_produce_alone(producer, a["topic"], batches, id_header=True))
         t0 = time.perf_counter()
@@ -182,9 +191,10 @@ def task_produce_cost(a: dict[str, Any]) -> dict[str, Any]:
         if rep.acked != rows:
             raise RuntimeError(f"write_partition acked {rep.acked} of {rows}")
     reset_runtimes()
-    ma, mh, ms = common.median(alone), common.median(header), common.median(sink)
+    ma, mh, ms, mn = common.median(alone), common.median(header), common.median(sink), common.median(no_dr)
     return {"rows": rows, "value_bytes": size, "repeat": a["repeat"], "produce_alone_s": alone,
-            "produce_header_s": header, "sink_s": sink,
+            "produce_header_s": header, "sink_s": sink, "produce_no_report_s": no_dr,
+            "produce_no_report_us": mn / rows * 1e6,
             "produce_alone_us": ma / rows * 1e6, "produce_header_us": mh / rows * 1e6, "sink_us": ms / rows * 1e6,
             "sink_overhead_us": (ms - ma) / rows * 1e6, "sink_vs_alone": ma / ms}
 

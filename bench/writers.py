@@ -9,6 +9,10 @@
   here): a delivery callback per record that keeps the first error, a check
   for that error before each send, ``flush()`` at the end of the partition and
   an error check after it; fails the task on the first error.
+  With ``id_header`` set it also sends the sink's per-record id header
+  (``{name: b"<prefix><seq>"}``, built the way the sink builds it): the same
+  baseline carrying the same header bytes, to separate the header's cost from
+  the WAL's.
 
 Both produce exactly like the sink's produce loop does: one ``produce`` call
 per row with ``(topic, value, key)``, ``poll(0)`` once per Arrow batch to
@@ -90,13 +94,17 @@ class FlushWriter:
 
     ddl = REPORT_DDL
 
-    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0) -> None:
+    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0,
+                 id_header: str | None = None, id_prefix: bytes = b"") -> None:
         self.conf = dict(conf)
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
+        self.id_header = id_header
+        self.id_prefix = id_prefix
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import KafkaException
+        from pyspark import TaskContext
 
         t0 = time.monotonic()
         p = _producer(self.conf, self.topic)
@@ -107,16 +115,22 @@ class FlushWriter:
             if err is not None and not failed:
                 failed.append(err)
 
+        idh = self.id_header
+        ctx = TaskContext.get()
+        prefix = self.id_prefix + b"%d:" % (ctx.partitionId() if ctx is not None else 0)
         rows = 0
         for b in batches:
             keys = b.column("key").to_pylist()
             values = b.column("value").to_pylist()
-            for k, v in zip(keys, values):
+            for i, (k, v) in enumerate(zip(keys, values), rows):
                 if failed:  # checkForErrors() before each send
                     raise KafkaException(failed[0])
                 while True:
                     try:
-                        produce(topic, v, k, on_delivery=on_delivery)
+                        if idh is None:
+                            produce(topic, v, k, on_delivery=on_delivery)
+                        else:
+                            produce(topic, v, k, on_delivery=on_delivery, headers={idh: b"%b%d" % (prefix, i)})
                         break
                     except BufferError:
                         poll(0.05)

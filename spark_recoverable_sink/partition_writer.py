@@ -9,6 +9,7 @@ and tools.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -87,9 +88,10 @@ def write_partition(
     tests only). Dead letters whose token is in ``confirmed`` are marked
     reported; the report offers every other unreported one of this worker.
 
-    With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL: the
-    task returns once its records are durable on local disk, and the worker's
-    poller thread produces them between tasks.
+    With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL and
+    hands each committed chunk to the worker's poller thread, which produces
+    it while the task writes the next ones (the task gives the poll lock back
+    for its loop); the task returns once its records are durable on local disk.
 
     Raises:
         InvalidRecordError: a row cannot be a Kafka record (nothing of its batch was accepted).
@@ -119,36 +121,40 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
     started = time.time()
     seq = nbytes = 0
+    # Async (not exactly-once): the poll lock goes back to the poller while this
+    # thread writes the WAL, so the poller produces committed chunks meanwhile.
+    overlap = publisher.released() if not eo and config.ack_timeout_s <= 0 else contextlib.nullcontext()
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            norm = normalize_batch(batch, config.topic, prefix, seq, run)
-            chunk = encode_chunk(norm)
-            key = ChunkKey(batch_id, partition, seq, gen)
-            rt.reserve_space(len(chunk))
-            first = None if chunks else AttemptState(OPEN, spark_attempt, 0, started)
-            rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
-            chunks.append((key, len(chunk)))
-            if eo:  # ... then Kafka, into the unit's transaction (committed after step 4)
-                if inline is None and len(chunks) == 1:
-                    _points.point("eo.before_transaction", batch=batch_id, partition=partition, rows=seq)
-                    inline = rt.units.committer.begin_inline(
-                        rt.wal.path, akey, run, ContactDeadline(config.ack_timeout_s, publisher.contact)) or False
-                if inline:
-                    inline.produce(norm, seq, publisher.block_s)
-            else:
-                attempt.add_chunk(key)
-                t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
-                trackers.append(t)
-                if config.ack_timeout_s > 0:
-                    publisher.produce_chunk(t, norm)  # ... then Kafka
-                    publisher.tick(0)
+        with overlap:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                norm = normalize_batch(batch, config.topic, prefix, seq, run)
+                chunk = encode_chunk(norm)
+                key = ChunkKey(batch_id, partition, seq, gen)
+                rt.reserve_space(len(chunk))
+                first = None if chunks else AttemptState(OPEN, spark_attempt, 0, started)
+                rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
+                chunks.append((key, len(chunk)))
+                if eo:  # ... then Kafka, into the unit's transaction (committed after step 4)
+                    if inline is None and len(chunks) == 1:
+                        _points.point("eo.before_transaction", batch=batch_id, partition=partition, rows=seq)
+                        inline = rt.units.committer.begin_inline(
+                            rt.wal.path, akey, run, ContactDeadline(config.ack_timeout_s, publisher.contact)) or False
+                    if inline:
+                        inline.produce(norm, seq, publisher.block_s)
                 else:
-                    publisher.enqueue_chunk(t, norm)  # ... then Kafka, from the poller thread
-            seq += norm.num_rows
-            nbytes += payload_bytes(norm)
-            _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
+                    attempt.add_chunk(key)
+                    t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
+                    trackers.append(t)
+                    if config.ack_timeout_s > 0:
+                        publisher.produce_chunk(t, norm)  # ... then Kafka
+                        publisher.tick(0)
+                    else:
+                        publisher.submit_chunk(t, norm)  # ... then Kafka, from the poller thread
+                seq += norm.num_rows
+                nbytes += payload_bytes(norm)
+                _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
         if chunks:
             rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
         _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)

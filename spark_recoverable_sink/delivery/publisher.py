@@ -8,7 +8,8 @@ these steps, each at a named point (``poller.<step>``) and each guarded: a
 step that raises is logged, leaves every chunk in its state, and the next
 step and the next pass carry on.
 
-1. ``backlog``: produce queued chunks while the client's queue has room;
+1. ``backlog``: take the chunks async tasks handed over (the inbox), then
+   produce queued chunks while the client's queue has room;
 2. ``poll``: serve delivery callbacks (replacing the producer first after a fatal error);
 3. ``settle``: match a finished round's failures to records; a chunk is then
    waiting for a retry or done;
@@ -20,11 +21,10 @@ step and the next pass carry on.
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import logging
-import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
@@ -38,6 +38,7 @@ from ..errors import WalError
 from ..explain import PartitionCounts
 from .checkpoint import Pruner
 from .chunks import AttemptTracker, ChunkBook, ChunkTracker, State
+from .poller import PollerThread
 from .producer import ProducerSlot, message_timeout_s
 from .rows import produce_rows
 from .steps import RoundSteps
@@ -50,7 +51,7 @@ _BACKLOG_MEMORY = 256 * 1024 * 1024  # queued chunks kept in memory; more are re
 _LIVE = (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT)
 
 
-class Publisher(RoundSteps):
+class Publisher(RoundSteps, PollerThread):
     """Produces chunks, tracks acks, retries from the WAL, prunes.
 
     Raises (from :meth:`producer`):
@@ -68,8 +69,10 @@ class Publisher(RoundSteps):
         self._pruner = Pruner(config, self._book, self.dead_letters,
                               partitions_of=self.partition_counts, on_acked=self.contact.mark_reached)
         self._clock = clock
-        self._lock = threading.RLock()  # the poll lock: all delivery state changes under it
-        self._tasks_waiting = 0  # the poller steps aside while a task waits for the lock
+        self._init_poller()
+        #: Chunks an async task committed to the WAL and handed over without the
+        #: poll lock; the next pass files them as QUEUED (deque appends are atomic).
+        self._inbox: collections.deque[tuple[ChunkTracker, pa.RecordBatch | None]] = collections.deque()
         self._backlog_bytes = 0
         conf = config.producer_conf()
         self._queue_messages = int(conf.get("queue.buffering.max.messages", 100_000))
@@ -81,8 +84,6 @@ class Publisher(RoundSteps):
         #: How long one record may wait for room in a full client queue, before it
         #: counts as failed and is retried from the WAL.
         self.block_s = max(1.0, min(config.max_block_s, message_timeout_s(conf)))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._replace_reason: str | None = None
         self._last_ckpt = clock()
         self._last_replace = -1e9
@@ -104,14 +105,6 @@ class Publisher(RoundSteps):
             self._replace_reason = self.config.scrub(err.str())
         else:
             log.warning("sink=%s producer error=%s", self.config.name, self.config.scrub(err.str()))
-
-    def start(self) -> None:
-        """Start the poller thread (idempotent)."""
-        if self._thread is None or not self._thread.is_alive():
-            self.producer()
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name=f"rks-poller-{self.config.name}", daemon=True)
-            self._thread.start()
 
     # -- producing -----------------------------------------------------------------
 
@@ -136,6 +129,16 @@ class Publisher(RoundSteps):
                 self._book.move(t, State.RETRY_WAIT)
                 raise
             t.seal(produced, sync_failed)
+
+    def submit_chunk(self, t: ChunkTracker, batch: pa.RecordBatch | None) -> None:
+        """Hand a chunk already committed to the WAL to the poller, without the poll lock (async tasks)."""
+        self._inbox.append((t, batch))
+        self._wake.set()
+
+    def _take_inbox(self) -> None:
+        while self._inbox:
+            t, batch = self._inbox.popleft()
+            self.enqueue_chunk(t, batch)
 
     def enqueue_chunk(self, t: ChunkTracker, batch: pa.RecordBatch | None) -> None:
         """Fully async mode: the chunk is in the WAL; a later pass produces it.
@@ -183,14 +186,18 @@ class Publisher(RoundSteps):
         """
         with self._lock:
             produced = 0
+            if self._inbox:
+                self._step("poller.inbox", self._take_inbox)
             if backlog_chunks != 0 and self._book.count(State.QUEUED):
                 produced = self._step("poller.backlog", lambda: self._produce_backlog(backlog_chunks)) or 0
             self._step("poller.poll", lambda: self._poll(timeout_s))
             self._step("poller.settle", self._settle_rounds)
             self._step("poller.watchdog", self._watchdog)
             self._step("poller.retry", self._retry_due)
-            if self._book.count(State.DONE) and (self._clock() - self._last_ckpt >= self.config.checkpoint_interval_s
-                                                 or self._book.count(State.DONE) >= 256):
+            done = self._book.count(State.DONE)
+            if done and (done >= 256 or self._clock() - self._last_ckpt >= self.config.checkpoint_interval_s
+                         or (not self._inbox and done == self._book.count(*_LIVE, State.DONE))):
+                # every 256 chunks, every interval, and as soon as nothing else is live
                 self._step("poller.checkpoint", self.checkpoint)
             self._step("poller.forward", self._forward)
             return produced
@@ -251,46 +258,7 @@ class Publisher(RoundSteps):
             self._last_ckpt = self._clock()
             self._pruner.run()
 
-    # -- the poller thread -----------------------------------------------------------
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if self._tasks_waiting:  # a lock is not fair: let the task have it
-                self._stop.wait(0.001)
-                continue
-            try:
-                if self._book.count(State.QUEUED) and self.tick(0, backlog_chunks=1):
-                    continue  # one chunk at a time: a task may be waiting
-                if self._book or self.dead_letters.busy or self._pruner.pending():
-                    self.tick(0.02)
-                else:
-                    self.tick(0)
-                    if self.on_idle is not None:
-                        self.on_idle()
-                    self._stop.wait(0.1)
-            except Exception:  # keep the thread alive; every error here is logged
-                log.exception("sink=%s poller iteration failed", self.config.name)
-                self._stop.wait(0.5)
-
     # -- what tasks and the runtime ask ---------------------------------------------
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The poll lock (taken before any other lock of the runtime)."""
-        return self._lock
-
-    @contextlib.contextmanager
-    def task(self) -> Iterator[None]:
-        """Hold the poll lock for a task: the task thread polls, the poller waits."""
-        self._tasks_waiting += 1
-        try:
-            self._lock.acquire()
-        finally:
-            self._tasks_waiting -= 1
-        try:
-            yield
-        finally:
-            self._lock.release()
 
     def make_room(self) -> None:
         """Produce what waits, serve acks and prune now (an append is waiting for WAL space)."""
@@ -307,8 +275,9 @@ class Publisher(RoundSteps):
 
     def attempt_closed(self, attempt: AttemptTracker) -> None:
         """A task committed (or abandoned) its attempt; drop its record once its chunks are gone."""
-        if attempt.close():
-            self._pruner.attempts_done.append(attempt)
+        with self._lock:
+            if attempt.close():
+                self._pruner.attempts_done.append(attempt)
 
     def offer_unreported_dead(self, limit: int = 1000) -> list[tuple[str, str, str]]:
         """Dead letters to offer in a report (not marked: see :meth:`.DeadLetterRouter.confirm`)."""
@@ -327,31 +296,33 @@ class Publisher(RoundSteps):
     def references(self, wal: Any) -> bool:
         """Whether anything in flight or queued still needs ``wal`` open."""
         with self._lock:
-            if any(t.wal is wal for t in self._book.live()):
+            if any(t.wal is wal for t in self._book.live()) or any(t.wal is wal for t, _b in list(self._inbox)):
                 return True
             return self.dead_letters.references(wal)
 
     def in_flight(self) -> int:
         """Records not yet acked or dead."""
         with self._lock:
-            return sum(t.pending for t in self._book.in_state(*_LIVE))
+            return (sum(t.pending for t in self._book.in_state(*_LIVE))
+                    + sum(t.pending for t, _b in list(self._inbox)))
 
     def chunk_states(self) -> dict[str, int]:
         """How many chunks are in each state (reports, tests)."""
         with self._lock:
-            return {s.value: self._book.count(s) for s in State if s not in (State.NEW, State.PRUNED)}
+            states = {s.value: self._book.count(s) for s in State if s not in (State.NEW, State.PRUNED)}
+            states[State.QUEUED.value] += len(self._inbox)
+            return states
 
     def idle(self) -> bool:
-        return not self._book
+        with self._lock:
+            return not self._book and not self._inbox
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the poller after a last flush and checkpoint. Optional: correctness never needs it."""
         end = Deadline(timeout_s)
         while not self.idle() and not end.expired():
             self.tick(0.05, backlog_chunks=None)
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(max(timeout_s, 1.0))
+        self._stop_thread(timeout_s)
         with self._lock:
             self.checkpoint()
             # Whatever the producer still holds is in the WAL: purging it loses nothing.

@@ -1,11 +1,13 @@
 """The hot path: one ``produce`` call per record of a chunk, with its id header.
 
 Kept tight on purpose (about 1.5 µs a record): no per-record Python work
-beyond the ``produce`` call and the header bytes. The id header goes in as a
-one-entry dict where it is the only header: confluent-kafka converts a dict
-about 0.15 µs faster than a list holding a tuple (measured: 0.35 against
-0.51 µs over a header-less ``produce``); with the row's own headers (keys may
-repeat) it stays a list.
+beyond the ``produce`` call. The ids of a chunk are built at once by Arrow
+kernels (:func:`record_ids`, 0.04 µs a record against 0.25 µs for formatting
+bytes and a dict per record inside the loop), and the id header goes in as
+one reused one-entry dict, whose value is replaced per record: confluent-kafka
+copies headers into librdkafka during ``produce``, and converts a dict about
+0.15 µs faster than a list holding a tuple. With the row's own headers (keys
+may repeat) it stays a list.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..encoding import TOPIC_META
 
-__all__ = ["produce_rows", "produce_blocking", "column", "chunk_topic", "queue_full_error"]
+__all__ = ["produce_rows", "produce_blocking", "column", "chunk_topic", "queue_full_error", "record_ids"]
 
 _POLL_EVERY = 1024  # records between two inline poll(0) calls
 
@@ -30,6 +34,13 @@ def column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
 def chunk_topic(batch: pa.RecordBatch, default_topic: str | None) -> str | None:
     meta = batch.schema.metadata or {}
     return meta.get(TOPIC_META, b"").decode() or default_topic
+
+
+def record_ids(prefix: bytes, first: int, n: int) -> list[bytes]:
+    """The ids ``prefix + b"<seq>"`` for ``seq`` in ``[first, first + n)`` (as :func:`.encoding.record_id`)."""
+    seqs = pc.cast(pc.cast(pa.array(np.arange(first, first + n, dtype=np.int64)), pa.string()), pa.binary())
+    joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), seqs, pa.scalar(b"", pa.binary()))
+    return joined.to_pylist()
 
 
 def queue_full_error() -> Any:
@@ -54,19 +65,25 @@ def produce_rows(producer: Any, cb: Any, rows_total: int, batch: pa.RecordBatch,
     rows = range(rows_total) if indices is None else indices
     sync_failed: list[tuple[int, Any]] = []
     n = 0
-    if topics is None and parts is None and hdrs is None and tss is None:
-        for i in rows:  # the common case, kept tight: ~1 produce call per record
-            try:
-                produce(topic, values[i], keys[i], on_delivery=cb, headers={idh: b"%b%d" % (prefix, seq0 + i)})
-            except BufferError:
-                produce_blocking(producer, sync_failed, i, (topic, values[i], keys[i]),
-                                 {"on_delivery": cb, "headers": {idh: b"%b%d" % (prefix, seq0 + i)}}, block_s)
-            except KafkaException as exc:
-                sync_failed.append((i, exc.args[0]))
-            n += 1
-            if not n % _POLL_EVERY:
-                poll(0)
-    else:
+    if indices is None and topics is None and parts is None and hdrs is None and tss is None:
+        # The common case, kept tight: one produce call per record, slices of
+        # _POLL_EVERY records between two poll(0) calls (no per-record counter).
+        ids = record_ids(prefix, seq0, rows_total)
+        header = {idh: b""}  # reused: produce copies it
+        for lo in range(0, rows_total, _POLL_EVERY):
+            hi = min(rows_total, lo + _POLL_EVERY)
+            for i, v, k, rid in zip(range(lo, hi), values[lo:hi], keys[lo:hi], ids[lo:hi]):
+                header[idh] = rid
+                try:
+                    produce(topic, v, k, on_delivery=cb, headers=header)
+                except BufferError:
+                    produce_blocking(producer, sync_failed, i, (topic, v, k),
+                                     {"on_delivery": cb, "headers": {idh: rid}}, block_s)
+                except KafkaException as exc:
+                    sync_failed.append((i, exc.args[0]))
+            n += hi - lo
+            poll(0)
+    else:  # the row's own columns, or a retry of some records of the chunk
         for i in rows:
             header = [(idh, b"%b%d" % (prefix, seq0 + i))]
             if hdrs is not None and hdrs[i]:

@@ -81,6 +81,30 @@ def test_async_mode_returns_before_acks_and_delivers_later(broker, topic, tmp_pa
     _wait_wal_empty(cfg)
 
 
+def test_async_poller_delivers_committed_chunks_while_the_task_still_writes(broker, topic, tmp_path):
+    """Async tasks give the poll lock back while writing: a chunk already in the WAL is acked mid-task."""
+    cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=0, name="overlap")
+    seen: dict[str, int] = {}
+
+    def gated():
+        it = batches(0, 4000, 40)
+        yield next(it)  # chunk 0 is appended to the WAL and handed to the poller when the task asks for chunk 1
+        pub = get_runtime(cfg).publisher
+        end = time.monotonic() + 60
+        while pub.in_flight() and time.monotonic() < end:  # the task is parked in this generator meanwhile
+            time.sleep(0.01)
+        seen["in_flight"] = pub.in_flight()
+        seen["acked_rows"] = 1000 - pub.in_flight()
+        yield from it
+
+    report = write_partition(cfg, 1, 0, 0, gated())
+    assert seen == {"in_flight": 0, "acked_rows": 1000}  # the old design (lock held all task) never got here
+    assert report.rows == 4000
+    got = read_topic(broker.bootstrap, topic, expected=4000)
+    assert len(got.distinct_ids()) == 4000 and got.duplicates() == 0
+    _wait_wal_empty(cfg)
+
+
 def test_worker_killed_after_commit_before_acks_is_replayed(own_broker, tmp_path):
     """The child commits its attempt while the broker is frozen, then dies: only the WAL has the records."""
     topic = "replay"

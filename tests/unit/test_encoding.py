@@ -25,6 +25,7 @@ from spark_recoverable_sink.encoding import (
     record_id_prefix,
     valid_run_id,
 )
+from spark_recoverable_sink.delivery.rows import record_ids
 from spark_recoverable_sink.errors import WalFormatError
 from spark_recoverable_sink.schema import HEADERS_TYPE, normalize_batch
 
@@ -100,8 +101,12 @@ def test_record_ids_carry_the_run_and_the_header_is_prefix_plus_seq():
     assert record_id("orders", 7, 3, 42, run="3ffbea5019c44624") == "orders:3ffbea5019c44624:7:3:42"
     prefix = record_id_prefix("orders", 7, 3, "3ffbea5019c44624")
     assert prefix == b"orders:3ffbea5019c44624:7:3:"
-    # the per-record header the publisher builds from the per-chunk prefix
-    assert (b"%b%d" % (prefix, 42)).decode() == record_id("orders", 7, 3, 42, run="3ffbea5019c44624")
+    # the per-record headers the produce loop builds from the per-chunk prefix, a chunk at a time
+    for first, n in ((0, 1), (42, 3), (9_995, 10), (2**40 - 2, 4)):
+        ids = record_ids(prefix, first, n)
+        assert [i.decode() for i in ids] == [record_id("orders", 7, 3, s, run="3ffbea5019c44624")
+                                             for s in range(first, first + n)]
+    assert record_ids(prefix, 5, 0) == []
     # two runs with the same batch numbers never share an id
     assert record_id("orders", 0, 0, 0, run="a" * 16) != record_id("orders", 0, 0, 0, run="b" * 16)
     assert all(valid_run_id(r) for r in ("3ffbea5019c44624", "nightly-2024.05_06", "x" * 64))
