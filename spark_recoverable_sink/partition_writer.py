@@ -35,6 +35,13 @@ log = logging.getLogger(__name__)
 _ARROW_TYPES = {"bigint": pa.int64(), "double": pa.float64(), "string": pa.string()}
 REPORT_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in REPORT_FIELDS])
 
+#: Async tasks: after this long writing, the task lets the poller produce its
+#: committed chunks while it writes the rest. Measured (docs/PERFORMANCE.md):
+#: overlapping from the first chunk shortened the time to durable of long
+#: tasks but, on a CPU-bound worker, lengthened every micro-batch (the task
+#: and the poller share the interpreter lock); short tasks return first.
+_OVERLAP_AFTER_S = 0.5
+
 
 class PartitionWriter:
     """Picklable ``mapInArrow`` function: configuration, batch id, run id and confirmed dead letters.
@@ -89,9 +96,10 @@ def write_partition(
     reported; the report offers every other unreported one of this worker.
 
     With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL and
-    hands each committed chunk to the worker's poller thread, which produces
-    it while the task writes the next ones (the task gives the poll lock back
-    for its loop); the task returns once its records are durable on local disk.
+    hands each committed chunk to the worker's poller thread; the task returns
+    once its records are durable on local disk. A task still writing after
+    ``_OVERLAP_AFTER_S`` gives the poll lock back for the rest of its loop, so
+    the poller produces committed chunks while it writes the next ones.
 
     Raises:
         InvalidRecordError: a row cannot be a Kafka record (nothing of its batch was accepted).
@@ -121,9 +129,11 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
     started = time.time()
     seq = nbytes = 0
-    # Async (not exactly-once): the poll lock goes back to the poller while this
-    # thread writes the WAL, so the poller produces committed chunks meanwhile.
-    overlap = publisher.released() if not eo and config.ack_timeout_s <= 0 else contextlib.nullcontext()
+    # Async (not exactly-once): a task writing for longer than _OVERLAP_AFTER_S
+    # gives the poll lock back, so the poller produces its committed chunks
+    # while it writes the rest; a shorter one keeps the poller out and returns first.
+    overlap = contextlib.ExitStack()
+    lend = not eo and config.ack_timeout_s <= 0
     try:
         with overlap:
             for batch in batches:
@@ -154,6 +164,9 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                         publisher.submit_chunk(t, norm)  # ... then Kafka, from the poller thread
                 seq += norm.num_rows
                 nbytes += payload_bytes(norm)
+                if lend and time.monotonic() - t0 >= _OVERLAP_AFTER_S:
+                    overlap.enter_context(publisher.released())
+                    lend = False
                 _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
         if chunks:
             rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4

@@ -81,24 +81,27 @@ def test_async_mode_returns_before_acks_and_delivers_later(broker, topic, tmp_pa
     _wait_wal_empty(cfg)
 
 
-def test_async_poller_delivers_committed_chunks_while_the_task_still_writes(broker, topic, tmp_path):
-    """Async tasks give the poll lock back while writing: a chunk already in the WAL is acked mid-task."""
+def test_async_poller_delivers_committed_chunks_while_a_long_task_still_writes(broker, topic, tmp_path):
+    """An async task writing for longer than _OVERLAP_AFTER_S gives the poll lock back: chunks get acked mid-task."""
+    from spark_recoverable_sink.partition_writer import _OVERLAP_AFTER_S
+
     cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=0, name="overlap")
     seen: dict[str, int] = {}
 
     def gated():
         it = batches(0, 4000, 40)
-        yield next(it)  # chunk 0 is appended to the WAL and handed to the poller when the task asks for chunk 1
+        yield next(it)
+        time.sleep(_OVERLAP_AFTER_S + 0.1)  # the task has now been writing longer than the bound
+        yield next(it)  # after this chunk's append, the task lends the lock to the poller
         pub = get_runtime(cfg).publisher
         end = time.monotonic() + 60
-        while pub.in_flight() and time.monotonic() < end:  # the task is parked in this generator meanwhile
+        while pub.in_flight() and time.monotonic() < end:  # the task waits in this generator meanwhile
             time.sleep(0.01)
         seen["in_flight"] = pub.in_flight()
-        seen["acked_rows"] = 1000 - pub.in_flight()
         yield from it
 
     report = write_partition(cfg, 1, 0, 0, gated())
-    assert seen == {"in_flight": 0, "acked_rows": 1000}  # the old design (lock held all task) never got here
+    assert seen == {"in_flight": 0}  # both chunks acked while the task was still in its loop
     assert report.rows == 4000
     got = read_topic(broker.bootstrap, topic, expected=4000)
     assert len(got.distinct_ids()) == 4000 and got.duplicates() == 0
