@@ -45,6 +45,11 @@ class Wrapped:
             type(self).instances.append(self)
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
+        # The real client converts the headers during produce (the sink reuses
+        # its header dict): a deferred call keeps a copy, as the client does.
+        hs = kwargs.get("headers")
+        if hs is not None:
+            kwargs["headers"] = dict(hs) if isinstance(hs, dict) else list(hs)
         self._window.append((args, kwargs))
 
     def release(self, window: list[tuple[tuple, dict[str, Any]]]) -> None:
