@@ -5,6 +5,8 @@ module named ``pyspark_*`` and registers its ``DefaultSource``. This module
 ships with ``spark-recoverable-sink``.
 """
 
-from spark_recoverable_sink.spark.datasource import RecoverableKafkaDataSource as DefaultSource
+from spark_recoverable_sink.driver.datasource import (
+    RecoverableKafkaDataSource as DefaultSource,
+)
 
 __all__ = ["DefaultSource"]

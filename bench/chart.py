@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
-from bench.targets import ASYNC, EXACTLY, FLUSH, RAW, SYNC, lat_row as _lat, tp_row as _tp
-from bench.targets import _ok
+from bench.targets import ASYNC, EXACTLY, FLUSH, RAW, SYNC, _ok
+from bench.targets import tp_row as _tp
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG = os.path.join(REPO, "docs", "performance.png")

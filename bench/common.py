@@ -116,7 +116,7 @@ def wal_records(wal_dir: str, sink_name: str) -> int:
     """
     import lmdb
 
-    from spark_recoverable_sink.encoding import chunk_rows
+    from spark_recoverable_sink.wal.format import chunk_rows
 
     sdir = os.path.join(wal_dir, sink_name)
     if not os.path.isdir(sdir):

@@ -25,7 +25,9 @@ LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-wri
 if REPO not in sys.path:  # also run as a script: python bench/render.py
     sys.path.insert(0, REPO)
 from bench.analysis import cores_busy, why_missed  # noqa: E402
-from bench.targets import evaluate_targets, lat_row as _lat, tp_row as _tp  # noqa: E402
+from bench.targets import evaluate_targets  # noqa: E402
+from bench.targets import lat_row as _lat
+from bench.targets import tp_row as _tp
 
 
 def _ok(section: Any) -> bool:

@@ -99,7 +99,7 @@ class Target:
     def task_fn(self, batch_id: int) -> Callable[..., Any]:
         if self.sink is None:
             return self.fn
-        from spark_recoverable_sink.partition_writer import PartitionWriter
+        from spark_recoverable_sink.task.writer import PartitionWriter
 
         return PartitionWriter(self.sink.config, batch_id, run="warmup")
 

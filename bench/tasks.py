@@ -54,8 +54,8 @@ def _report_dict(r: Any) -> dict[str, Any]:
 
 
 def task_memory(a: dict[str, Any]) -> dict[str, Any]:
-    from spark_recoverable_sink.partition_writer import write_partition
-    from spark_recoverable_sink.runtime import get_runtime, reset_runtimes
+    from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
+    from spark_recoverable_sink.task.writer import write_partition
 
     cfg = _config(a, SYNC_ACK_TIMEOUT_S)
     base = common.proc_status()
@@ -82,7 +82,7 @@ def task_memory(a: dict[str, Any]) -> dict[str, Any]:
 
 def task_orphan_write(a: dict[str, Any]) -> None:
     """Leave ``rows`` committed, unacked records in a WAL slot, then die without cleanup."""
-    from spark_recoverable_sink.partition_writer import write_partition
+    from spark_recoverable_sink.task.writer import write_partition
 
     # The broker is paused, so nothing is acked: the producer's local queue must
     # hold the whole partition (only for this writer; the replay uses the defaults).
@@ -96,7 +96,7 @@ def task_orphan_write(a: dict[str, Any]) -> None:
 
 
 def task_replay(a: dict[str, Any]) -> dict[str, Any]:
-    from spark_recoverable_sink.runtime import get_runtime, reset_runtimes
+    from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 
     cfg = _config(a, SYNC_ACK_TIMEOUT_S)
     t0 = time.monotonic()
@@ -170,8 +170,8 @@ def _produce_alone(producer: Any, topic: str, batches: list[Any], id_header: boo
 def task_produce_cost(a: dict[str, Any]) -> dict[str, Any]:
     from confluent_kafka import Producer
 
-    from spark_recoverable_sink.partition_writer import write_partition
-    from spark_recoverable_sink.runtime import reset_runtimes
+    from spark_recoverable_sink.task.runtime import reset_runtimes
+    from spark_recoverable_sink.task.writer import write_partition
 
     rows, size = a["rows"], a["value_bytes"]
     batches = list(common.arrow_batches(rows, size))
@@ -245,8 +245,8 @@ def _top(prof: cProfile.Profile, key: str, n: int, rows: int) -> list[dict[str, 
 
 
 def task_profile(a: dict[str, Any]) -> dict[str, Any]:
-    from spark_recoverable_sink.partition_writer import write_partition
-    from spark_recoverable_sink.runtime import reset_runtimes
+    from spark_recoverable_sink.task.runtime import reset_runtimes
+    from spark_recoverable_sink.task.writer import write_partition
 
     rows, size, top = a["rows"], a["value_bytes"], a.get("top", 15)
     warm_rows = 10_000

@@ -37,10 +37,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from functools import partial  # noqa: E402
 
-from spark_recoverable_sink.encoding import AttemptKey, ChunkKey, encode_chunk  # noqa: E402
+from spark_recoverable_sink.delivery.attempts import AttemptTracker
+from spark_recoverable_sink.delivery.chunks import ChunkTracker  # noqa: E402
 from spark_recoverable_sink.schema import normalize_batch  # noqa: E402
-from spark_recoverable_sink.tracking import AttemptTracker, ChunkTracker  # noqa: E402
-from spark_recoverable_sink.wal import Wal  # noqa: E402
+from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey, encode_chunk  # noqa: E402
+from spark_recoverable_sink.wal.log import Wal  # noqa: E402
 
 
 def _batches(rows: int, chunk: int, size: int) -> list[pa.RecordBatch]:

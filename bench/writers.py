@@ -168,7 +168,7 @@ class Prepare:
         self.hold_s = hold_s
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_recoverable_sink.runtime import reset_runtimes
+        from spark_recoverable_sink.task.runtime import reset_runtimes
 
         reset_runtimes()  # earlier runs' sink runtimes: everything is acked by now (checked by the driver)
         for p in _PRODUCERS.values():

@@ -38,7 +38,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from spark_recoverable_sink import jobs as job  # the templates' settings and building blocks
+from spark_recoverable_sink import (
+    jobs as job,  # the templates' settings and building blocks
+)
 
 # The embedded broker launcher (devtools/) lives at the repository root, outside the installed package.
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,7 +226,7 @@ def read_back(bootstrap: str, topic: str, expected: int, idle_s: float, timeout_
 
 def expected_ids(sink_name: str, reports: list["BatchReport"]) -> set[str]:
     """The ``rks-id`` of every row the reports say was written: ``sink:run:batch:partition:seq``."""
-    from spark_recoverable_sink.encoding import record_id
+    from spark_recoverable_sink.ids import record_id
 
     return {record_id(sink_name, r.batch_id, p.partition, seq, r.run)
             for r in reports for p in r.partition_reports for seq in range(p.rows)}
@@ -362,8 +364,8 @@ def _print_summary(s: DemoSettings, where: str, bootstrap: str, topic: str, repo
 
 def run_demo(s: DemoSettings, environ: Mapping[str, str] | None = None) -> int:
     """Run the whole demo; returns the exit code (0 = nothing lost)."""
-    from spark_recoverable_sink import RecoverableKafkaSink
     from devtools.devbroker import EmbeddedBroker
+    from spark_recoverable_sink import RecoverableKafkaSink
 
     environ = os.environ if environ is None else environ
     external = environ.get("KAFKA_BOOTSTRAP", "").strip()

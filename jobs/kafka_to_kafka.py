@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_recoverable_sink.jobs import check_client_conf, resolve_client_conf, run_template
+from spark_recoverable_sink.jobs import (
+    check_client_conf,
+    resolve_client_conf,
+    run_template,
+)
 
 
 @dataclass(frozen=True)

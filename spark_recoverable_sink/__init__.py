@@ -7,6 +7,7 @@ README.md for the guarantee and docs/DESIGN.md for the data path.
 """
 
 from .config import SinkConfig
+from .driver.sink import RecoverableKafkaSink
 from .errors import (
     BrokerUnreachableError,
     ConfigError,
@@ -22,12 +23,11 @@ from .errors import (
     WalWriteError,
 )
 from .report import BatchReport, PartitionReport
-from .sink import RecoverableKafkaSink
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the data source needs pyspark, imported on first use
     if name == "RecoverableKafkaDataSource":
-        from .spark.datasource import RecoverableKafkaDataSource
+        from .driver.datasource import RecoverableKafkaDataSource
 
         return RecoverableKafkaDataSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,12 +13,9 @@ import logging
 import os
 import re
 import stat
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .config import SinkConfig
 
 __all__ = ["DEFAULT_WAL_DIR", "check_wal_dir", "check_option_names", "check_kafka_conf", "warn_ack_timeout"]
 
@@ -91,13 +88,13 @@ def check_option_names(options: Mapping[str, Any], known: list[str]) -> None:
         raise ConfigError(opt, f"is not an option of the sink{hint}")
 
 
-def check_kafka_conf(config: "SinkConfig") -> None:
-    """Let librdkafka check the Kafka configuration on the driver, without connecting.
+def check_kafka_conf(producer_conf: Mapping[str, str], scrub: Callable[[str], str]) -> None:
+    """Let librdkafka check a producer configuration on the driver, without connecting.
 
     A producer is created and destroyed with the user's options minus
     ``bootstrap.servers`` (so it connects to nothing; it costs well under a
     millisecond), minus options naming executor-local files or starting their
-    own network activity. Its log is silenced; secrets are scrubbed.
+    own network activity. Its log is silenced; ``scrub`` removes secrets from its messages.
 
     Raises:
         ConfigError: naming ``kafka_conf`` and librdkafka's reason.
@@ -106,12 +103,12 @@ def check_kafka_conf(config: "SinkConfig") -> None:
         from confluent_kafka import KafkaException, Producer
     except ImportError:  # pragma: no cover - a dependency of the package
         return
-    conf: dict[str, Any] = {k: v for k, v in config.producer_conf().items()
+    conf: dict[str, Any] = {k: v for k, v in producer_conf.items()
                             if k != "bootstrap.servers" and not _NOT_CHECKED_ON_DRIVER.search(k)}
     protocol = conf.pop("security.protocol", None)
     if protocol is not None and str(protocol).lower() not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
         raise ConfigError("kafka_conf['security.protocol']",
-                          f"must be plaintext, ssl, sasl_plaintext or sasl_ssl, got {config.scrub(str(protocol))!r}")
+                          f"must be plaintext, ssl, sasl_plaintext or sasl_ssl, got {scrub(str(protocol))!r}")
     conf["log_level"] = 0
     try:
         producer = Producer(conf)
@@ -122,7 +119,7 @@ def check_kafka_conf(config: "SinkConfig") -> None:
         prop = named.group(1) if named else ""
         prop = prop if prop in conf else _ALIASES.get(prop, "")
         option = f"kafka_conf[{prop!r}]" if prop in conf else "kafka_conf"
-        raise ConfigError(option, f"refused by the Kafka client: {config.scrub(text)}") from None
+        raise ConfigError(option, f"refused by the Kafka client: {scrub(text)}") from None
     del producer  # destroyed here: it never had a broker to talk to
 
 

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from .checks import DEFAULT_WAL_DIR, check_kafka_conf, check_option_names, check_wal_dir, warn_ack_timeout
+from .checks import (
+    DEFAULT_WAL_DIR,
+    check_kafka_conf,
+    check_option_names,
+    check_wal_dir,
+    warn_ack_timeout,
+)
 from .errors import ConfigError
 
 __all__ = [
@@ -28,7 +35,7 @@ __all__ = [
     "redact",
     "scrub_secrets",
     "is_secret_option",
-    "check_kafka_conf",
+    "resolve_env_values",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,6 +72,25 @@ def scrub_secrets(conf: Mapping[str, Any], text: str) -> str:
     for secret in secrets:
         text = text.replace(secret, _REDACTED)
     return text
+
+
+def resolve_env_values(conf: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``conf`` with every ``{"env": "NAME"}`` value replaced by that environment variable. Never log the result.
+
+    The one rule for Kafka settings kept out of files (job settings, ``rks --kafka-conf``).
+
+    Raises:
+        ConfigError: ``option`` names the key whose variable is not set (never a value).
+    """
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for name, v in conf.items():
+        if isinstance(v, Mapping):
+            if v["env"] not in environ:
+                raise ConfigError(name, f"environment variable {v['env']} is not set")
+            v = environ[v["env"]]
+        out[name] = v
+    return out
 
 
 def _positive(option: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
@@ -144,7 +170,7 @@ class SinkConfig:
             # confluent-kafka accepts str/int/float/bool; keep the user's value as text.
             items.append((k, v if isinstance(v, str) else (str(v).lower() if isinstance(v, bool) else str(v))))
         conf = cls(name=name, kafka_conf_items=tuple(sorted(items)), wal_dir=wal_dir, **options)
-        check_kafka_conf(conf)
+        check_kafka_conf(conf.producer_conf(), conf.scrub)
         return conf
 
     def __post_init__(self) -> None:
@@ -233,10 +259,6 @@ class SinkConfig:
         conf["partitioner"] = _JAVA_PARTITIONER
         conf.update(self.kafka_conf_items)
         return conf
-
-    def secret_values(self) -> tuple[str, ...]:
-        """Values of secret options (to scrub from texts produced by the Kafka client)."""
-        return tuple(v for k, v in self.kafka_conf_items if is_secret_option(k) and v)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret value of the Kafka config replaced by ``***``."""

@@ -3,23 +3,23 @@
 ``validate_spark_schema`` runs on the driver, before any task: it names the
 column, the type it has and the types allowed. ``normalize_batch`` runs on the
 executor and turns one Arrow batch of input rows into the WAL's canonical
-record batch (see :mod:`.encoding`), keeping null and empty apart.
+record batch (see :mod:`.wal.format`), keeping null and empty apart.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .encoding import RUN_META, TOPIC_META
 from .errors import InvalidRecordError, SchemaError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import StructType
 
-__all__ = ["KAFKA_COLUMNS", "validate_spark_schema", "normalize_batch", "HEADERS_TYPE"]
+__all__ = ["KAFKA_COLUMNS", "validate_spark_schema", "normalize_batch", "payload_bytes", "HEADERS_TYPE", "TOPIC_META",
+           "RUN_META", "chunk_run", "iter_rows"]
 
 #: Column name -> Spark type names allowed (as ``DataType.simpleString()``).
 KAFKA_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -43,6 +43,12 @@ _TYPE_HINTS: dict[str, str] = {
                 "e['value'].cast('binary').alias('value')))"),
     "timestamp": "cast it with F.col('timestamp').cast('timestamp')",
 }
+
+#: Schema metadata key of a chunk's default topic.
+TOPIC_META = b"rks.topic"
+#: Schema metadata key of a chunk's run id (the component that keeps ids of two
+#: queries, or of two ``write()`` calls, apart). Absent in chunks of older builds.
+RUN_META = b"rks.run"
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -167,3 +173,25 @@ def payload_bytes(batch: pa.RecordBatch) -> int:
             s = pc.sum(pc.binary_length(batch.column(i))).as_py()
             total += s or 0
     return total
+
+
+def chunk_run(batch: pa.RecordBatch) -> str:
+    """The run id a normalised chunk carries in its schema metadata (``""`` if none)."""
+    meta = batch.schema.metadata
+    return meta.get(RUN_META, b"").decode() if meta else ""
+
+
+def iter_rows(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[dict[str, Any]]:
+    """Rows of a normalised chunk as dicts (slow path: dead letters, tools, tests)."""
+    cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+    meta = batch.schema.metadata or {}
+    topic = meta.get(TOPIC_META, b"").decode() or default_topic
+    for i in range(batch.num_rows):
+        yield {
+            "topic": cols["topic"][i] if "topic" in cols else topic,
+            "partition": cols["partition"][i] if "partition" in cols else None,
+            "key": cols["key"][i] if "key" in cols else None,
+            "value": cols["value"][i],
+            "headers": [(h["key"], h["value"]) for h in cols["headers"][i] or []] if "headers" in cols else [],
+            "timestamp": cols["timestamp"][i] if "timestamp" in cols else None,
+        }

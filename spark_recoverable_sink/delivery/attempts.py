@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from ..encoding import AttemptKey, ChunkKey
+from ..wal.format import AttemptKey, ChunkKey
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..wal import Wal
+    from ..wal.log import Wal
 
 __all__ = ["AttemptTracker"]
 

@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 from .. import _points
 from ..config import SinkConfig
-from ..dead_letters import DeadLetterRouter, dead_letters_of
-from .chunks import AttemptTracker, ChunkBook, ChunkTracker, State
+from .attempts import AttemptTracker
+from .chunks import ChunkBook, ChunkTracker, State
+from .dead_letters import DeadLetterRouter, dead_letters_of
 
 __all__ = ["Pruner"]
 

@@ -31,17 +31,16 @@ import enum
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..encoding import ChunkKey
+from ..wal.format import ChunkKey
 from .attempts import AttemptTracker
-from .codes import BATCH_LEVEL, NON_RETRIABLE, PRODUCER_RESET
+from .codes import BATCH_LEVEL, NON_RETRIABLE
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-    from ..wal import Wal
+    from ..wal.log import Wal
 
-__all__ = ["State", "ChunkTracker", "AttemptTracker", "ChunkBook", "Round", "TransitionError",
-           "NON_RETRIABLE", "PRODUCER_RESET", "BATCH_LEVEL"]
+__all__ = ["State", "ChunkTracker", "ChunkBook", "Round", "TransitionError"]
 
 
 class State(enum.Enum):

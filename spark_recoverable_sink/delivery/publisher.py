@@ -30,14 +30,17 @@ import pyarrow as pa
 
 from .. import _points
 from ..config import SinkConfig
-from ..contact import BrokerContact
-from ..dead_letters import DeadLetterRouter
 from ..deadline import Deadline
-from ..encoding import chunk_run, decode_chunk, record_id_prefix
 from ..errors import WalError
-from ..explain import PartitionCounts
+from ..ids import record_id_prefix
+from ..schema import chunk_run
+from ..wal.format import decode_chunk
+from .attempts import AttemptTracker
 from .checkpoint import Pruner
-from .chunks import AttemptTracker, ChunkBook, ChunkTracker, State
+from .chunks import ChunkBook, ChunkTracker, State
+from .contact import BrokerContact
+from .dead_letters import DeadLetterRouter
+from .explain import PartitionCounts
 from .poller import PollerThread
 from .producer import ProducerSlot, message_timeout_s
 from .rows import produce_rows

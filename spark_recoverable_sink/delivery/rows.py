@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..encoding import TOPIC_META
+from ..schema import TOPIC_META
 
 __all__ = ["produce_rows", "produce_blocking", "column", "chunk_topic", "queue_full_error", "record_ids"]
 

@@ -10,7 +10,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _points
-from .chunks import PRODUCER_RESET, ChunkBook, ChunkTracker, State
+from .chunks import ChunkBook, ChunkTracker, State
+from .codes import PRODUCER_RESET
 from .rows import chunk_topic, column
 
 if TYPE_CHECKING:  # pragma: no cover

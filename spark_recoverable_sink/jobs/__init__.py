@@ -18,6 +18,12 @@ See :mod:`.settings` (the conf file), :mod:`.resolve` (secrets and schema files 
 start) and :mod:`.runner` (the run).
 """
 
+from .resolve import (
+    CLIENT_CONF_PREFIXES,
+    load_schema,
+    producer_conf,
+    resolve_client_conf,
+)
 from .runner import (
     BuildSource,
     build_sink,
@@ -30,7 +36,6 @@ from .runner import (
     summary,
     totals,
 )
-from .resolve import CLIENT_CONF_PREFIXES, load_schema, producer_conf, resolve_client_conf
 from .settings import (
     COMMON_SECTIONS,
     ENV_OVERRIDES,

@@ -7,9 +7,10 @@ results here may hold secrets and are never logged.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Mapping
 
+from ..config import resolve_env_values
+from ..errors import ConfigError
 from .settings import KafkaSettings, SettingsError
 
 __all__ = ["CLIENT_CONF_PREFIXES", "resolve_client_conf", "producer_conf", "load_schema"]
@@ -26,15 +27,10 @@ def resolve_client_conf(key: str, conf: Mapping[str, Any], environ: Mapping[str,
     Raises:
         SettingsError: a variable is not set.
     """
-    environ = os.environ if environ is None else environ
-    out: dict[str, Any] = {}
-    for name, v in conf.items():
-        if isinstance(v, Mapping):
-            if v["env"] not in environ:
-                raise SettingsError(f"{key}[{name!r}]: environment variable {v['env']} is not set")
-            v = environ[v["env"]]
-        out[name] = v
-    return out
+    try:
+        return resolve_env_values(conf, environ)
+    except ConfigError as exc:
+        raise SettingsError(f"{key}[{exc.option!r}]: {exc.reason}") from None
 
 
 def producer_conf(kafka: KafkaSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:

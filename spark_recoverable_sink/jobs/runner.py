@@ -32,13 +32,20 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .resolve import CLIENT_CONF_PREFIXES, producer_conf
-from .settings import JobSettings, KafkaSettings, QuerySettings, SettingsError, SparkSettings, load_settings
+from .settings import (
+    JobSettings,
+    KafkaSettings,
+    QuerySettings,
+    SettingsError,
+    SparkSettings,
+    load_settings,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from .. import RecoverableKafkaSink
+    from ..driver.sink import RecoverableKafkaSink
 
 __all__ = ["BuildSource", "ensure_topic", "build_spark", "build_sink", "start_query", "stop_gracefully",
            "totals", "summary", "run_job", "run_template"]
@@ -109,7 +116,7 @@ def build_sink(settings: JobSettings, environ: Mapping[str, str] | None = None) 
         ConfigError: a sink option is wrong (the message names it, never a secret value).
         SettingsError: a secret's environment variable is not set.
     """
-    from .. import RecoverableKafkaSink
+    from ..driver.sink import RecoverableKafkaSink
 
     s = settings.sink
     return RecoverableKafkaSink(
@@ -271,7 +278,7 @@ def run_template(source: type, build: BuildSource, argv: list[str] | None = None
         spark = build_spark(settings.spark)
         run_job(settings, build, spark, stop, job=job)
     except Exception as exc:  # noqa: BLE001 - reported as one line, exit code 1 (2 for a setting)
-        from .. import ConfigError
+        from ..errors import ConfigError
 
         code = 2 if isinstance(exc, (SettingsError, ConfigError)) else 1
         log.error("job=%s status=failed error_type=%s error=%s", job, type(exc).__name__,

@@ -21,9 +21,16 @@ import click
 
 from ..config import AT_LEAST_ONCE, EXACTLY_ONCE
 from ..errors import RecoverableSinkError
-from ..slots import slot_paths
+from ..wal.slots import slot_paths
 from . import render
-from .common import OpsError, build_config, find_sinks, load_kafka_conf, lock_owner, scrubber
+from .common import (
+    OpsError,
+    build_config,
+    find_sinks,
+    load_kafka_conf,
+    lock_owner,
+    scrubber,
+)
 from .dead_letters import held_slots, letter_json, resend
 from .inspect import inspect_wal
 from .replay import replay_sink
@@ -252,7 +259,7 @@ def _export(path: str, items: list[dict[str, Any]]) -> None:
 @click.argument("slot", type=int)
 def quarantine(wal_dir: str, sink: str, slot: int) -> None:
     """Move slot SLOT aside (bytes kept, under <wal_dir>/<sink>/quarantine/); refused if its owner is alive."""
-    from ..admin import quarantine_slot
+    from ..wal.quarantine import quarantine_slot
 
     with _failing():
         find_sinks(wal_dir, sink)
@@ -269,12 +276,13 @@ def quarantine(wal_dir: str, sink: str, slot: int) -> None:
 @click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True)
 def abort_transactions(sink: str, kafka_conf: str, topic: str, lanes: tuple[str, ...], timeout_s: float) -> None:
     """Exactly-once: abort every transaction the sink's lanes left open."""
-    from ..admin import abort_transactions as abort
+    from ..delivery.exactly_once.lanes import abort_lingering
 
     with _failing():
         conf = _client_conf(kafka_conf)
+        config = build_config(sink, conf, "/nonexistent-wal-dir-not-used", topic=topic, guarantee=EXACTLY_ONCE)
     with _failing(scrubber(conf)):
-        done = abort(sink, conf, topic, list(lanes) or None, timeout_s)
+        done = abort_lingering(config, list(lanes) or None, timeout_s)
     for lane in done:
         click.echo(f"abort-transactions sink={sink} lane={lane} initialised")
     click.echo(f"abort-transactions sink={sink} lanes={len(done)}")

@@ -19,9 +19,9 @@ import os
 import re
 from typing import Any, Callable, Mapping
 
-from ..config import SinkConfig, scrub_secrets
+from ..config import SinkConfig, resolve_env_values, scrub_secrets
 from ..errors import ConfigError, RecoverableSinkError, WalError
-from ..slots import list_slots, resolve_wal_dir
+from ..wal.slots import list_slots, resolve_wal_dir
 
 __all__ = ["OpsError", "find_sinks", "load_kafka_conf", "build_config", "scrubber", "lock_owner"]
 
@@ -109,13 +109,10 @@ def load_kafka_conf(path: str) -> dict[str, Any]:
         if not ok:  # the value itself is never echoed: it may be a secret
             raise OpsError(f"kafka conf {path}: {key!r} must be a string, a number, a boolean "
                            'or {"env": "VARIABLE"}')
-    from ..jobs.resolve import resolve_client_conf  # the job templates' resolution of {"env": ...}
-    from ..jobs.settings import SettingsError
-
     try:
-        return resolve_client_conf(f"kafka conf {path}", raw)
-    except SettingsError as exc:
-        raise OpsError(str(exc)) from None
+        return resolve_env_values(raw)  # the job templates' rule for {"env": ...}
+    except ConfigError as exc:
+        raise OpsError(f"kafka conf {path}[{exc.option!r}]: {exc.reason}") from None
 
 
 def scrubber(conf: Mapping[str, Any]) -> Callable[[str], str]:

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Iterator
 
 from ..config import DEFAULT_MAX_WAL_BYTES, SinkConfig
-from ..encoding import ChunkKey, DeadLetter
 from ..errors import ProducerError, WalError
-from ..slots import SlotLock, list_slots
-from ..wal import Wal, map_size_for
+from ..wal.format import ChunkKey
+from ..wal.log import Wal, map_size_for
+from ..wal.records import DeadLetter
+from ..wal.slots import SlotLock, list_slots
 from .common import lock_owner
 
 __all__ = ["StoredLetter", "HeldSlots", "ResendResult", "held_slots", "letter_json", "resend"]

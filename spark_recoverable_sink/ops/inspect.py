@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 
 from ..config import DEFAULT_MAX_WAL_BYTES
 from ..errors import WalError
-from ..slots import SlotLock, list_slots
-from ..wal import Wal, map_size_for
+from ..wal.log import Wal, map_size_for
+from ..wal.slots import SlotLock, list_slots
 from .common import find_sinks, lock_owner
 
 __all__ = ["SlotRow", "inspect_wal", "describe_slot", "bytes_on_disk"]

@@ -19,11 +19,11 @@ from typing import Callable
 
 from ..config import EXACTLY_ONCE, SinkConfig
 from ..deadline import Deadline
-from ..delivery import Publisher
-from ..delivery.transactions import Committer
-from ..delivery.units import UnitBook
-from ..recovery import SlotAdopter
-from ..slots import resolve_wal_dir
+from ..delivery.exactly_once.transactions import Committer
+from ..delivery.exactly_once.units import UnitBook
+from ..delivery.publisher import Publisher
+from ..recovery.adopter import SlotAdopter
+from ..wal.slots import resolve_wal_dir
 
 __all__ = ["ReplayProgress", "ReplayResult", "replay_sink"]
 

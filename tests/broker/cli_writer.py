@@ -45,7 +45,7 @@ def batches(topic: str, partition: int, rows: int, chunk: int = 500):
 def main() -> None:
     conf_json, batch, partition, rows = sys.argv[1:5]
     from spark_recoverable_sink.config import SinkConfig
-    from spark_recoverable_sink.partition_writer import write_partition
+    from spark_recoverable_sink.task.writer import write_partition
 
     opts = json.loads(conf_json)
     topic = opts.pop("records_topic")

@@ -4,7 +4,7 @@ from typing import Iterator
 
 import pytest
 
-from spark_recoverable_sink.runtime import reset_runtimes
+from spark_recoverable_sink.task.runtime import reset_runtimes
 
 
 @pytest.fixture(autouse=True)

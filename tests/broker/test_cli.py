@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.ops.cli import main
-from spark_recoverable_sink.partition_writer import write_partition
-from spark_recoverable_sink.runtime import reset_runtimes
+from spark_recoverable_sink.task.runtime import reset_runtimes
+from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import header_dict, read_topic
 from .cli_writer import expected

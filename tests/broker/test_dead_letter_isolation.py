@@ -6,7 +6,7 @@ import confluent_kafka
 import pyarrow as pa
 import pytest
 
-from spark_recoverable_sink.partition_writer import write_partition
+from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import read_topic
 from .fake_clients import BatchLevelError, HeaderFaults

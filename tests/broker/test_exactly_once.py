@@ -13,16 +13,23 @@ import sys
 import time
 import uuid
 
-import pyarrow as pa
 import pytest
 
 from spark_recoverable_sink import ExactlyOnceMismatchError
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
-from spark_recoverable_sink.delivery.lanes import abort_lingering, lane_markers, sink_lanes
-from spark_recoverable_sink.delivery.markers import decode_marker, encode_marker, lane_id
-from spark_recoverable_sink.partition_writer import write_partition
-from spark_recoverable_sink.runtime import get_runtime
+from spark_recoverable_sink.delivery.exactly_once.lanes import (
+    abort_lingering,
+    lane_markers,
+    sink_lanes,
+)
+from spark_recoverable_sink.delivery.exactly_once.markers import (
+    decode_marker,
+    encode_marker,
+    lane_id,
+)
+from spark_recoverable_sink.task.runtime import get_runtime
+from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic, read_topic
 from .writer_proc import batches
@@ -185,9 +192,7 @@ def test_abort_lingering_initialises_every_lane_of_the_sink(broker, topic, tmp_p
         write_partition(cfg, 0, p, 0, batches(p, 10, 50), run="rr")
     lanes = sink_lanes(cfg)
     assert lanes == [lane_id(cfg.name, "rr", 0), lane_id(cfg.name, "rr", 1)]
-    from spark_recoverable_sink.admin import abort_transactions
-
-    assert abort_transactions(cfg.name, dict(cfg.kafka_conf_items), topic) == lanes
+    assert abort_lingering(cfg) == lanes
     # the lanes go on: the fenced producers are replaced, the markers read again
     for p in (0, 1):
         assert write_partition(cfg, 1, p, 0, batches(p, 10, 50), run="rr").acked == 10

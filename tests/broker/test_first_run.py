@@ -16,11 +16,11 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.contact import first_contact_failure
 from devtools.devbroker import free_port
-from spark_recoverable_sink.partition_writer import write_partition
-from spark_recoverable_sink.runtime import get_runtime, reset_runtimes
+from spark_recoverable_sink.config import SinkConfig
+from spark_recoverable_sink.delivery.contact import first_contact_failure
+from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
+from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic
 

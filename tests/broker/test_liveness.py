@@ -11,15 +11,16 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError
 
-from spark_recoverable_sink import runtime as runtime_mod
 from spark_recoverable_sink.deadline import Deadline
-from spark_recoverable_sink.delivery.chunks import State
-from spark_recoverable_sink.encoding import AttemptKey, ChunkKey, DeadLetter
-from spark_recoverable_sink.partition_writer import write_partition
-from spark_recoverable_sink.publisher import Publisher
-from spark_recoverable_sink.runtime import WorkerRuntime, get_runtime
-from spark_recoverable_sink.slots import SlotLock
-from spark_recoverable_sink.tracking import AttemptTracker, ChunkTracker
+from spark_recoverable_sink.delivery.attempts import AttemptTracker
+from spark_recoverable_sink.delivery.chunks import ChunkTracker, State
+from spark_recoverable_sink.delivery.publisher import Publisher
+from spark_recoverable_sink.task import runtime as runtime_mod
+from spark_recoverable_sink.task.runtime import WorkerRuntime, get_runtime
+from spark_recoverable_sink.task.writer import write_partition
+from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey
+from spark_recoverable_sink.wal.records import DeadLetter
+from spark_recoverable_sink.wal.slots import SlotLock
 
 from ..kafka_helpers import create_topic, read_topic
 from .fake_clients import BlackHoleFirst

@@ -11,9 +11,9 @@ import pytest
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.delivery.stats import latest_summary
-from spark_recoverable_sink.ops import metrics
-from spark_recoverable_sink.partition_writer import write_partition
+from spark_recoverable_sink.driver import metrics
 from spark_recoverable_sink.report import BatchReport
+from spark_recoverable_sink.task.writer import write_partition
 
 from .writer_proc import batches
 

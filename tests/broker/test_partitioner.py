@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.partition_writer import write_partition
+from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic, read_topic
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from spark_recoverable_sink.runtime import get_runtime
+from spark_recoverable_sink.task.runtime import get_runtime
 
 from ..kafka_helpers import read_topic
 from .test_publisher import ROOT, _config, _wait_wal_empty

@@ -19,8 +19,8 @@ import pytest
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.errors import WalFullError
-from spark_recoverable_sink.partition_writer import write_partition
-from spark_recoverable_sink.runtime import get_runtime, reset_runtimes
+from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
+from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic, header_dict, read_topic
 from .writer_proc import batches
@@ -83,7 +83,7 @@ def test_async_mode_returns_before_acks_and_delivers_later(broker, topic, tmp_pa
 
 def test_async_poller_delivers_committed_chunks_while_a_long_task_still_writes(broker, topic, tmp_path):
     """An async task writing for longer than _OVERLAP_AFTER_S gives the poll lock back: chunks get acked mid-task."""
-    from spark_recoverable_sink.partition_writer import _OVERLAP_AFTER_S
+    from spark_recoverable_sink.task.writer import _OVERLAP_AFTER_S
 
     cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=0, name="overlap")
     seen: dict[str, int] = {}

@@ -7,13 +7,15 @@ import os
 import lmdb
 import pytest
 
-from spark_recoverable_sink.admin import inspect_slots, quarantine_slot
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.encoding import OPEN, AttemptState, ChunkKey, encode_chunk
-from spark_recoverable_sink.partition_writer import write_partition
+from spark_recoverable_sink.ops.inspect import inspect_wal
 from spark_recoverable_sink.schema import normalize_batch
-from spark_recoverable_sink.slots import sink_dir, slot_paths
-from spark_recoverable_sink.wal import Wal
+from spark_recoverable_sink.task.writer import write_partition
+from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
+from spark_recoverable_sink.wal.log import Wal
+from spark_recoverable_sink.wal.quarantine import quarantine_slot
+from spark_recoverable_sink.wal.records import OPEN, AttemptState
+from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 
 from ..kafka_helpers import read_topic
 from .writer_proc import batches
@@ -52,7 +54,7 @@ def test_damaged_own_slot_is_set_aside_named_and_quarantinable(broker, topic, tm
     assert report.acked == 100 and report.slot != bad
     assert any(bad in p and "checksum" in p for p in report.problems)
     assert len(read_topic(broker.bootstrap, topic, expected=100).distinct_ids()) == 100
-    info = {i.index: i for i in inspect_slots(str(tmp_path), name)}
+    info = {r.slot: r for r in inspect_wal(str(tmp_path), name)}
     assert info[0].error is not None and "checksum" in info[0].error
     # nothing was dropped from the damaged slot: its bytes are still there
     moved = quarantine_slot(str(tmp_path), name, 0)

@@ -32,7 +32,7 @@ def main() -> None:
 
         Hooks(os.environ[ENV_DIR]).crash("task.mid_task", after_rows=int(die_at.split(":")[1]))
     from spark_recoverable_sink.config import SinkConfig
-    from spark_recoverable_sink.partition_writer import write_partition
+    from spark_recoverable_sink.task.writer import write_partition
 
     opts = json.loads(conf_json)
     run = opts.pop("run", "")
@@ -42,7 +42,7 @@ def main() -> None:
     if die_at == "settled":
         import time
 
-        from spark_recoverable_sink.runtime import get_runtime
+        from spark_recoverable_sink.task.runtime import get_runtime
 
         rt = get_runtime(cfg)
         end = time.monotonic() + 60

@@ -82,7 +82,7 @@ def s3_server(tmp_path: Any) -> Iterator[S3Server]:
 @pytest.fixture
 def local_runtimes() -> Iterator[None]:
     """For tests that call write_partition in this process: close its runtimes afterwards."""
-    from spark_recoverable_sink.runtime import reset_runtimes
+    from spark_recoverable_sink.task.runtime import reset_runtimes
 
     yield
     reset_runtimes()

@@ -191,7 +191,8 @@ def slot_attempts(slot_path: str) -> dict[tuple[int, int, int], int]:
     """A slot's attempts table read-only: (batch, partition, gen) -> state (1 open, 2 committed)."""
     import lmdb
 
-    from spark_recoverable_sink.encoding import AttemptKey, decode_attempt
+    from spark_recoverable_sink.wal.format import AttemptKey
+    from spark_recoverable_sink.wal.records import decode_attempt
 
     if not os.path.exists(os.path.join(slot_path, "data.mdb")):
         return {}
@@ -215,7 +216,7 @@ def slot_row_keys(slot_path: str) -> dict[bytes, int]:
     """Row key -> count of every record in a slot's chunks, read-only (committed or not, acked or not)."""
     import lmdb
 
-    from spark_recoverable_sink.encoding import decode_chunk
+    from spark_recoverable_sink.wal.format import decode_chunk
 
     out: dict[bytes, int] = {}
     if not os.path.exists(os.path.join(slot_path, "data.mdb")):

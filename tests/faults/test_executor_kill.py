@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from spark_recoverable_sink.wal import Wal
+from spark_recoverable_sink.wal.log import Wal
 
 from .conftest import new_topic, sink_name
 from .harness import (

@@ -20,11 +20,20 @@ import sys
 import time
 from collections import defaultdict
 
-from spark_recoverable_sink.encoding import decode_chunk
-from spark_recoverable_sink.wal import Wal, map_size_for
+from spark_recoverable_sink.wal.format import decode_chunk
+from spark_recoverable_sink.wal.log import Wal, map_size_for
 
 from .conftest import new_topic, sink_name
-from .harness import REPO, LiveReader, alive, keys_of, kill9, read_back, run_cli, slot_holders
+from .harness import (
+    REPO,
+    LiveReader,
+    alive,
+    keys_of,
+    kill9,
+    read_back,
+    run_cli,
+    slot_holders,
+)
 
 SEED = int(os.environ.get("RKS_FAULT_SEED", "11"))
 WRITERS, UNITS, ROWS = 4, 8, 2500

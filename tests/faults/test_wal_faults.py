@@ -12,26 +12,23 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-import uuid
 
 import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink, WalFullError, WalWriteError
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.encoding import (
-    OPEN,
+from spark_recoverable_sink.ids import record_id_prefix
+from spark_recoverable_sink.schema import normalize_batch
+from spark_recoverable_sink.wal.format import (
     AttemptKey,
-    AttemptState,
     ChunkKey,
     decode_chunk,
     encode_chunk,
-    record_id_prefix,
 )
-from spark_recoverable_sink.schema import normalize_batch
-from spark_recoverable_sink.slots import sink_dir, slot_paths
-from spark_recoverable_sink.wal import Wal, map_size_for
+from spark_recoverable_sink.wal.log import Wal, map_size_for
+from spark_recoverable_sink.wal.records import OPEN, AttemptState
+from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 from tests.kafka_helpers import read_topic
 
 from .conftest import new_topic, sink_name
@@ -203,7 +200,7 @@ def test_09c_enospc_in_write_partition_fails_the_task_and_accepted_rows_arrive(
         own_broker, tmpfs_dir, local_runtimes, scenario):
     scenario.scenario, scenario.title = "09c_enospc_task", "ENOSPC under the WAL during tasks (broker paused)"
     scenario.fault = "wal_dir on a 2 MiB tmpfs, broker SIGSTOPped: write_partition until the disk refuses"
-    from spark_recoverable_sink.partition_writer import write_partition
+    from spark_recoverable_sink.task.writer import write_partition
 
     topic = new_topic(own_broker.bootstrap)
     name = sink_name("f09c")
@@ -288,7 +285,7 @@ def _corrupt(wal_path: str, how: str, first: int) -> None:
 
         import lmdb
 
-        from spark_recoverable_sink.encoding import DeadLetter, encode_dead_letter
+        from spark_recoverable_sink.wal.records import DeadLetter, encode_dead_letter
 
         env = lmdb.open(wal_path, max_dbs=4, subdir=True)
         with env.begin(write=True) as txn:
@@ -348,7 +345,7 @@ def test_10_damaged_wal_slot_is_named_and_can_be_quarantined(broker, tmp_path, s
     assert any(slot in t for t in texts[:1]), f"the first task neither failed nor reported naming {slot}: {texts}"
     assert all(slot in t for t in texts), f"a later task in the same process no longer mentions {slot}: {texts}"
     # The way out: quarantine it (bytes kept), and the sink stops complaining.
-    from spark_recoverable_sink.admin import quarantine_slot
+    from spark_recoverable_sink.wal.quarantine import quarantine_slot
 
     before = _digest(slot)
     dest = quarantine_slot(wal_dir, name, 0)

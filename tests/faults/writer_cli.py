@@ -48,7 +48,7 @@ def _event(what: str) -> None:
 
 
 def cmd_task(a: dict) -> None:
-    from spark_recoverable_sink.partition_writer import write_partition
+    from spark_recoverable_sink.task.writer import write_partition
 
     cfg = _config(a)
     for batch, partition, first, rows in a["units"]:
@@ -61,7 +61,7 @@ def cmd_task(a: dict) -> None:
                    "path": getattr(exc, "path", None)}
         print(json.dumps(out), flush=True)
     if a.get("wait_idle_s"):
-        from spark_recoverable_sink.runtime import get_runtime
+        from spark_recoverable_sink.task.runtime import get_runtime
 
         rt = get_runtime(cfg)
         end = time.monotonic() + a["wait_idle_s"]
@@ -71,7 +71,7 @@ def cmd_task(a: dict) -> None:
 
 
 def cmd_writer(a: dict) -> None:
-    from spark_recoverable_sink.partition_writer import write_partition
+    from spark_recoverable_sink.task.writer import write_partition
 
     cfg = _config(a)
     progress = a["progress"]
@@ -96,7 +96,7 @@ def cmd_writer(a: dict) -> None:
             f.flush()
             os.fsync(f.fileno())
     # Leave when everything is acked (or after a while: the slot keeps the rest for an adopter).
-    from spark_recoverable_sink.runtime import get_runtime
+    from spark_recoverable_sink.task.runtime import get_runtime
 
     rt = get_runtime(cfg)
     end = time.monotonic() + a.get("linger_s", 10)
@@ -110,8 +110,8 @@ def cmd_writer(a: dict) -> None:
 
 
 def cmd_drain(a: dict) -> None:
-    from spark_recoverable_sink.partition_writer import write_partition
-    from spark_recoverable_sink.runtime import get_runtime
+    from spark_recoverable_sink.task.runtime import get_runtime
+    from spark_recoverable_sink.task.writer import write_partition
 
     cfg = _config(a)
     _event("start")

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from spark_recoverable_sink import BrokerUnreachableError, RecoverableKafkaSink
 from devtools.devbroker import free_port
+from spark_recoverable_sink import BrokerUnreachableError, RecoverableKafkaSink
 
 pytestmark = pytest.mark.spark
 

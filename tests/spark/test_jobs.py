@@ -10,8 +10,8 @@ import pytest
 
 from spark_recoverable_sink import jobs
 
-from ..kafka_helpers import read_topic
 from ..job_files import load_job
+from ..kafka_helpers import read_topic
 
 pytestmark = pytest.mark.spark
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from spark_recoverable_sink import jobs
+
 from ..job_files import load_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

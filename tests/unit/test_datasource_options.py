@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_recoverable_sink import ConfigError
-from spark_recoverable_sink.spark.options import parse_options
+from spark_recoverable_sink.driver.options import parse_options
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "name": "orders", "topic": "t", "wal_dir": "/tmp/rks-opts"}
 

@@ -5,29 +5,32 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_recoverable_sink.encoding import (
-    COMMITTED,
-    OPEN,
-    AttemptKey,
-    AttemptState,
-    ChunkKey,
-    DeadLetter,
-    chunk_rows,
-    decode_attempt,
-    decode_chunk,
-    decode_dead_letter,
-    encode_attempt,
-    encode_chunk,
-    encode_dead_letter,
-    chunk_run,
-    iter_rows,
-    record_id,
-    record_id_prefix,
-    valid_run_id,
-)
 from spark_recoverable_sink.delivery.rows import record_ids
 from spark_recoverable_sink.errors import WalFormatError
-from spark_recoverable_sink.schema import HEADERS_TYPE, normalize_batch
+from spark_recoverable_sink.ids import record_id, record_id_prefix, valid_run_id
+from spark_recoverable_sink.schema import (
+    HEADERS_TYPE,
+    chunk_run,
+    iter_rows,
+    normalize_batch,
+)
+from spark_recoverable_sink.wal.format import (
+    AttemptKey,
+    ChunkKey,
+    chunk_rows,
+    decode_chunk,
+    encode_chunk,
+)
+from spark_recoverable_sink.wal.records import (
+    COMMITTED,
+    OPEN,
+    AttemptState,
+    DeadLetter,
+    decode_attempt,
+    decode_dead_letter,
+    encode_attempt,
+    encode_dead_letter,
+)
 
 
 def _batch() -> pa.RecordBatch:

@@ -34,10 +34,11 @@ def test_missing_rows_the_reader_skipped_are_called_a_reader_problem(tmp_path):
 def test_missing_rows_still_in_a_wal_slot_are_called_pending(tmp_path):
     import pyarrow as pa
 
-    from spark_recoverable_sink.encoding import OPEN, AttemptState, ChunkKey, encode_chunk
     from spark_recoverable_sink.schema import normalize_batch
-    from spark_recoverable_sink.slots import sink_dir, slot_paths
-    from spark_recoverable_sink.wal import Wal
+    from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
+    from spark_recoverable_sink.wal.log import Wal
+    from spark_recoverable_sink.wal.records import OPEN, AttemptState
+    from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 
     lock_path, wal_path = slot_paths(sink_dir(str(tmp_path), "s"), 0)
     open(lock_path, "a").close()

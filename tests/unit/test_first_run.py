@@ -15,14 +15,23 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_recoverable_sink import BrokerUnreachableError, ConfigError, SchemaError, SinkConfig
-from spark_recoverable_sink.contact import BrokerContact, ContactDeadline, first_contact_failure
-from spark_recoverable_sink.explain import explain
+from spark_recoverable_sink import (
+    BrokerUnreachableError,
+    ConfigError,
+    SchemaError,
+    SinkConfig,
+)
+from spark_recoverable_sink.delivery.codes import NON_RETRIABLE
+from spark_recoverable_sink.delivery.contact import (
+    BrokerContact,
+    ContactDeadline,
+    first_contact_failure,
+)
+from spark_recoverable_sink.delivery.explain import explain
+from spark_recoverable_sink.driver.query import claim_sink_name
+from spark_recoverable_sink.driver.sink import RecoverableKafkaSink
 from spark_recoverable_sink.report import BatchReport, PartitionReport
 from spark_recoverable_sink.schema import validate_spark_schema
-from spark_recoverable_sink.query import claim_sink_name
-from spark_recoverable_sink.sink import RecoverableKafkaSink
-from spark_recoverable_sink.tracking import NON_RETRIABLE
 
 SECRET = "hunter2-do-not-print"
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from spark_recoverable_sink import jobs
+
 from ..job_files import load_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
-from spark_recoverable_sink.delivery.transactions import Committer, _Lane
-from spark_recoverable_sink.encoding import AttemptKey
+from spark_recoverable_sink.delivery.exactly_once.lanes import Lane
+from spark_recoverable_sink.delivery.exactly_once.transactions import Committer
+from spark_recoverable_sink.wal.format import AttemptKey
 
 
 class RecordingProducer:
@@ -25,8 +26,8 @@ def _committer() -> Committer:
     return Committer(cfg)
 
 
-def _lane(open_=None, produced=False, offsets_sent=False, must_abort=False) -> _Lane:
-    lane = _Lane(RecordingProducer(), consumer=None)
+def _lane(open_=None, produced=False, offsets_sent=False, must_abort=False) -> Lane:
+    lane = Lane(RecordingProducer(), consumer=None)
     lane.open, lane.produced, lane.offsets_sent, lane.must_abort = open_, produced, offsets_sent, must_abort
     return lane
 

@@ -6,8 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from spark_recoverable_sink import ConfigError, RecoverableKafkaSink, RecoverableSinkError
-from spark_recoverable_sink.query import QUERY_ID_PROPERTY, query_run_id
+from spark_recoverable_sink import (
+    ConfigError,
+    RecoverableKafkaSink,
+    RecoverableSinkError,
+)
+from spark_recoverable_sink.driver.query import QUERY_ID_PROPERTY, query_run_id
 
 
 class _Context:

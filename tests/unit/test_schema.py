@@ -18,7 +18,11 @@ from pyspark.sql.types import (
 )
 
 from spark_recoverable_sink.errors import InvalidRecordError, SchemaError
-from spark_recoverable_sink.schema import normalize_batch, payload_bytes, validate_spark_schema
+from spark_recoverable_sink.schema import (
+    normalize_batch,
+    payload_bytes,
+    validate_spark_schema,
+)
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 

@@ -8,11 +8,16 @@ import subprocess
 import sys
 import time
 
-from spark_recoverable_sink.slots import SlotLock, acquire_free_slot, list_slots, sink_dir
+from spark_recoverable_sink.wal.slots import (
+    SlotLock,
+    acquire_free_slot,
+    list_slots,
+    sink_dir,
+)
 
 HOLDER = """
 import sys, time
-from spark_recoverable_sink.slots import acquire_free_slot
+from spark_recoverable_sink.wal.slots import acquire_free_slot
 lock = acquire_free_slot(sys.argv[1])
 print(lock.index, flush=True)
 time.sleep(600)
@@ -83,7 +88,7 @@ def _park_once(action):
 
 def test_a_lock_on_a_file_quarantined_between_open_and_flock_is_let_go(tmp_path):
     from spark_recoverable_sink import _points
-    from spark_recoverable_sink.admin import quarantine_slot
+    from spark_recoverable_sink.wal.quarantine import quarantine_slot
 
     sdir = sink_dir(str(tmp_path), "s")
     acquire_free_slot(sdir).release()  # slot 0 exists, free
@@ -99,7 +104,7 @@ def test_a_lock_on_a_file_quarantined_between_open_and_flock_is_let_go(tmp_path)
 
 def test_a_lock_retries_when_the_path_was_replaced_between_open_and_flock(tmp_path):
     from spark_recoverable_sink import _points
-    from spark_recoverable_sink.admin import quarantine_slot
+    from spark_recoverable_sink.wal.quarantine import quarantine_slot
 
     sdir = sink_dir(str(tmp_path), "s")
     acquire_free_slot(sdir).release()

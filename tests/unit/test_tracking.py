@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from spark_recoverable_sink.encoding import AttemptKey, ChunkKey
-from spark_recoverable_sink.delivery.chunks import ChunkBook, State, TransitionError
-from spark_recoverable_sink.tracking import AttemptTracker, ChunkTracker
+from spark_recoverable_sink.delivery.attempts import AttemptTracker
+from spark_recoverable_sink.delivery.chunks import (
+    ChunkBook,
+    ChunkTracker,
+    State,
+    TransitionError,
+)
+from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey
 
 
 class _Msg:

@@ -9,10 +9,16 @@ import lmdb
 import pyarrow as pa
 import pytest
 
-from spark_recoverable_sink.encoding import OPEN, AttemptKey, AttemptState, ChunkKey, DeadLetter, decode_chunk, encode_chunk
 from spark_recoverable_sink.errors import WalFormatError, WalFullError
 from spark_recoverable_sink.schema import normalize_batch
-from spark_recoverable_sink.wal import Wal, map_size_for
+from spark_recoverable_sink.wal.format import (
+    AttemptKey,
+    ChunkKey,
+    decode_chunk,
+    encode_chunk,
+)
+from spark_recoverable_sink.wal.log import Wal, map_size_for
+from spark_recoverable_sink.wal.records import OPEN, AttemptState, DeadLetter
 
 MIB = 1024 * 1024
 
@@ -205,7 +211,7 @@ def test_every_read_turns_lmdb_errors_into_a_wal_read_error_naming_the_slot(tmp_
 def test_a_corrupt_attempt_record_is_a_format_error_naming_slot_and_record(tmp_path):
     wal, ck = _committed(tmp_path)
     wal.close()
-    from spark_recoverable_sink.encoding import encode_attempt
+    from spark_recoverable_sink.wal.records import encode_attempt
 
     good = encode_attempt(AttemptState(OPEN, 0, 0, 1.0))
     _raw_put(tmp_path / "slot", b"attempts", ck.attempt.pack(), good[:12] + bytes([good[12] ^ 1]) + good[13:])
@@ -220,7 +226,7 @@ def test_a_corrupt_attempt_record_is_a_format_error_naming_slot_and_record(tmp_p
 def test_a_corrupt_dead_letter_or_key_is_a_format_error_not_a_unicode_or_struct_error(tmp_path):
     import struct
 
-    from spark_recoverable_sink.encoding import encode_dead_letter
+    from spark_recoverable_sink.wal.records import encode_dead_letter
 
     wal, ck = _committed(tmp_path)
     d = DeadLetter("s:1:0:2", 10, "too large", "t", None, b"k", b"v", (), None)
@@ -294,7 +300,7 @@ def test_slot_directory_that_is_a_symlink_or_not_private_is_refused(tmp_path):
 # -- wal_sync="none": after a reboot, a slot is validated in full -----------------------
 
 def _other_boot(tmp_path, monkeypatch) -> None:
-    from spark_recoverable_sink import wal as wal_mod
+    from spark_recoverable_sink.wal import log as wal_mod
 
     f = tmp_path / "boot_id"
     f.write_text("00000000-0000-0000-0000-000000000000\n")
@@ -302,8 +308,8 @@ def _other_boot(tmp_path, monkeypatch) -> None:
 
 
 def test_sync_none_slot_is_validated_after_a_reboot_and_refused_if_anything_is_bad(tmp_path, monkeypatch):
-    from spark_recoverable_sink.encoding import encode_attempt
     from spark_recoverable_sink.errors import WalUncleanError
+    from spark_recoverable_sink.wal.records import encode_attempt
 
     wal, ck = _committed(tmp_path, sync=False)
     wal.close()
@@ -321,7 +327,7 @@ def test_sync_none_slot_is_validated_after_a_reboot_and_refused_if_anything_is_b
     bad = bytearray(encode_attempt(AttemptState(2, 0, 5, 1.0)))
     bad[10] ^= 1
     _raw_put(tmp_path / "slot", b"attempts", ck.attempt.pack(), bytes(bad))
-    from spark_recoverable_sink import wal as wal_mod
+    from spark_recoverable_sink.wal import log as wal_mod
 
     monkeypatch.setattr(wal_mod, "_BOOT_ID_FILE", str(tmp_path / "another"))  # unknown boot: validate too
     with pytest.raises(WalUncleanError) as ei:
@@ -338,7 +344,7 @@ def _runtime_config(tmp_path, **kw):
 
 
 def _slot0(tmp_path, sync: bool = True) -> tuple[str, ChunkKey]:
-    from spark_recoverable_sink.slots import sink_dir, slot_paths
+    from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 
     lock_path, path = slot_paths(sink_dir(str(tmp_path / "wal"), "s"), 0)
     open(lock_path, "w").close()
@@ -351,7 +357,7 @@ def _slot0(tmp_path, sync: bool = True) -> tuple[str, ChunkKey]:
 
 
 def _slot0_free(tmp_path) -> bool:
-    from spark_recoverable_sink.slots import SlotLock
+    from spark_recoverable_sink.wal.slots import SlotLock
 
     lock = SlotLock(str(tmp_path / "wal" / "s"), 0)
     free = lock.try_acquire()
@@ -362,8 +368,8 @@ def _slot0_free(tmp_path) -> bool:
 def test_a_corrupt_dead_letter_in_a_slot_marks_it_unreadable_and_releases_its_lock(tmp_path):
     import struct
 
-    from spark_recoverable_sink.encoding import encode_dead_letter
-    from spark_recoverable_sink.runtime import WorkerRuntime
+    from spark_recoverable_sink.task.runtime import WorkerRuntime
+    from spark_recoverable_sink.wal.records import encode_dead_letter
 
     path, ck = _slot0(tmp_path)
     raw = bytearray(encode_dead_letter(DeadLetter("s:1:0:2", 10, "x", "t", None, None, b"v", (), None)))
@@ -378,7 +384,7 @@ def test_a_corrupt_dead_letter_in_a_slot_marks_it_unreadable_and_releases_its_lo
 
 
 def test_any_exception_while_opening_a_slot_releases_its_lock(tmp_path, monkeypatch):
-    from spark_recoverable_sink.runtime import WorkerRuntime
+    from spark_recoverable_sink.task.runtime import WorkerRuntime
 
     _slot0(tmp_path)
     monkeypatch.setattr(WorkerRuntime, "recover", lambda self, wal: (_ for _ in ()).throw(RuntimeError("bug")))
@@ -388,8 +394,8 @@ def test_any_exception_while_opening_a_slot_releases_its_lock(tmp_path, monkeypa
 
 
 def test_an_unclean_sync_none_slot_is_quarantined_automatically_and_reported(tmp_path, monkeypatch):
-    from spark_recoverable_sink.encoding import encode_attempt
-    from spark_recoverable_sink.runtime import WorkerRuntime
+    from spark_recoverable_sink.task.runtime import WorkerRuntime
+    from spark_recoverable_sink.wal.records import encode_attempt
 
     path, ck = _slot0(tmp_path, sync=False)
     bad = bytearray(encode_attempt(AttemptState(2, 0, 5, 1.0)))

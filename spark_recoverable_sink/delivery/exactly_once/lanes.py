@@ -1,0 +1,173 @@
+"""Exactly-once lanes: a worker's lane producers, and lanes seen from outside a task.
+
+Every lane of a sink is named ``rks-eo.<sink>.<run>.<partition>``: its
+``transactional.id`` and the consumer group holding its marker. Inside a
+worker, :class:`LanePool` keeps each lane's producer, marker consumer and
+what its open transaction holds (:class:`Lane`); from outside, the driver
+asks whether every lane of a batch is committed (:func:`lane_markers`) and
+operators abort what a dead process left open (:func:`abort_lingering`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any, Callable, Iterable
+
+from ...config import SinkConfig
+from ...wal.format import AttemptKey
+from .markers import client_conf, decode_marker, lane_id
+
+__all__ = ["Lane", "LanePool", "lane_markers", "sink_lanes", "abort_lingering"]
+
+log = logging.getLogger(__name__)
+
+
+class Lane:
+    """One lane's producer, its marker consumer, and what its open transaction holds."""
+
+    def __init__(self, producer: Any, consumer: Any) -> None:
+        self.producer = producer
+        self.consumer = consumer
+        self.ready = False  # init_transactions() returned
+        self.open: tuple[str, AttemptKey] | None = None  # (slot path, attempt) whose transaction is open
+        self.produced = False  # the unit's records are in the open transaction
+        self.offsets_sent = False  # the marker is in it too: only commit_transaction is left
+        self.must_abort = False
+
+    def mark_produced(self, ident: Any) -> None:
+        """Every record of ``ident``'s unit is in the open transaction: only the marker and the commit are left."""
+        if self.open == ident:
+            self.produced = True
+
+    def reset(self) -> None:
+        self.open, self.produced, self.offsets_sent, self.must_abort = None, False, False, False
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception:  # closing is best effort: the process may be going away
+            pass
+
+
+class LanePool:
+    """The lanes one worker process holds, least recently used first (at most ``max_lanes``).
+
+    An idle lane beyond the bound is closed (its next user re-initialises it,
+    which fences nobody alive); a lane with a transaction open is never dropped.
+    """
+
+    def __init__(self, config: SinkConfig, on_client_error: Callable[[Any], None] | None = None,
+                 max_lanes: int = 32) -> None:
+        self.config = config
+        self._on_error = on_client_error
+        self._lanes: OrderedDict[str, Lane] = OrderedDict()
+        self._max_lanes = max_lanes
+
+    def get(self, lid: str) -> Lane:
+        """The lane ``lid``, created (producer and marker consumer) on first use."""
+        lane = self._lanes.get(lid)
+        if lane is not None:
+            self._lanes.move_to_end(lid)
+            return lane
+        from confluent_kafka import Consumer, Producer
+
+        conf = self.config.producer_conf()
+        conf["transactional.id"] = lid
+        if self._on_error is not None:
+            conf["error_cb"] = self._on_error
+        cconf = client_conf(self.config)
+        if self._on_error is not None:
+            cconf["error_cb"] = self._on_error
+        cconf.update({"group.id": lid, "enable.auto.commit": "false", "isolation.level": "read_committed"})
+        lane = Lane(Producer(conf), Consumer(cconf))
+        self._lanes[lid] = lane
+        while len(self._lanes) > self._max_lanes:  # idle lanes go; a new owner re-initialises (and fences)
+            old_id, old = self._lanes.popitem(last=False)
+            if old.open is None:
+                old.close()
+            else:
+                self._lanes[old_id] = old  # never drop a lane with a transaction open
+                self._lanes.move_to_end(old_id, last=False)
+                break
+        return lane
+
+    def known(self, lid: str) -> Lane | None:
+        return self._lanes.get(lid)
+
+    def drop(self, lid: str) -> None:
+        """Forget a lane (its producer failed fatally): the next use builds a new one."""
+        lane = self._lanes.pop(lid, None)
+        if lane is not None:
+            lane.close()
+
+    def close(self) -> None:
+        for lid in list(self._lanes):
+            self.drop(lid)
+
+
+def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
+                 timeout_s: float = 10.0) -> dict[int, tuple[int, int] | None]:
+    """Each lane's committed marker ``(batch, rows mod 2**24)``, ``None`` if it never committed.
+
+    Read by a consumer of the lane's group with ``isolation.level=read_committed``
+    (so a marker of a transaction not yet completed is never returned). Not
+    the admin client: librdkafka 2.x can abort the process when an admin
+    request that timed out is answered later (seen here with a stopped broker).
+
+    Raises:
+        confluent_kafka.KafkaException: the broker did not answer in ``timeout_s``.
+    """
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    out: dict[int, tuple[int, int] | None] = {}
+    for lane in lanes:
+        conf = client_conf(config)
+        conf.update({"group.id": lane_id(config.name, run, lane), "enable.auto.commit": "false",
+                     "isolation.level": "read_committed"})
+        c = Consumer(conf)
+        try:
+            (tp,) = c.committed([TopicPartition(config.topic, 0)], timeout=timeout_s)
+        finally:
+            c.close()
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        out[lane] = decode_marker(tp.offset)
+    return out
+
+
+def sink_lanes(config: SinkConfig, timeout_s: float = 10.0) -> list[str]:
+    """The lane names of the sink that committed at least once (their marker groups exist)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(client_conf(config))
+    prefix = f"rks-eo.{config.name}."
+    listed = admin.list_consumer_groups(request_timeout=timeout_s).result()
+    return sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix))
+
+
+def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, timeout_s: float = 30.0) -> list[str]:
+    """Abort every transaction a lane of the sink left open; returns the lanes handled.
+
+    For each lane (default: :func:`sink_lanes`), a producer with its
+    ``transactional.id`` calls ``init_transactions``: the broker fences every
+    earlier producer of the lane and aborts its open transaction (Apache
+    Kafka; a broker that makes such a transaction visible instead does not
+    give this guarantee). A lane that is in use is fenced too: its owner
+    re-initialises, reads its marker again and carries on.
+
+    Raises:
+        confluent_kafka.KafkaException: a lane could not be initialised in ``timeout_s``.
+    """
+    from confluent_kafka import Producer
+
+    names = list(lanes) if lanes is not None else sink_lanes(config, timeout_s)
+    for lid in names:
+        if not lid.startswith(f"rks-eo.{config.name}."):
+            raise ValueError(f"{lid!r} is not a lane of sink {config.name!r}")
+        conf = config.producer_conf()
+        conf["transactional.id"] = lid
+        p = Producer(conf)
+        p.init_transactions(timeout_s)
+        log.warning("sink=%s lane=%s initialised: any transaction it left open is aborted", config.name, lid)
+    return names

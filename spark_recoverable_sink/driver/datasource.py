@@ -1,0 +1,236 @@
+"""The sink as a Python data source: ``format("recoverable-kafka")``, streaming and batch.
+
+A drop-in for ``format("kafka")``::
+
+    (df.writeStream.format("recoverable-kafka")
+       .option("kafka.bootstrap.servers", bs).option("topic", "orders")
+       .option("name", "orders-to-kafka").option("wal_dir", "/local_disk0/rks")
+       .option("checkpointLocation", chk).start())
+
+The writers are picklable builders: configuration, the columns to take and
+the run id, nothing live. Per task (on an executor) they run the same
+:func:`..partition_writer.write_partition` as ``foreachBatch(sink)``; the
+task's :class:`.PartitionReport` is its commit message. Per batch the driver
+side (a fresh object for every call: no state is carried from ``write``)
+runs :func:`.batches.conclude_batch` in ``commit`` and logs the failed batch
+in ``abort``.
+
+Record ids are ``sink:run:batch:partition:seq`` as in ``foreachBatch``: in a
+streaming query the run is the query's id (read in each task from the
+``sql.streaming.queryId`` local property, the batch from
+``streaming.sql.batchId``), in a batch write a fresh random run per save
+unless ``run_id`` is given.
+
+What the data source does not do (``foreachBatch(sink)`` does): run a drain
+job after a failed batch, confirm dead letters back to the workers (a worker
+lists its unreported dead letters in each of its reports), refuse a second
+query with the same sink name, and exactly-once (its driver side cannot run
+the job that settles a batch's transactions), and the Prometheus endpoint
+(``metrics_port``: no driver process of its own lives across batches).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from ..config import EXACTLY_ONCE, SinkConfig
+from ..errors import ConfigError, RecoverableSinkError
+from ..report import PartitionReport
+from ..schema import validate_spark_schema
+from ..task.writer import write_partition
+from .batches import conclude_batch, dead_letter_error, first_contact_error
+from .options import parse_options
+from .query import QUERY_ID_PROPERTY, RUN_LEN
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+__all__ = ["RecoverableKafkaDataSource", "PartitionCommit", "FORMAT_NAME", "BATCH_ID_PROPERTY"]
+
+log = logging.getLogger("spark_recoverable_sink.sink")
+
+FORMAT_NAME = "recoverable-kafka"
+#: The SparkContext local property carrying a micro-batch's id in its tasks (MicroBatchExecution.BATCH_ID_KEY).
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@dataclass(frozen=True)
+class PartitionCommit(WriterCommitMessage):
+    """One task's commit message: its report and the run of its record ids."""
+
+    report: PartitionReport
+    run: str
+
+
+class RecoverableKafkaDataSource(DataSource):
+    """``format("recoverable-kafka")``: Spark's Kafka sink options, written through the WAL.
+
+    Options: ``kafka.*`` (producer settings, prefix removed), ``topic``,
+    ``name`` (required) and every other keyword of :class:`.RecoverableKafkaSink`
+    under its own name (see :mod:`.options`). Register it with
+    ``spark.dataSource.register(RecoverableKafkaDataSource)``; once the package
+    is installed Spark also finds it by itself (module ``pyspark_recoverable_kafka``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def _prepare(self, schema: "StructType", overwrite: bool) -> tuple[SinkConfig, list[str], str | None]:
+        parsed = parse_options(self.options)
+        if overwrite:
+            raise ConfigError("mode", "Kafka topics can only be appended to: use mode('append')")
+        if parsed.config.guarantee == EXACTLY_ONCE:
+            raise ConfigError("guarantee", "exactly_once needs foreachBatch(sink): the data source's driver side "
+                                           "cannot run the job that settles a batch's transactions")
+        if parsed.config.metrics_port is not None:
+            raise ConfigError("metrics_port", "needs foreachBatch(sink): the data source's driver side runs in "
+                                              "short-lived Python workers that cannot keep an HTTP endpoint up; "
+                                              "its batch reports are in the driver log (entry=recoverable-kafka)")
+        return parsed.config, validate_spark_schema(schema, parsed.config.topic), parsed.run_id
+
+    def streamWriter(self, schema: "StructType", overwrite: bool) -> "StreamWriter":
+        """The streaming writer.
+
+        Raises:
+            ConfigError: an option is wrong (the message names it).
+            SchemaError: the DataFrame is not in the Kafka sink schema.
+        """
+        return StreamWriter(*self._prepare(schema, overwrite))
+
+    def writer(self, schema: "StructType", overwrite: bool) -> "BatchWriter":
+        """The batch writer (``df.write.format("recoverable-kafka")...save()``).
+
+        Raises:
+            ConfigError: an option is wrong, or the mode is not append.
+            SchemaError: the DataFrame is not in the Kafka sink schema.
+        """
+        config, columns, run_id = self._prepare(schema, overwrite)
+        return BatchWriter(config, columns, run_id or uuid.uuid4().hex[:RUN_LEN])
+
+
+def _write_task(config: SinkConfig, columns: Sequence[str], batches: "Iterator[pa.RecordBatch]", batch_id: int,
+                run: str) -> PartitionCommit:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    report = write_partition(config, batch_id, partition, attempt, (b.select(columns) for b in batches), run=run)
+    return PartitionCommit(report, run)
+
+
+def _ensure_log_handler() -> None:
+    """Give the package's logger a stderr handler in a Python worker where logging is not configured.
+
+    ``commit`` and ``abort`` run in a Python worker Spark starts on the
+    driver; without this their INFO report line would go nowhere.
+    """
+    pkg = logging.getLogger("spark_recoverable_sink")
+    if logging.getLogger().handlers or pkg.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"))
+    pkg.addHandler(handler)
+    pkg.setLevel(logging.INFO)
+
+
+def _commit(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], batch_id: int, run: str) -> None:
+    _ensure_log_handler()
+    commits = [m for m in messages if isinstance(m, PartitionCommit)]
+    parts = [m.report for m in commits]
+    run = commits[0].run if commits else run
+    seconds = max((p.seconds for p in parts), default=0.0)  # the driver side does not see the job start
+    report = conclude_batch(config, batch_id, run, parts, seconds, entry=FORMAT_NAME)
+    for error in (dead_letter_error(config, report), first_contact_error(config, report)):
+        if error is not None:
+            raise error
+
+
+def _abort(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+    _ensure_log_handler()
+    done = [m.report for m in messages if isinstance(m, PartitionCommit)]
+    log.error("sink=%s entry=%s batch_id=%d status=aborted tasks_done=%d rows_done=%d pending_done=%d: the batch "
+              "failed; what its tasks accepted stays in the executors' WALs (delivered by their workers, or "
+              "by the next run / `rks replay`)", config.name, FORMAT_NAME, batch_id, len(done),
+              sum(p.rows for p in done), sum(p.pending for p in done))
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """Picklable streaming writer: configuration, columns, and a fixed run (or ``None``: the query's id)."""
+
+    def __init__(self, config: SinkConfig, columns: Sequence[str], run_id: str | None) -> None:
+        self.config = config
+        self.columns = list(columns)
+        self.run_id = run_id
+
+    def write(self, iterator: "Iterator[pa.RecordBatch]") -> PartitionCommit:
+        """Write one task's rows through the WAL; returns its report as the commit message.
+
+        Raises:
+            RecoverableSinkError: the task does not carry its micro-batch's id or query id.
+            The errors of :func:`.write_partition`.
+        """
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+        qid = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+        run = self.run_id or (qid.replace("-", "")[:RUN_LEN] if qid else None)
+        if batch is None or run is None:
+            raise RecoverableSinkError(
+                f"sink={self.config.name}: this task carries no micro-batch id ({BATCH_ID_PROPERTY}) or query id "
+                f"({QUERY_ID_PROPERTY}); the streaming writer only runs inside a streaming query")
+        return _write_task(self.config, self.columns, iterator, int(batch), run)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
+        """Build, log and record the batch report.
+
+        Raises:
+            DeadLetterError: records were refused for good and no dead-letter topic is set.
+            BrokerUnreachableError: no task of the batch reached a broker, ever.
+        """
+        _commit(self.config, messages, batchId, self.run_id or "")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        _abort(self.config, messages, batchId)
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """Picklable batch writer: configuration, columns, and the run of this save's record ids (batch 0)."""
+
+    def __init__(self, config: SinkConfig, columns: Sequence[str], run: str) -> None:
+        self.config = config
+        self.columns = list(columns)
+        self.run = run
+
+    def write(self, iterator: "Iterator[pa.RecordBatch]") -> PartitionCommit:
+        """Write one task's rows through the WAL; returns its report as the commit message.
+
+        Raises:
+            The errors of :func:`.write_partition`.
+        """
+        return _write_task(self.config, self.columns, iterator, 0, self.run)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Build, log and record the report of the save.
+
+        Raises:
+            DeadLetterError / BrokerUnreachableError: as for the streaming writer.
+        """
+        _commit(self.config, messages, 0, self.run)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _abort(self.config, messages, 0)

@@ -1,0 +1,255 @@
+"""The driver side: :class:`RecoverableKafkaSink`, a ``foreachBatch`` function.
+
+Per batch, on the driver:
+
+1. find the run id of the record ids (the streaming query's id, or one per
+   ``write()``);
+2. validate the schema (before any task runs);
+3. run one Spark job: ``mapInArrow`` with :class:`.PartitionWriter`, which
+   returns one small report row per partition (and carries the tokens of the
+   dead letters the driver already holds, so their workers mark them reported);
+4. build a :class:`.BatchReport`, keep it (``last_report``, ``reports``) and
+   log it as one ``key=value`` line;
+5. raise :class:`.DeadLetterError` if the report brought dead letters and no
+   dead-letter topic is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
+from ..errors import RecoverableSinkError
+from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
+from ..schema import validate_spark_schema
+from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
+from ..task.writer import PartitionWriter
+from .batches import (
+    conclude_batch,
+    dead_letter_error,
+    first_contact_error,
+    warn_pending,
+)
+from .query import (
+    QUERY_ID_PROPERTY,
+    RUN_LEN,
+    check_run_id,
+    claim_sink_name,
+    query_run_id,
+    streaming_query,
+)
+from .settle import settle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
+
+__all__ = ["RecoverableKafkaSink"]
+
+log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
+
+
+class RecoverableKafkaSink:
+    """Publish a DataFrame's rows to Kafka through an executor-local write-ahead log.
+
+    Use as ``df.writeStream.foreachBatch(sink)`` or ``sink.write(df)``. The
+    DataFrame has the columns of Spark's Kafka sink: ``value`` (required),
+    ``key``, ``topic``, ``partition``, ``headers``, ``timestamp``.
+
+    Record ids are ``sink:run:batch:partition:seq``. In ``foreachBatch`` the
+    run is the streaming query's id (first 16 hex digits): the same after a
+    restart from the checkpoint, different for a new checkpoint or another
+    query; each ``write()`` gets a fresh run unless given one.
+
+    Args:
+        name: Stable id of this sink; goes into WAL paths and record ids.
+        kafka_conf: confluent-kafka producer configuration, passed through
+            (``enable.idempotence=true`` and ``acks=all`` unless set).
+        topic: Default topic; a ``topic`` column overrides it per row.
+        wal_dir: Executor-local directory for the write-ahead log.
+        ack_timeout_s: How long a task waits for broker acks (0 = fully async).
+        history: How many batch reports ``reports`` keeps.
+        drain_on_failure_s: After a batch's job fails, how long a drain job
+            waits for acks before the error is re-raised (0: no drain). The
+            drain leaves a live worker delivering what the failed workers had
+            accepted, even if the broker is still down.
+        run_id: A fixed run for every ``foreachBatch`` batch instead of the
+            query's id (where it cannot be read, e.g. Spark Connect): then the
+            caller keeps it different between queries and the same across
+            restarts of one query. 1-64 of ``[A-Za-z0-9._-]``.
+        **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
+            ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
+            ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
+
+    Raises:
+        ConfigError: an option is wrong (the message names it), or
+            ``metrics_port`` is set and the endpoint cannot start
+            (prometheus-client missing, port taken).
+    """
+
+    def __init__(
+        self, name: str, kafka_conf: Mapping[str, Any], topic: str | None = None,
+        wal_dir: str = DEFAULT_WAL_DIR, ack_timeout_s: float = 30.0,
+        history: int = 100, drain_on_failure_s: float = 10.0, run_id: str | None = None, **options: Any,
+    ) -> None:
+        self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
+        self.drain_on_failure_s = float(drain_on_failure_s)
+        self.run_id = check_run_id("run_id", run_id)
+        self.reports: deque[BatchReport] = deque(maxlen=max(1, history))
+        self._lock = threading.Lock()
+        self._dead = DeadLetterLedger()
+        self._broker_reached = False  # driver memory of the first-contact check
+        self.metrics_endpoint = None  # the Prometheus endpoint (``.url``), when metrics_port is set
+        if self.config.metrics_port is not None:  # a missing extra or a busy port fails here, before any write
+            from .metrics import start
+
+            self.metrics_endpoint = start(self.config)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def last_report(self) -> BatchReport | None:
+        return self.reports[-1] if self.reports else None
+
+    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
+        """``foreachBatch`` entry point.
+
+        Raises:
+            DeadLetterError: this batch's tasks dead-lettered records (or
+                offered ones an earlier failed job had left) and no
+                ``dead_letter_topic`` is set; raised after the batch's report is
+                logged and kept. The records stay in the WAL's dead-letter
+                store; the batch fails, and re-runs after a restart.
+            SchemaError: the DataFrame is not in the Kafka sink schema.
+            ConfigError: another active streaming query uses the same sink name.
+            BrokerUnreachableError: the sink has never reached a broker.
+            RecoverableSinkError: the streaming query's id cannot be read and no ``run_id`` is set.
+            pyspark errors: a task failed after Spark's retries.
+        """
+        claim_sink_name(self.config.name, *streaming_query(batch_df))
+        run = self.run_id or query_run_id(batch_df)
+        if run is None:
+            raise RecoverableSinkError(
+                f"sink={self.config.name}: cannot read the streaming query id (local property "
+                f"{QUERY_ID_PROPERTY}) that keeps record ids of different queries apart; pass run_id= to "
+                "the sink (stable across restarts of this query, different for any other query), or use "
+                "write() outside a streaming query")
+        self._raise_dead_letters(self._run(batch_df, int(batch_id), run))
+
+    def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
+        """Write a batch DataFrame; returns its report.
+
+        Record ids are ``sink:run:batch_id:partition:seq``. Each call gets a
+        fresh random run, so two writes never share ids. To re-run a write
+        with the same ids (so consumers drop the duplicates), pass the same
+        ``run_id`` (and ``batch_id``) again.
+
+        Raises:
+            DeadLetterError: records failed with a non-retriable error and no
+                ``dead_letter_topic`` is set (they are kept in the WAL).
+            SchemaError: the DataFrame is not in the Kafka sink schema.
+            ConfigError: ``run_id`` is not 1-64 of ``[A-Za-z0-9._-]``.
+        """
+        run = check_run_id("run_id", run_id) or uuid.uuid4().hex[:RUN_LEN]
+        report = self._run(df, int(batch_id), run)
+        self._raise_dead_letters(report)
+        return report
+
+    def _raise_dead_letters(self, report: BatchReport) -> None:
+        error = dead_letter_error(self.config, report)
+        if error is not None:
+            raise error
+
+    def drain(self, spark: Any = None, timeout_s: float = 60.0, tasks: int | None = None) -> DrainReport:
+        """Deliver what executors' WALs still hold for this sink, writing nothing new.
+
+        Runs one small job: its tasks adopt orphan slots (left by dead
+        workers) and wait up to ``timeout_s`` for their worker's records to be
+        acked. Call it at the end of a bounded job in async mode, or after a
+        failure. ``pending > 0`` in the result means records are still in the
+        WALs (delivered later by live workers, or by the next run).
+        """
+        from pyspark.sql import SparkSession
+
+        spark = spark or SparkSession.getActiveSession()
+        if spark is None:
+            raise RecoverableSinkError("drain needs a SparkSession")
+        n = tasks or max(1, spark.sparkContext.defaultParallelism)
+        t0 = time.monotonic()
+        with self._lock:
+            confirmed = self._dead.confirmed()
+        rows = spark.range(0, n, 1, n).mapInArrow(DrainTask(self.config, timeout_s, confirmed), DRAIN_DDL).collect()
+        report = DrainReport(replayed=sum(r.replayed for r in rows), pending=sum(r.pending for r in rows),
+                             workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0)
+        log.info("sink=%s drain replayed=%d pending=%d workers=%d seconds=%.3f", self.config.name,
+                 report.replayed, report.pending, report.workers, report.seconds)
+        if report.pending:
+            warn_pending(self.config, "drain", report.pending)
+        return report
+
+    def _run(self, df: "DataFrame", batch_id: int, run: str) -> BatchReport:
+        t0 = time.monotonic()
+        columns = validate_spark_schema(df.schema, self.config.topic)
+        with self._lock:
+            confirmed = self._dead.confirmed()
+        writer = PartitionWriter(self.config, batch_id, run, confirmed)
+        try:
+            rows = df.select(*columns).mapInArrow(writer, REPORT_DDL).collect()
+        except Exception:
+            # The failed tasks' workers are gone, with the threads that would have
+            # delivered what they accepted: leave a live worker on the job.
+            if self.drain_on_failure_s > 0:
+                try:
+                    self.drain(df.sparkSession, self.drain_on_failure_s)
+                except Exception:  # the original error is what the caller must see
+                    log.exception("sink=%s drain after a failed batch_id=%d failed", self.config.name, batch_id)
+            raise
+        parts = [PartitionReport.from_row(r) for r in rows]
+        with self._lock:  # the driver holds these rows now: later jobs confirm their dead letters
+            new_dead = self._dead.admit(parts)
+        report = conclude_batch(self.config, batch_id, run, parts, time.monotonic() - t0, new_dead)
+        self.reports.append(report)
+        self._check_first_contact(report)
+        if self.config.guarantee == EXACTLY_ONCE and report.pending:
+            settle(self.config, report, lambda timeout_s: self.drain(df.sparkSession, timeout_s))
+        return report
+
+    def _check_first_contact(self, report: BatchReport) -> None:
+        """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
+
+        Raises:
+            BrokerUnreachableError: no task of this batch, nor any earlier one,
+                reached a broker, and the client reported connection errors.
+        """
+        if self._broker_reached:  # driver memory: once reached, later outages are outages
+            return
+        if any(p.broker_reached or p.acked for p in report.partition_reports):
+            self._broker_reached = True
+            return
+        error = first_contact_error(self.config, report)
+        if error is not None:
+            raise error
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Configuration only: reports and locks stay on the driver.
+        return {"config": self.config, "drain_on_failure_s": self.drain_on_failure_s, "run_id": self.run_id}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config = state["config"]
+        self.drain_on_failure_s = state["drain_on_failure_s"]
+        self.run_id = state.get("run_id")
+        self.reports = deque(maxlen=100)
+        self._lock = threading.Lock()
+        self._dead = DeadLetterLedger()
+        self._broker_reached = False
+        self.metrics_endpoint = None
+
+    def __repr__(self) -> str:
+        return f"RecoverableKafkaSink({self.config!r})"
+

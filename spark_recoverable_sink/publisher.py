@@ -1,5 +1,0 @@
-"""Compatibility name: the publisher lives in :mod:`.delivery`."""
-
-from .delivery.publisher import Publisher
-
-__all__ = ["Publisher"]

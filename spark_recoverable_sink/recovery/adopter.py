@@ -1,0 +1,249 @@
+"""Recovery of WAL slots and adoption of slots whose owner died.
+
+A slot whose lock can be taken belongs to nobody alive; if it still holds
+records, they are orphans. :class:`SlotAdopter` is the one implementation of
+what happens to them, used by a worker's :class:`.runtime.WorkerRuntime`
+(for its own slot when it starts, and for other slots at every task and idle
+pass) and by the operator CLI (``rks replay``, in a process that is not a
+Spark worker and owns no slot of its own):
+
+1. take the slot's lock; a free lock means the owner is dead;
+2. open its WAL and validate every chunk, attempt and dead letter first
+   (a slot that fails is set aside untouched and reported);
+3. drop the chunks of attempts that never committed (Spark re-runs those);
+4. replay the chunks of committed attempts that were never acked, skipping
+   records already in the dead-letter store (exactly-once: queue them as
+   units for their lane's transaction);
+5. keep the slot until all of that is acked and pruned, then release it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Collection
+
+from ..config import SinkConfig
+from ..delivery.attempts import AttemptTracker
+from ..delivery.chunks import ChunkTracker
+from ..delivery.exactly_once.units import UnitBook, units_of
+from ..errors import WalError, WalUncleanError
+from ..wal.format import AttemptKey
+from ..wal.log import Wal, map_size_for
+from ..wal.quarantine import quarantine_held
+from ..wal.slots import SlotLock, list_slots, slot_paths
+
+__all__ = ["SlotAdopter"]
+
+log = logging.getLogger(__name__)
+
+
+class SlotAdopter:
+    """Recovers slots and adopts orphan slots of one sink into a publisher (or a unit book).
+
+    ``publisher`` is a :class:`.delivery.Publisher` of the same configuration;
+    ``units`` a :class:`.delivery.units.UnitBook` for an exactly-once sink
+    (``None`` otherwise). Set :attr:`replaying` to a list to have the tracker
+    of every replayed chunk appended to it (progress of a replay tool).
+    """
+
+    def __init__(self, config: SinkConfig, sdir: str, publisher: Any, units: UnitBook | None = None) -> None:
+        self.config = config
+        self.sdir = sdir
+        self.publisher = publisher
+        self.units = units
+        self.unreadable: dict[int, str] = {}  # slot index -> why it cannot be read
+        self.quarantined: dict[str, str] = {}  # where a slot was set aside automatically -> why
+        self.adopted: dict[int, tuple[SlotLock, Wal]] = {}
+        self.owned: set[int] = set()  # slots a live process held at the last scan
+        self.replaying: list[ChunkTracker] | None = None
+        self.lock = threading.Lock()  # taken after the publisher's poll lock, never before
+        self._seen_empty: dict[int, Any] = {}
+
+    def open(self, lock: SlotLock) -> Wal:
+        """Open the WAL of a slot whose lock the caller holds.
+
+        Raises:
+            WalFormatError: not a WAL of a readable format version, or corrupt.
+            WalError: the environment cannot be opened.
+        """
+        return Wal(lock.wal_path, sink_name=self.config.name, map_size=map_size_for(self.config.max_wal_bytes),
+                   sync=self.config.wal_sync == "commit")
+
+    def give_up(self, lock: SlotLock, wal: Wal | None, exc: BaseException, what: str) -> None:
+        """A slot failed to open or recover: close it and release its lock, whatever the failure.
+
+        A :class:`WalError` is never skipped silently: logged with the file and
+        kept in :attr:`unreadable` (reported in every task report of a worker);
+        a slot written with ``wal_sync="none"`` that fails validation after a
+        reboot (:class:`WalUncleanError`) is quarantined, its bytes kept.
+        """
+        try:
+            if wal is not None:
+                wal.close()
+            if isinstance(exc, WalError):
+                log.error("sink=%s slot=%s %s: %s", self.config.name, lock.wal_path, what, exc)
+                if not isinstance(exc, WalUncleanError):
+                    self.unreadable[lock.index] = str(exc)
+                    return
+                try:
+                    dest = quarantine_held(lock, self.sdir)
+                except WalError as why:  # the move failed: set aside and reported all the same
+                    self.unreadable[lock.index] = f"{exc}; automatic quarantine failed: {why}"
+                    return
+                log.error("sink=%s slot=%s quarantined to %s", self.config.name, lock.wal_path, dest)
+                self.quarantined[dest] = str(exc)
+        finally:
+            lock.release()
+
+    def recover(self, wal: Wal) -> int:
+        """Drop uncommitted attempts, replay committed unacked chunks; returns records replayed.
+
+        Every chunk is validated (header and checksum) before anything is
+        replayed or dropped; then chunks are decoded and produced one at a
+        time, so a large slot never has to fit in memory.
+
+        Raises:
+            WalFormatError: the slot holds a corrupt chunk or record (it needs quarantine).
+            WalReadError: LMDB failed while reading.
+        """
+        attempts = wal.attempts()
+        rows_of = wal.check_chunks()
+        wal.dead_letters()  # decoded too before anything is queued: a bad one sets the slot aside untouched
+        drop: list[tuple[Any, int]] = []
+        replay: list[tuple[Any, int]] = []
+        trackers: dict[AttemptKey, AttemptTracker] = {}
+        for ck, size in wal.chunk_keys():
+            state = attempts.get(ck.attempt)
+            if state is None or not state.committed:
+                drop.append((ck, size))
+            else:
+                replay.append((ck, size))
+                if ck.attempt not in trackers:
+                    trackers[ck.attempt] = AttemptTracker(wal, ck.attempt)
+                trackers[ck.attempt].add_chunk(ck)
+        wal.gen = max([wal.gen] + [ck.gen for ck in rows_of])
+        finished = [k for k, st in attempts.items() if not st.committed or k not in trackers]
+        if drop or finished:
+            log.warning("sink=%s slot=%s dropping %d chunks of %d uncommitted attempts (Spark re-runs them)",
+                        self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
+            wal.prune(chunks=drop, attempts_done=finished)
+        if self.units is not None:  # exactly-once: each committed attempt is a unit for a transaction
+            units = units_of(wal, {k: st.rows for k, st in attempts.items() if st.committed}, replay)
+            for unit in units:
+                self.units.add(unit)
+            replayed = sum(u.rows for u in units)
+            if replayed:
+                log.warning("sink=%s slot=%s units=%d rows=%d of committed attempts wait for their transaction "
+                            "(skipped if their lane's marker shows them in Kafka)", self.config.name, wal.path,
+                            len(units), replayed)
+            return replayed
+        # Replays wait in the publisher's backlog (read back from the WAL when
+        # their turn comes): adopting never blocks a task, even with the broker down.
+        replayed = 0
+        for ck, size in replay:
+            t = ChunkTracker(wal, ck, rows_of[ck], size, trackers[ck.attempt], replayed=True,
+                             skip=frozenset(wal.dead_keys_in_chunk(ck, rows_of[ck])))
+            self.publisher.enqueue_chunk(t, None)
+            if self.replaying is not None:
+                self.replaying.append(t)
+            replayed += t.rows - len(t.skip)
+        for at in trackers.values():
+            self.publisher.attempt_closed(at)
+        self.publisher.load_dead_letters(wal)
+        if replayed:
+            log.warning("sink=%s slot=%s replaying records=%d of committed, unacked attempts=%d",
+                        self.config.name, wal.path, replayed, len(trackers))
+        return replayed
+
+    def adopt_orphans(self, skip: Collection[int] = ()) -> int:
+        """Adopt every slot of the sink whose owner is dead and which holds records; returns records replayed.
+
+        ``skip``: slot indices never to look at (the caller's own slot). Slots
+        a live process holds are never opened; they are listed in :attr:`owned`.
+
+        Raises:
+            Exception: anything but a :class:`WalError` from opening or recovering a slot
+                (the slot is closed and released first; a WalError only sets it aside).
+        """
+        total = 0
+        with self.lock:
+            self.owned = set()
+            for index in list(self.unreadable):  # quarantined by an operator since
+                if not any(os.path.exists(p) for p in slot_paths(self.sdir, index)):
+                    del self.unreadable[index]
+            for index in list_slots(self.sdir):
+                if index in skip or index in self.adopted or index in self.unreadable:
+                    continue
+                data = os.path.join(slot_paths(self.sdir, index)[1], "data.mdb")
+                try:
+                    st = os.stat(data)
+                    stamp: Any = (st.st_ino, st.st_mtime_ns, st.st_size)
+                except FileNotFoundError:
+                    stamp = None
+                if index in self._seen_empty and self._seen_empty[index] == stamp:
+                    continue
+                lock = SlotLock(self.sdir, index)
+                try:
+                    if not lock.try_acquire():
+                        self.owned.add(index)
+                        continue  # its owner is alive
+                except WalError as exc:  # a lock file that is not ours to trust: never opened
+                    log.error("sink=%s slot=%s cannot be locked: %s", self.config.name, lock.lock_path, exc)
+                    self.unreadable[index] = str(exc)
+                    continue
+                if stamp is None:
+                    self._seen_empty[index] = stamp
+                    lock.release()
+                    continue
+                total += self._adopt(index, lock, stamp)
+        return total
+
+    def _adopt(self, index: int, lock: SlotLock, stamp: Any) -> int:
+        wal: Wal | None = None
+        try:
+            wal = self.open(lock)
+            if wal.is_empty() and not wal.dead_letters_pending(self.config.dead_letter_topic is not None):
+                wal.close()
+                lock.release()
+                self._seen_empty[index] = stamp
+                return 0
+            log.warning("sink=%s pid=%d adopting orphan slot=%s", self.config.name, os.getpid(), wal.path)
+            self.adopted[index] = (lock, wal)
+            return self.recover(wal)
+        except BaseException as exc:
+            self.adopted.pop(index, None)
+            self.give_up(lock, wal, exc, "(orphan) cannot be read")
+            if not isinstance(exc, WalError):
+                raise
+            return 0
+
+    def release_drained(self) -> list[int]:
+        """Close and release adopted slots that hold nothing any more; returns their indices."""
+        released = []
+        with self.lock:
+            for index, (lock, wal) in list(self.adopted.items()):
+                if (self.publisher.references(wal) or (self.units is not None and self.units.references(wal))
+                        or not wal.is_empty()):
+                    continue
+                wal.close()
+                lock.release()
+                del self.adopted[index]
+                released.append(index)
+                log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+        return released
+
+    def problems(self) -> tuple[str, ...]:
+        """Slots set aside: unreadable ones and those quarantined automatically."""
+        return (tuple(f"unreadable WAL slot {i}: {why}" for i, why in sorted(self.unreadable.items()))
+                + tuple(f"WAL slot quarantined automatically to {dest}: {why}"
+                        for dest, why in sorted(self.quarantined.items())))
+
+    def close(self) -> None:
+        """Close every adopted slot and release its lock (what it still holds stays in the WAL)."""
+        with self.lock:
+            for lock, wal in self.adopted.values():
+                wal.close()
+                lock.release()
+            self.adopted.clear()

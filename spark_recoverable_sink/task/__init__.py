@@ -1,0 +1,7 @@
+"""The executor side of one Spark task: write a partition through the WAL, then hand it to delivery.
+
+:mod:`.writer` (``write_partition``, the one task path of every entry point),
+:mod:`.runtime` (the worker process's slot, publisher and recovery, built
+lazily and reused by the next tasks), :mod:`.exactly_once` (a task's unit in
+its transaction) and :mod:`.drain` (the tasks of a drain job).
+"""

@@ -1,0 +1,82 @@
+"""Delivering what is left in executors' WALs, without writing anything new.
+
+:meth:`.RecoverableKafkaSink.drain` runs one small Spark job whose tasks:
+
+1. take this worker's runtime for the sink (its slot, its producer);
+2. adopt every orphan slot of the sink on that executor (dead owners);
+3. wait up to ``timeout_s`` until nothing of this worker is in flight.
+
+A task returns even when the broker is still down: its worker stays alive
+and its background thread keeps delivering. The driver runs a drain after a
+batch fails, because PySpark ends the worker of a failed task -- and with it
+the thread that would have delivered the records that worker had accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Collection, Iterable, Iterator
+
+import pyarrow as pa
+
+from ..config import SinkConfig
+from ..deadline import Deadline
+from .runtime import get_runtime
+
+__all__ = ["DrainTask", "DrainReport", "DRAIN_DDL", "drain_worker"]
+
+DRAIN_DDL = "pid bigint, slot string, replayed bigint, pending bigint, seconds double"
+_SCHEMA = pa.schema([("pid", pa.int64()), ("slot", pa.string()), ("replayed", pa.int64()),
+                     ("pending", pa.int64()), ("seconds", pa.float64())])
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What a drain found: orphaned records replayed, records still pending when it returned."""
+
+    replayed: int
+    pending: int
+    workers: int
+    seconds: float
+
+
+def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str] = ()) -> dict[str, float | int | str]:
+    """Adopt orphans and wait for this worker's records to be acked (or the timeout).
+
+    Dead letters whose token is in ``confirmed`` (the driver holds them) are marked reported.
+    """
+    t0 = time.monotonic()
+    rt = get_runtime(config)
+    deadline = Deadline(timeout_s)
+    with rt.publisher.task():
+        replayed = rt.take_replayed() + rt.adopt_orphans()
+        if confirmed:
+            rt.publisher.confirm_dead_letters(frozenset(confirmed))
+        if rt.units is not None:  # exactly-once: waiting units, oldest first, each in its transaction
+            pending = rt.units.retry_pending(deadline)
+            while pending > 0 and not deadline.expired():
+                time.sleep(deadline.cap(0.2))
+                pending = rt.units.retry_pending(deadline)
+        else:
+            while rt.publisher.in_flight() > 0 and not deadline.expired():
+                rt.publisher.tick(deadline.cap(0.05), backlog_chunks=None)
+            rt.publisher.checkpoint()
+            pending = rt.publisher.in_flight()
+    return {"pid": os.getpid(), "slot": rt.wal.path, "replayed": replayed, "pending": pending,
+            "seconds": time.monotonic() - t0}
+
+
+class DrainTask:
+    """Picklable ``mapInArrow`` function of a drain job: configuration and confirmed dead letters."""
+
+    def __init__(self, config: SinkConfig, timeout_s: float, confirmed: tuple[str, ...] = ()) -> None:
+        self.config = config
+        self.timeout_s = timeout_s
+        self.confirmed = confirmed
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:  # the input only places the task
+            pass
+        yield pa.RecordBatch.from_pylist([drain_worker(self.config, self.timeout_s, self.confirmed)], schema=_SCHEMA)

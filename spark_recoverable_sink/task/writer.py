@@ -1,0 +1,213 @@
+"""The executor side: what one Spark task does with its partition.
+
+:class:`PartitionWriter` is the function handed to ``mapInArrow``. It is
+pickled into the task closure and holds only the configuration and the batch
+id; the stateful part (:class:`.runtime.WorkerRuntime`) is built on the
+executor. :func:`write_partition` is the same path without Spark, for tests
+and tools.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from typing import Collection, Iterable, Iterator
+
+import pyarrow as pa
+
+from .. import _points
+from ..config import SinkConfig
+from ..delivery.attempts import AttemptTracker
+from ..delivery.chunks import ChunkTracker
+from ..delivery.contact import ContactDeadline
+from ..delivery.stats import latest_summary
+from ..ids import record_id_prefix
+from ..report import REPORT_FIELDS, PartitionReport
+from ..schema import normalize_batch, payload_bytes
+from ..wal.format import AttemptKey, ChunkKey, encode_chunk
+from ..wal.records import OPEN, AttemptState
+from .exactly_once import abandon_unit, publish_unit
+from .runtime import WorkerRuntime, get_runtime
+
+__all__ = ["PartitionWriter", "write_partition", "report_batch"]
+
+log = logging.getLogger(__name__)
+
+_ARROW_TYPES = {"bigint": pa.int64(), "double": pa.float64(), "string": pa.string()}
+REPORT_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in REPORT_FIELDS])
+
+#: Async tasks: after this long writing, the task lets the poller produce its
+#: committed chunks while it writes the rest. Measured (docs/PERFORMANCE.md):
+#: overlapping from the first chunk shortened the time to durable of long
+#: tasks but, on a CPU-bound worker, lengthened every micro-batch (the task
+#: and the poller share the interpreter lock); short tasks return first.
+_OVERLAP_AFTER_S = 0.5
+
+
+class PartitionWriter:
+    """Picklable ``mapInArrow`` function: configuration, batch id, run id and confirmed dead letters.
+
+    ``run`` is the record ids' run component (see :func:`.encoding.record_id`);
+    ``confirmed`` holds the tokens of dead letters the driver already holds,
+    which the worker that stores them marks reported.
+    """
+
+    def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = ()) -> None:
+        self.config = config
+        self.batch_id = batch_id
+        self.run = run
+        self.confirmed = confirmed
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        report = write_partition(self.config, self.batch_id, partition, attempt, batches, run=self.run,
+                                 confirmed=self.confirmed)
+        yield report_batch(report)
+
+
+def report_batch(report: PartitionReport) -> pa.RecordBatch:
+    row = report.to_row()
+    return pa.RecordBatch.from_pylist([row], schema=REPORT_SCHEMA)
+
+
+def write_partition(
+    config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
+    *, run: str = "", confirmed: Collection[str] = (),
+) -> PartitionReport:
+    """Write one partition through the WAL to Kafka.
+
+    Steps:
+
+    1. get this process's runtime (its WAL slot and cached producer);
+    2. adopt orphan slots left by dead workers and replay what they committed;
+    3. for each Arrow batch: normalise it, append it to the WAL in one
+       committed transaction, *then* produce its records (each with its
+       deterministic id header); block for space first if the WAL is full;
+    4. mark the attempt committed in the WAL (durably), wait for acks up to
+       ``ack_timeout_s``, prune what is acked, and return the report. Records
+       still unacked stay in the WAL and are delivered by the poller thread.
+
+    Record ids are ``sink:run:batch:partition:seq``; the sink always passes a
+    ``run`` (an empty one gives the run-less ids of older builds: tools and
+    tests only). Dead letters whose token is in ``confirmed`` are marked
+    reported; the report offers every other unreported one of this worker.
+
+    With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL and
+    hands each committed chunk to the worker's poller thread; the task returns
+    once its records are durable on local disk. A task still writing after
+    ``_OVERLAP_AFTER_S`` gives the poll lock back for the rest of its loop, so
+    the poller produces committed chunks while it writes the next ones.
+
+    Raises:
+        InvalidRecordError: a row cannot be a Kafka record (nothing of its batch was accepted).
+        WalFullError / WalWriteError: the WAL refused an append (nothing of that batch was accepted).
+        WalFormatError / ProducerError: the slot or the producer cannot be used.
+    """
+    t0 = time.monotonic()
+    rt = get_runtime(config)
+    with rt.publisher.task():  # this thread polls for the whole task; the poller waits
+        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed)
+
+
+def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
+           batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]) -> PartitionReport:
+    publisher = rt.publisher
+    replayed = rt.take_replayed() + rt.adopt_orphans()
+    if confirmed:  # after adopting: an adopted slot's dead letters may be among them
+        publisher.confirm_dead_letters(frozenset(confirmed))
+    retried0 = publisher.retried_records
+    gen = rt.wal.reserve_gen()
+    akey = AttemptKey(batch_id, partition, gen)
+    attempt = AttemptTracker(rt.wal, akey)
+    trackers: list[ChunkTracker] = []
+    chunks: list[tuple[ChunkKey, int]] = []
+    eo = rt.units is not None  # exactly-once: the unit is published in one transaction once committed
+    inline = None  # exactly-once: the transaction the task fills as it writes (False: from the WAL after step 4)
+    prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
+    started = time.time()
+    seq = nbytes = 0
+    # Async (not exactly-once): a task writing for longer than _OVERLAP_AFTER_S
+    # gives the poll lock back, so the poller produces its committed chunks
+    # while it writes the rest; a shorter one keeps the poller out and returns first.
+    overlap = contextlib.ExitStack()
+    lend = not eo and config.ack_timeout_s <= 0
+    try:
+        with overlap:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                norm = normalize_batch(batch, config.topic, prefix, seq, run)
+                chunk = encode_chunk(norm)
+                key = ChunkKey(batch_id, partition, seq, gen)
+                rt.reserve_space(len(chunk))
+                first = None if chunks else AttemptState(OPEN, spark_attempt, 0, started)
+                rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
+                chunks.append((key, len(chunk)))
+                if eo:  # ... then Kafka, into the unit's transaction (committed after step 4)
+                    if inline is None and len(chunks) == 1:
+                        _points.point("eo.before_transaction", batch=batch_id, partition=partition, rows=seq)
+                        inline = rt.units.committer.begin_inline(
+                            rt.wal.path, akey, run, ContactDeadline(config.ack_timeout_s, publisher.contact)) or False
+                    if inline:
+                        inline.produce(norm, seq, publisher.block_s)
+                else:
+                    attempt.add_chunk(key)
+                    t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
+                    trackers.append(t)
+                    if config.ack_timeout_s > 0:
+                        publisher.produce_chunk(t, norm)  # ... then Kafka
+                        publisher.tick(0)
+                    else:
+                        publisher.submit_chunk(t, norm)  # ... then Kafka, from the poller thread
+                seq += norm.num_rows
+                nbytes += payload_bytes(norm)
+                if lend and time.monotonic() - t0 >= _OVERLAP_AFTER_S:
+                    overlap.enter_context(publisher.released())
+                    lend = False
+                _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
+        if chunks:
+            rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
+        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
+    except BaseException:
+        # Abandoned: its chunks stay until acked (or are dropped as uncommitted
+        # after a crash); Spark re-runs the task. Exactly-once produced none of them: gone now.
+        if eo:
+            abandon_unit(rt, akey)
+        else:
+            publisher.attempt_closed(attempt)
+        raise
+    if eo:  # the unit's attempt record stays until its transaction is committed (never the publisher's)
+        if inline:
+            inline.finish()
+        acked = publish_unit(rt, config, akey, run, seq, chunks)
+    else:
+        publisher.attempt_closed(attempt)
+        if trackers and config.ack_timeout_s > 0:
+            publisher.wait_finished(trackers, ContactDeadline(config.ack_timeout_s, publisher.contact))
+        publisher.checkpoint()
+        acked = sum(t.acked for t in trackers)
+    if acked:
+        publisher.contact.mark_reached()
+    dead = sum(len(t.dead) for t in trackers)
+    kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
+    report = PartitionReport(
+        partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
+        pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
+        replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
+        dead_letters=tuple(publisher.offer_unreported_dead()),
+        problems=rt.problems(),
+        broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
+        wal_bytes=rt.wal.live_bytes,
+        kafka_queue_msgs=kstats.queue_msgs if kstats else -1, kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0,
+        kafka_txn_state=kstats.txn_state if kstats else "",
+    )
+    log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",
+             config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, replayed,
+             report.seconds)
+    return report

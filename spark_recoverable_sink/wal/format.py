@@ -1,0 +1,150 @@
+"""Byte formats of the write-ahead log's chunks and keys.
+
+Everything the WAL stores is plain, versioned bytes; nothing is ever
+unpickled, so a WAL file cannot run code.
+
+Keys (big-endian, so LMDB's byte order is write order):
+
+* chunk:       ``batch u64 | partition u32 | first_seq u64 | gen u32``
+* attempt:     ``batch u64 | partition u32 | gen u32``
+* dead letter: ``batch u64 | partition u32 | seq u64 | gen u32``
+
+``gen`` is a counter local to the WAL slot that tells apart two attempts at
+the same (batch, partition) that met in one slot. It is never part of a
+record's id (see :mod:`..ids`).
+
+Chunk value (chunk format 1, unchanged in slot format 2; attempt and
+dead-letter values are in :mod:`.records`)::
+
+    b"RKSC" | u16 format | u16 flags | u32 rows | u32 crc32(ipc) | Arrow IPC stream
+
+The Arrow stream holds one record batch with the columns ``value`` (binary),
+and when the input had them ``key`` (binary), ``topic`` (string),
+``partition`` (int32), ``headers`` (list<struct<key: string, value: binary>>)
+and ``timestamp`` (int64 milliseconds); see :mod:`..schema`, whose
+metadata keys (``rks.topic``, ``rks.run``) travel with it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..errors import WalFormatError
+
+__all__ = ["CHUNK_VERSION", "ChunkKey", "AttemptKey", "encode_chunk", "decode_chunk", "chunk_rows", "check_chunk"]
+
+CHUNK_VERSION = 1  # chunks were checksummed from the start: their format did not change
+
+_CHUNK_KEY = struct.Struct(">QIQI")
+_ATTEMPT_KEY = struct.Struct(">QII")
+_CHUNK_HEAD = struct.Struct(">4sHHII")
+_CHUNK_MAGIC = b"RKSC"
+
+
+@dataclass(frozen=True, order=True)
+class ChunkKey:
+    """Where a chunk of records sits: (batch, partition, first sequence, slot generation)."""
+
+    batch: int
+    partition: int
+    first_seq: int
+    gen: int
+
+    def pack(self) -> bytes:
+        return _CHUNK_KEY.pack(self.batch, self.partition, self.first_seq, self.gen)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "ChunkKey":
+        if len(raw) != _CHUNK_KEY.size:
+            raise WalFormatError(f"chunk key of {len(raw)} bytes, expected {_CHUNK_KEY.size}")
+        return cls(*_CHUNK_KEY.unpack(raw))
+
+    @property
+    def attempt(self) -> "AttemptKey":
+        return AttemptKey(self.batch, self.partition, self.gen)
+
+
+@dataclass(frozen=True, order=True)
+class AttemptKey:
+    """One task attempt's records in one slot: (batch, partition, slot generation)."""
+
+    batch: int
+    partition: int
+    gen: int
+
+    def pack(self) -> bytes:
+        return _ATTEMPT_KEY.pack(self.batch, self.partition, self.gen)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "AttemptKey":
+        if len(raw) != _ATTEMPT_KEY.size:
+            raise WalFormatError(f"attempt key of {len(raw)} bytes, expected {_ATTEMPT_KEY.size}")
+        return cls(*_ATTEMPT_KEY.unpack(raw))
+
+
+# -- chunks -------------------------------------------------------------------
+
+
+def encode_chunk(batch: pa.RecordBatch) -> bytearray:
+    """Serialise one normalised record batch as a chunk value (one copy of the IPC bytes)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    ipc = sink.getvalue()
+    out = bytearray(_CHUNK_HEAD.size)
+    out += memoryview(ipc)
+    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, CHUNK_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
+    return out
+
+
+def chunk_rows(raw: bytes | memoryview) -> int:
+    """Number of records in a chunk, read from its header only."""
+    magic, version, _flags, rows, _crc = _check_chunk_head(raw)
+    return rows
+
+
+def _check_chunk_head(raw: bytes | memoryview) -> tuple[bytes, int, int, int, int]:
+    if len(raw) < _CHUNK_HEAD.size:
+        raise WalFormatError(f"chunk of {len(raw)} bytes is shorter than its header")
+    head = _CHUNK_HEAD.unpack_from(raw, 0)
+    if head[0] != _CHUNK_MAGIC:
+        raise WalFormatError(f"chunk has magic {bytes(head[0])!r}, expected {_CHUNK_MAGIC!r}")
+    if head[1] != CHUNK_VERSION:
+        raise WalFormatError(f"chunk of format version {head[1]}; this build reads version {CHUNK_VERSION}")
+    return head
+
+
+def check_chunk(raw: bytes | memoryview) -> int:
+    """Validate a chunk's header and checksum without decoding it; returns its row count.
+
+    Raises:
+        WalFormatError: unknown version, bad magic or checksum.
+    """
+    _magic, _version, _flags, rows, crc = _check_chunk_head(raw)
+    if zlib.crc32(memoryview(raw)[_CHUNK_HEAD.size:]) != crc:
+        raise WalFormatError("chunk checksum mismatch: the WAL bytes are corrupt")
+    return rows
+
+
+def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:
+    """Parse a chunk value back into its record batch.
+
+    Raises:
+        WalFormatError: unknown version, bad checksum or unreadable Arrow data.
+    """
+    _magic, _version, _flags, rows, crc = _check_chunk_head(raw)
+    body = memoryview(raw)[_CHUNK_HEAD.size:]
+    if zlib.crc32(body) != crc:
+        raise WalFormatError("chunk checksum mismatch: the WAL bytes are corrupt")
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(bytes(body)))
+        batches = list(reader)
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        raise WalFormatError(f"chunk Arrow data unreadable: {exc}") from exc
+    if len(batches) != 1 or batches[0].num_rows != rows:
+        raise WalFormatError(f"chunk holds {sum(b.num_rows for b in batches)} rows, header says {rows}")
+    return batches[0]

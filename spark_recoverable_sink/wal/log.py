@@ -1,0 +1,322 @@
+"""The write-ahead log of one slot: an LMDB environment with four tables.
+
+* ``meta``     -- format version, sink name, the slot's attempt generation counter,
+  the sync mode it was last opened with and, with ``wal_sync="none"``, the boot id
+* ``chunks``   -- records, one entry per Arrow batch (see :mod:`.encoding`)
+* ``attempts`` -- one entry per task attempt: open, or committed
+* ``dead``     -- records that failed with a non-retriable error, with the reason
+
+Every change is one LMDB write transaction (a context manager that commits on
+success and aborts on error). With ``sync=True`` each commit is fsynced, so a
+record in a committed transaction survives power loss; with ``sync=False`` it
+survives the crash of the process but not of the machine, and LMDB documents
+that a system crash without sync can corrupt the whole environment. So a slot
+opened with ``sync=False`` records the machine's boot id in its meta; opened
+again after a reboot, it is validated in full (every key, chunk, attempt and
+dead letter) and refused with :class:`WalUncleanError` if anything fails, for
+the runtime to quarantine it.
+
+Every LMDB failure, reads included, becomes a :class:`WalError` subclass naming
+the slot (one context manager for reads, one for writes), and every record
+that does not decode is a :class:`WalFormatError` naming the slot and the
+record's key.
+
+A :class:`Wal` is used by one process at a time -- the slot lock in
+:mod:`.slots` sees to that -- but by two threads in it (the task thread
+appends, the background thread prunes); LMDB serialises the writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from typing import Iterator
+
+import lmdb
+
+from ..errors import (
+    WalError,
+    WalFormatError,
+    WalFullError,
+    WalUncleanError,
+    WalWriteError,
+)
+from .format import AttemptKey, ChunkKey
+from .reads import SlotReads, WalStats
+from .records import (
+    COMMITTED,
+    FORMAT_VERSION,
+    READABLE_FORMATS,
+    AttemptState,
+    DeadLetter,
+    encode_attempt,
+    encode_dead_letter,
+)
+from .slots import ensure_private_dir
+
+__all__ = ["Wal", "WalStats", "map_size_for", "boot_id"]
+
+log = logging.getLogger(__name__)
+
+_FORMAT_KEY = b"format"
+_SINK_KEY = b"sink"
+_GEN_KEY = b"gen"
+_SYNC_KEY = b"sync"
+_BOOT_KEY = b"boot"
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+_MIB = 1024 * 1024
+
+
+def boot_id() -> bytes | None:
+    """This machine's boot id (Linux), or None where there is none."""
+    try:
+        with open(_BOOT_ID_FILE, "rb") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def map_size_for(max_wal_bytes: int) -> int:
+    """LMDB map size for a byte budget: room for the live bytes, freed pages and B-tree."""
+    return max(64 * _MIB, int(max_wal_bytes * 1.5) + 64 * _MIB)
+
+
+class Wal(SlotReads):
+    """One slot's LMDB environment.
+
+    Raises (from the constructor):
+        WalFormatError: the files are not a WAL of this format version, or corrupt.
+        WalError: the environment cannot be opened.
+    """
+
+    def __init__(self, path: str, *, sink_name: str, map_size: int, sync: bool) -> None:
+        self.path = path
+        self.sink_name = sink_name
+        self.sync = sync
+        self.validated_after_reboot = False
+        ensure_private_dir(path, "WAL slot directory")
+        try:
+            self.env = lmdb.open(
+                path, map_size=map_size, subdir=True, max_dbs=4, sync=sync, metasync=sync,
+                mode=0o600, readahead=False, max_spare_txns=2, lock=True,
+            )
+        except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
+            raise WalFormatError(f"WAL slot {path} is not a readable LMDB environment: {exc}", path) from exc
+        except lmdb.Error as exc:
+            raise WalError(f"cannot open WAL slot {path}: {exc}", path) from exc
+        try:
+            self._check_file_size()
+            self._meta = self.env.open_db(b"meta")
+            self._chunks = self.env.open_db(b"chunks")
+            self._attempts = self.env.open_db(b"attempts")
+            self._dead = self.env.open_db(b"dead")
+            self._check_format()
+            self._bytes_lock = threading.Condition()
+            self.live_bytes = self._count_live_bytes()
+        except lmdb.Error as exc:
+            self.env.close()
+            raise WalFormatError(f"WAL slot {path} is unreadable: {exc}", path) from exc
+        except BaseException:
+            # Whatever failed, the environment is closed before the caller releases the slot's lock.
+            self.env.close()
+            raise
+
+    # -- format ----------------------------------------------------------------
+
+    def _check_file_size(self) -> None:
+        """A data file shorter than LMDB's last page is truncated: reading it would SIGBUS."""
+        info, stat = self.env.info(), self.env.stat()
+        need = (info["last_pgno"] + 1) * stat["psize"]
+        have = os.path.getsize(os.path.join(self.path, "data.mdb"))
+        if have < need:
+            raise WalFormatError(
+                f"WAL slot {self.path}: data.mdb is truncated ({have} bytes, its last page ends at {need}); "
+                "quarantine the slot", self.path)
+
+    def _check_format(self) -> None:
+        with self._read("open") as txn:
+            fmt, sink, gen, last_sync, last_boot = (
+                None if v is None else bytes(v)
+                for v in (txn.get(k, db=self._meta) for k in (_FORMAT_KEY, _SINK_KEY, _GEN_KEY, _SYNC_KEY, _BOOT_KEY))
+            )
+            gen = b"0" if gen is None else gen
+            populated = txn.stat(self._chunks)["entries"] or txn.stat(self._attempts)["entries"]
+        boot = boot_id()
+        if fmt is None:
+            if populated:
+                raise WalFormatError(f"WAL slot {self.path} holds records but no format version", self.path)
+            self.gen = 0
+            self._write_meta(boot, {_SINK_KEY: self.sink_name.encode(), _GEN_KEY: b"0"})
+            return
+        if fmt not in [str(v).encode() for v in READABLE_FORMATS]:
+            raise WalFormatError(
+                f"WAL slot {self.path} has format version {fmt.decode(errors='replace')!r}; "
+                f"this build reads versions {', '.join(map(str, READABLE_FORMATS))}. Use a matching version of "
+                "spark_recoverable_sink, or quarantine the slot.", self.path,
+            )
+        if sink is not None and sink.decode(errors="replace") != self.sink_name:
+            raise WalFormatError(
+                f"WAL slot {self.path} belongs to sink {sink.decode(errors='replace')!r}, not {self.sink_name!r}",
+                self.path,
+            )
+        if not gen.isdigit():
+            raise WalFormatError(f"WAL slot {self.path}: meta gen is {gen[:40]!r}, not a number", self.path)
+        self.gen = int(gen)
+        if last_sync == b"none" and (boot is None or last_boot != boot):
+            # Written without fsync, and the machine may have crashed since: trust nothing unchecked.
+            try:
+                self.validate()
+            except WalError as exc:
+                raise WalUncleanError(
+                    f"WAL slot {self.path} was written with wal_sync=\"none\" and the machine restarted since; "
+                    f"it fails validation and must be set aside (quarantine): {exc}", self.path) from exc
+            self.validated_after_reboot = True
+            log.warning("slot=%s written with wal_sync=none before a restart: validated in full", self.path)
+        # Stamped only on a change, so that opening a slot on a full disk needs no write.
+        if (fmt, last_sync) != (str(FORMAT_VERSION).encode(), b"commit" if self.sync else b"none") or (
+                not self.sync and boot is not None and last_boot != boot):
+            self._write_meta(boot, {})
+
+    def _write_meta(self, boot: bytes | None, extra: dict[bytes, bytes]) -> None:
+        """Stamp the slot with this build's format and how it is being written (one transaction)."""
+        with self._write("open") as txn:
+            txn.put(_FORMAT_KEY, str(FORMAT_VERSION).encode(), db=self._meta)
+            txn.put(_SYNC_KEY, b"commit" if self.sync else b"none", db=self._meta)
+            if not self.sync and boot is not None:
+                txn.put(_BOOT_KEY, boot, db=self._meta)
+            for k, v in extra.items():
+                txn.put(k, v, db=self._meta)
+
+    # -- write transactions ----------------------------------------------------
+
+    @contextlib.contextmanager
+    def _write(self, what: str) -> Iterator[lmdb.Transaction]:
+        """A write transaction; LMDB failures become typed WAL errors."""
+        try:
+            with self.env.begin(write=True) as txn:
+                yield txn
+        except lmdb.MapFullError as exc:
+            raise WalFullError(
+                f"WAL slot {self.path} is full (LMDB map size {self.env.info()['map_size']} bytes) during {what}",
+                self.path,
+            ) from exc
+        except (lmdb.Error, OSError) as exc:
+            # ENOSPC and EIO arrive as lmdb.Error (DiskError or a generic one):
+            # the transaction was aborted, so nothing of it was written.
+            raise WalWriteError(
+                f"WAL slot {self.path}: {what} failed, nothing written: {exc} ({self._free_space()})", self.path,
+            ) from exc
+
+    def _free_space(self) -> str:
+        # LMDB reports a short write on a full disk as EIO: say how much room is left.
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return "free space unknown"
+        return f"{st.f_bavail * st.f_frsize} bytes free on its file system"
+
+    def reserve_gen(self) -> int:
+        """A fresh generation number for a task attempt in this slot.
+
+        Kept in memory and stored with the attempt's first chunk, so it costs
+        no transaction of its own.
+        """
+        self.gen += 1
+        return self.gen
+
+    def append(self, key: ChunkKey, chunk: bytes, new_attempt: AttemptState | None = None) -> None:
+        """Write one chunk (and, for a task's first chunk, its open attempt) in one transaction.
+
+        Raises:
+            WalFullError / WalWriteError: nothing of the chunk was written.
+        """
+        with self._write("append") as txn:
+            if new_attempt is not None:
+                txn.put(key.attempt.pack(), encode_attempt(new_attempt), db=self._attempts)
+                txn.put(_GEN_KEY, str(key.gen).encode(), db=self._meta)
+            txn.put(key.pack(), chunk, db=self._chunks)
+        with self._bytes_lock:
+            self.live_bytes += len(chunk)
+
+    def set_attempt(self, key: AttemptKey, state: AttemptState) -> None:
+        """Record an attempt's state (e.g. committed) durably."""
+        with self._write("set_attempt") as txn:
+            txn.put(key.pack(), encode_attempt(state), db=self._attempts)
+
+    def commit_attempt(self, key: AttemptKey, spark_attempt: int, rows: int, started_at: float) -> None:
+        self.set_attempt(key, AttemptState(COMMITTED, spark_attempt, rows, started_at))
+
+    def prune(
+        self,
+        chunks: list[tuple[ChunkKey, int]] = (),  # type: ignore[assignment]
+        dead: list[tuple[bytes, DeadLetter]] = (),  # type: ignore[assignment]
+        attempts_done: list[AttemptKey] = (),  # type: ignore[assignment]
+    ) -> None:
+        """In one transaction: store dead letters, delete finished chunks and attempts.
+
+        ``chunks`` pairs each key with the byte size it was counted with.
+        """
+        if not (chunks or dead or attempts_done):
+            return
+        with self._write("prune") as txn:
+            for dkey, d in dead:
+                txn.put(dkey, encode_dead_letter(d), db=self._dead)
+            for ck, _size in chunks:
+                txn.delete(ck.pack(), db=self._chunks)
+            for ak in attempts_done:
+                txn.delete(ak.pack(), db=self._attempts)
+        freed = sum(size for _ck, size in chunks)
+        if freed:
+            with self._bytes_lock:
+                self.live_bytes -= freed
+                self._bytes_lock.notify_all()
+
+    def put_dead_letters(self, dead: list[tuple[bytes, DeadLetter]]) -> None:
+        self.prune(dead=dead)
+
+    def delete_dead_letters(self, keys: list[bytes]) -> int:
+        """Remove dead letters from the store (an operator re-sent them); returns how many were there.
+
+        Raises:
+            WalWriteError: the transaction failed; nothing was removed.
+        """
+        with self._write("delete_dead_letters") as txn:
+            return sum(bool(txn.delete(k, db=self._dead)) for k in keys)
+
+    def abort_attempt(self, key: AttemptKey) -> int:
+        """Delete an attempt and all its chunks; returns the number of chunks removed."""
+        removed: list[tuple[ChunkKey, int]] = []
+        with self._read("abort_attempt") as txn:
+            for ck, size in self._chunk_keys(txn, lambda k: k.attempt == key):
+                removed.append((ck, size))
+        self.prune(chunks=removed, attempts_done=[key])
+        return len(removed)
+
+    # -- space -----------------------------------------------------------------
+
+    def wait_for_space(self, need: int, limit: int, timeout_s: float, on_wait=None) -> bool:
+        """Block until ``live_bytes + need <= limit`` or ``timeout_s`` passes.
+
+        ``on_wait`` is called between waits (to prune what is acked). Returns
+        whether the space is there.
+        """
+        import time
+
+        end = time.monotonic() + timeout_s
+        while True:
+            with self._bytes_lock:
+                if self.live_bytes + need <= limit or (self.live_bytes == 0):
+                    return True
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._bytes_lock.wait(min(0.05, left))
+            if on_wait is not None:
+                on_wait()
+
+    def close(self) -> None:
+        with contextlib.suppress(lmdb.Error):
+            self.env.close()
+
