@@ -113,7 +113,7 @@ class SinkConfig:
         topic: Default topic; a ``topic`` column overrides it per row.
         wal_dir: Executor-local directory for the write-ahead log (default
             ``~/.local/state/spark_recoverable_sink``, ``~`` expanded on the executor); must be
-            private to the user the workers run as (see :mod:`.slots`).
+            private to the user the workers run as (see :mod:`.wal.slots`).
         ack_timeout_s: How long a task waits for broker acks (0 = fully async).
         checkpoint_interval_s: Longest time between two prunes of acked records.
         max_wal_bytes: Live WAL bytes one slot (one Python worker) may hold.

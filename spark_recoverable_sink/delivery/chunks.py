@@ -20,27 +20,30 @@ and keeps an index per state (so a step finds its chunks without a scan).
 Because a tracker is in exactly one state, a step that raises halfway leaves
 every chunk where it was, and the next pass takes it up again.
 
-Delivery reports of a round go to that round's :class:`Round` (one bound
-callback per chunk and round, never per record): reports of an abandoned
-round (producer replaced, watchdog) land in an object nobody reads any more.
+Delivery reports of a round go to that round's :class:`.rounds.Round`; a
+tracker's methods turn them into acked, failed and dead records. Only the
+:class:`ChunkBook` moves a tracker between states; only the tracker's own
+methods change its records' fates.
 """
 
 from __future__ import annotations
 
 import enum
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..wal.format import ChunkKey
 from .attempts import AttemptTracker
 from .codes import BATCH_LEVEL, NON_RETRIABLE
+from .rounds import Round
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
     from ..wal.log import Wal
 
-__all__ = ["State", "ChunkTracker", "ChunkBook", "Round", "TransitionError"]
+__all__ = ["State", "ChunkTracker", "ChunkBook", "RetryPlan", "TransitionError"]
 
 
 class State(enum.Enum):
@@ -64,38 +67,17 @@ _ALLOWED: dict[State, frozenset[State]] = {
 }
 
 
+@dataclass(frozen=True)
+class RetryPlan:
+    """Which records of a chunk a retry round sends, and which wait for a later one."""
+
+    indices: list[int]
+    rest: list[tuple[int, Any]]
+    isolating: bool
+
+
 class TransitionError(RuntimeError):
     """A chunk was asked to move where its state machine does not go (a bug, never data)."""
-
-
-class Round:
-    """Delivery reports of one round of ``produce`` calls of one chunk."""
-
-    __slots__ = ("indices", "expected", "settled", "acked", "failed_raw", "sync_failed", "sealed", "started",
-                 "epoch")
-
-    def __init__(self, indices: list[int] | None, epoch: int, started: float) -> None:
-        self.indices = indices  # None: every record
-        self.expected = 0
-        self.settled = 0
-        self.acked = 0
-        self.failed_raw: list[tuple[Any, str, bytes | None, bytes | None]] = []  # (error, topic, key, value)
-        self.sync_failed: list[tuple[int, Any]] = []
-        self.sealed = False
-        self.started = started
-        self.epoch = epoch  # which producer the round went to
-
-    def on_delivery(self, err: Any, msg: Any) -> None:
-        """confluent-kafka delivery callback (runs under the publisher's poll lock)."""
-        if err is None:
-            self.acked += 1
-        else:
-            self.failed_raw.append((err, msg.topic(), msg.key(), msg.value()))
-        self.settled += 1
-
-    @property
-    def done(self) -> bool:
-        return self.sealed and self.settled >= self.expected
 
 
 class ChunkTracker:
@@ -229,6 +211,63 @@ class ChunkTracker:
             else:
                 self.failed.append((i, err))
         self.round.sync_failed = []
+
+    def settle(self, columns: tuple[list[str], list[bytes | None], list[bytes | None]] | None) -> None:
+        """Turn the finished round's reports into acked, dead and failed records.
+
+        ``columns`` are the chunk's (topics, keys, values) read back from the
+        WAL to match failed reports to records; ``None`` when they cannot be
+        read (every record of the round not known dead then goes again). An
+        isolation round's suspects leave isolation unless they failed again;
+        the next isolation group halves after a failing group, doubles after
+        one that went through.
+        """
+        rnd = self.round
+        group = rnd.indices if self.isolating and rnd.indices is not None else []
+        for i in group:
+            self.isolate.pop(i, None)
+        if rnd.failed_raw:
+            if columns is None:
+                self.fail_round()
+            else:
+                self.resolve_failures(*columns)
+        self.settle_sync_failures()
+        if group:
+            failed_again = any(i in self.isolate for i in group)
+            self.isolate_size = max(1, len(group) // 2) if failed_again else len(group) * 2
+            self.isolating = False
+
+    def retry_delay(self, backoff_s: float, backoff_max_s: float) -> float:
+        """Seconds before the failed records go again: none while isolating, else exponential backoff."""
+        if all(i in self.isolate for i, _e in self.failed):
+            return 0.0
+        return min(backoff_max_s, backoff_s * (2 ** self.retries))
+
+    def schedule_retry(self, at: float) -> None:
+        self.next_retry_at = at
+
+    def plan_retry(self) -> RetryPlan:
+        """The records of the next retry round (counted as retried): a group of the suspects, else every failed one."""
+        iso = sorted(i for i, _e in self.failed if i in self.isolate)
+        if iso:  # isolation: a group of the suspects, smaller after each failing group, down to one
+            indices = iso[:self.isolate_size or max(1, (len(iso) + 1) // 2)]
+            chosen = set(indices)
+            rest = [f for f in self.failed if f[0] not in chosen]
+        else:
+            indices, rest = sorted({i for i, _e in self.failed}), []
+            self.retries += 1
+        self.retried_records += len(indices)
+        return RetryPlan(indices, rest, bool(iso))
+
+    def retry_started(self, plan: RetryPlan) -> None:
+        """The retry round of ``plan`` went out (or failed to): the rest of the failed records wait their turn."""
+        self.isolating = plan.isolating and self.state is State.IN_FLIGHT
+        self.failed = plan.rest
+
+    def take_batch(self) -> "pa.RecordBatch | None":
+        """The chunk's records kept in memory while queued (``None``: read them back from the WAL)."""
+        batch, self.batch = self.batch, None
+        return batch
 
     def abandon_round(self) -> None:
         """Every record not known dead goes again (producer replaced, or the round timed out).

@@ -46,6 +46,13 @@ class ProducerSlot:
         self._factory = factory
         self._producer: Any = None
         self.epoch = 0
+        #: Why the producer must be replaced before the next poll (a fatal error, fenced, stuck rounds).
+        self.replace_reason: str | None = None
+
+    def request_replace(self, reason: str) -> None:
+        """Ask for a new producer at the next pass (the first reason given is kept)."""
+        if self.replace_reason is None:
+            self.replace_reason = reason
 
     @property
     def current(self) -> Any:
@@ -78,6 +85,7 @@ class ProducerSlot:
         """
         old, self._producer = self._producer, None
         self.epoch += 1
+        self.replace_reason = None
         if old is not None:
             self.purge(old)
         self._producer = self._new()

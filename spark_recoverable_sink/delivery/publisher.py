@@ -21,7 +21,6 @@ step and the next pass carry on.
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 from typing import Any, Callable, Sequence
@@ -36,25 +35,25 @@ from ..ids import record_id_prefix
 from ..schema import chunk_run
 from ..wal.format import decode_chunk
 from .attempts import AttemptTracker
+from .backlog import BacklogMemory, Inbox, QueueLimits, room_for
 from .checkpoint import Pruner
 from .chunks import ChunkBook, ChunkTracker, State
 from .contact import BrokerContact
 from .dead_letters import DeadLetterRouter
 from .explain import PartitionCounts
-from .poller import PollerThread
+from .poller import Poller
 from .producer import ProducerSlot, message_timeout_s
 from .rows import produce_rows
-from .steps import RoundSteps
+from .steps import retry_due, settle_rounds, watchdog
 
 __all__ = ["Publisher"]
 
 log = logging.getLogger(__name__)
 
-_BACKLOG_MEMORY = 256 * 1024 * 1024  # queued chunks kept in memory; more are read back from the WAL
 _LIVE = (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT)
 
 
-class Publisher(RoundSteps, PollerThread):
+class Publisher:
     """Produces chunks, tracks acks, retries from the WAL, prunes.
 
     Raises (from :meth:`producer`):
@@ -72,14 +71,13 @@ class Publisher(RoundSteps, PollerThread):
         self._pruner = Pruner(config, self._book, self.dead_letters,
                               partitions_of=self.partition_counts, on_acked=self.contact.mark_reached)
         self._clock = clock
-        self._init_poller()
-        #: Chunks an async task committed to the WAL and handed over without the
-        #: poll lock; the next pass files them as QUEUED (deque appends are atomic).
-        self._inbox: collections.deque[tuple[ChunkTracker, pa.RecordBatch | None]] = collections.deque()
-        self._backlog_bytes = 0
+        self.poller = Poller(config.name, self.tick, lambda: bool(self._inbox or self._book.count(State.QUEUED)),
+                             lambda: bool(self._book or self.dead_letters.busy or self._pruner.pending()))
+        self._lock = self.poller.lock
+        self._inbox = Inbox()  # chunks an async task committed and handed over without the poll lock
+        self._memory = BacklogMemory()
         conf = config.producer_conf()
-        self._queue_messages = int(conf.get("queue.buffering.max.messages", 100_000))
-        self._queue_bytes = int(conf.get("queue.buffering.max.kbytes", 1_048_576)) * 1024
+        self._limits = QueueLimits(conf)
         #: A round whose reports are not all in after this long is abandoned and
         #: retried on a fresh producer: librdkafka must have reported every record
         #: by message.timeout.ms; the margin covers a slow poll and the broker's answer.
@@ -87,12 +85,30 @@ class Publisher(RoundSteps, PollerThread):
         #: How long one record may wait for room in a full client queue, before it
         #: counts as failed and is retried from the WAL.
         self.block_s = max(1.0, min(config.max_block_s, message_timeout_s(conf)))
-        self._replace_reason: str | None = None
         self._last_ckpt = clock()
         self._last_replace = -1e9
         self.retried_records = 0
         self.step_errors = 0
-        self.on_idle: Callable[[], None] | None = None
+
+    # -- the poll lock and the poller thread (poller.py) ------------------------------
+
+    @property
+    def lock(self) -> Any:
+        """The poll lock (taken before any other lock of the runtime)."""
+        return self.poller.lock
+
+    def start(self) -> None:
+        """Create the producer, then start the poller thread (idempotent)."""
+        self.producer()
+        self.poller.start()
+
+    def task(self) -> Any:
+        """Context manager: hold the poll lock for a task (see :meth:`.Poller.task`)."""
+        return self.poller.task()
+
+    def released(self) -> Any:
+        """Context manager: give the poll lock back inside a task (see :meth:`.Poller.released`)."""
+        return self.poller.released()
 
     # -- producer ------------------------------------------------------------------
 
@@ -105,7 +121,7 @@ class Publisher(RoundSteps, PollerThread):
         if err.fatal():
             log.error("sink=%s fatal producer error=%s; the producer will be replaced",
                       self.config.name, self.config.scrub(err.str()))
-            self._replace_reason = self.config.scrub(err.str())
+            self._slot.request_replace(self.config.scrub(err.str()))
         else:
             log.warning("sink=%s producer error=%s", self.config.name, self.config.scrub(err.str()))
 
@@ -135,12 +151,11 @@ class Publisher(RoundSteps, PollerThread):
 
     def submit_chunk(self, t: ChunkTracker, batch: pa.RecordBatch | None) -> None:
         """Hand a chunk already committed to the WAL to the poller, without the poll lock (async tasks)."""
-        self._inbox.append((t, batch))
-        self._wake.set()
+        self._inbox.put(t, batch)
+        self.poller.wake()
 
     def _take_inbox(self) -> None:
-        while self._inbox:
-            t, batch = self._inbox.popleft()
+        for t, batch in self._inbox.take():
             self.enqueue_chunk(t, batch)
 
     def enqueue_chunk(self, t: ChunkTracker, batch: pa.RecordBatch | None) -> None:
@@ -150,19 +165,11 @@ class Publisher(RoundSteps, PollerThread):
         read back from the WAL when its turn comes.
         """
         with self._lock:
-            keep = batch is not None and self._backlog_bytes + t.size <= _BACKLOG_MEMORY
-            t.batch = batch if keep else None
-            self._backlog_bytes += t.size if keep else 0
+            self._memory.keep(t, batch)
             self._book.move(t, State.QUEUED)
 
     def _room_for(self, producer: Any, t: ChunkTracker) -> bool:
-        """Whether the client's queue can take a whole chunk without blocking."""
-        queued = len(producer)
-        if queued == 0:
-            return True  # a chunk larger than the queue still goes, when nothing else waits
-        in_flight_bytes = sum(w.size for w in self._book.in_state(State.IN_FLIGHT))
-        return (queued + t.rows <= self._queue_messages * 0.9
-                and in_flight_bytes + t.size <= self._queue_bytes * 0.9)
+        return room_for(self._limits, self._book, producer, t)
 
     def _read_chunk(self, t: ChunkTracker) -> pa.RecordBatch:
         raw = t.wal.read_chunk(t.key)
@@ -194,9 +201,13 @@ class Publisher(RoundSteps, PollerThread):
             if backlog_chunks != 0 and self._book.count(State.QUEUED):
                 produced = self._step("poller.backlog", lambda: self._produce_backlog(backlog_chunks)) or 0
             self._step("poller.poll", lambda: self._poll(timeout_s))
-            self._step("poller.settle", self._settle_rounds)
-            self._step("poller.watchdog", self._watchdog)
-            self._step("poller.retry", self._retry_due)
+            self.step_errors += self._step("poller.settle", lambda: settle_rounds(
+                self.config, self._book, self._slot, self.contact, self._read_chunk, self._clock())) or 0
+            self._step("poller.watchdog", lambda: watchdog(
+                self.config, self._book, self._slot, self._clock(), self.round_timeout_s))
+            self.retried_records += self._step("poller.retry", lambda: retry_due(
+                self.config, self._book, self._slot, self._read_chunk, self._room_for, self.produce_chunk,
+                self._clock())) or 0
             done = self._book.count(State.DONE)
             if done and (done >= 256 or self._clock() - self._last_ckpt >= self.config.checkpoint_interval_s
                          or (not self._inbox and done == self._book.count(*_LIVE, State.DONE))):
@@ -216,16 +227,14 @@ class Publisher(RoundSteps, PollerThread):
             t = self._book.first(State.QUEUED)
             if t is None or not self._room_for(producer, t):
                 break
-            batch, t.batch = t.batch, None
-            if batch is not None:
-                self._backlog_bytes -= t.size
-            else:
+            batch = self._memory.take(t)
+            if batch is None:
                 try:
                     batch = self._read_chunk(t)
                 except Exception:
                     log.exception("sink=%s cannot read chunk %s to produce it; retrying later", self.config.name, t.key)
                     t.abandon_round()
-                    t.next_retry_at = self._clock() + self.config.retry_backoff_max_s
+                    t.schedule_retry(self._clock() + self.config.retry_backoff_max_s)
                     self._book.move(t, State.RETRY_WAIT)
                     continue
             self.produce_chunk(t, batch, None if not t.skip else [i for i in range(t.rows) if i not in t.skip])
@@ -233,12 +242,12 @@ class Publisher(RoundSteps, PollerThread):
         return n
 
     def _poll(self, timeout_s: float) -> None:
-        if self._replace_reason is not None and self._clock() - self._last_replace >= 1.0:
+        if self._slot.replace_reason is not None and self._clock() - self._last_replace >= 1.0:
             self._replace_producer()
         self._slot.get().poll(timeout_s)
 
     def _replace_producer(self) -> None:
-        reason, self._replace_reason = self._replace_reason, None
+        reason = self._slot.replace_reason
         self._last_replace = self._clock()
         in_flight = self._book.in_state(State.IN_FLIGHT)
         log.error("sink=%s replacing producer after error=%s; re-sending %d chunks",
@@ -247,7 +256,7 @@ class Publisher(RoundSteps, PollerThread):
             t.abandon_round()
             self._book.move(t, State.RETRY_WAIT)
         for t in self._book.in_state(State.RETRY_WAIT):
-            t.next_retry_at = 0.0
+            t.schedule_retry(0.0)
         self._slot.replace()  # the old one is purged: its reports land in abandoned rounds
         self.dead_letters.requeue_unacked()
 
@@ -299,7 +308,7 @@ class Publisher(RoundSteps, PollerThread):
     def references(self, wal: Any) -> bool:
         """Whether anything in flight or queued still needs ``wal`` open."""
         with self._lock:
-            if any(t.wal is wal for t in self._book.live()) or any(t.wal is wal for t, _b in list(self._inbox)):
+            if any(t.wal is wal for t in self._book.live()) or any(t.wal is wal for t in self._inbox.trackers()):
                 return True
             return self.dead_letters.references(wal)
 
@@ -307,7 +316,7 @@ class Publisher(RoundSteps, PollerThread):
         """Records not yet acked or dead."""
         with self._lock:
             return (sum(t.pending for t in self._book.in_state(*_LIVE))
-                    + sum(t.pending for t, _b in list(self._inbox)))
+                    + sum(t.pending for t in self._inbox.trackers()))
 
     def chunk_states(self) -> dict[str, int]:
         """How many chunks are in each state (reports, tests)."""
@@ -325,7 +334,7 @@ class Publisher(RoundSteps, PollerThread):
         end = Deadline(timeout_s)
         while not self.idle() and not end.expired():
             self.tick(0.05, backlog_chunks=None)
-        self._stop_thread(timeout_s)
+        self.poller.stop(timeout_s)
         with self._lock:
             self.checkpoint()
             # Whatever the producer still holds is in the WAL: purging it loses nothing.

@@ -37,7 +37,7 @@ def chunk_topic(batch: pa.RecordBatch, default_topic: str | None) -> str | None:
 
 
 def record_ids(prefix: bytes, first: int, n: int) -> list[bytes]:
-    """The ids ``prefix + b"<seq>"`` for ``seq`` in ``[first, first + n)`` (as :func:`.encoding.record_id`)."""
+    """The ids ``prefix + b"<seq>"`` for ``seq`` in ``[first, first + n)`` (as :func:`..ids.record_id`)."""
     seqs = pc.cast(pc.cast(pa.array(np.arange(first, first + n, dtype=np.int64)), pa.string()), pa.binary())
     joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), seqs, pa.scalar(b"", pa.binary()))
     return joined.to_pylist()

@@ -9,7 +9,7 @@ A drop-in for ``format("kafka")``::
 
 The writers are picklable builders: configuration, the columns to take and
 the run id, nothing live. Per task (on an executor) they run the same
-:func:`..partition_writer.write_partition` as ``foreachBatch(sink)``; the
+:func:`..task.writer.write_partition` as ``foreachBatch(sink)``; the
 task's :class:`.PartitionReport` is its commit message. Per batch the driver
 side (a fresh object for every call: no state is carried from ``write``)
 runs :func:`.batches.conclude_batch` in ``commit`` and logs the failed batch

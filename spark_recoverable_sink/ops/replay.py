@@ -1,7 +1,7 @@
 """``rks replay``: deliver what the slots of dead processes hold, from a process that is not a Spark worker.
 
-The sink's own recovery path does the work (:class:`.recovery.SlotAdopter`
-and the worker's :class:`.delivery.Publisher`): every slot whose owner is dead
+The sink's own recovery path does the work (:class:`..recovery.deliver.Delivery`,
+the same wiring and loop as a worker's and a drain job's): every slot whose owner is dead
 is locked, validated, its uncommitted attempts dropped and its committed,
 unacked records produced again -- each with its original topic, partition,
 key, headers, timestamp and record id, read from the WAL chunks -- and pruned
@@ -17,12 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..config import EXACTLY_ONCE, SinkConfig
+from ..config import SinkConfig
 from ..deadline import Deadline
-from ..delivery.exactly_once.transactions import Committer
-from ..delivery.exactly_once.units import UnitBook
-from ..delivery.publisher import Publisher
-from ..recovery.adopter import SlotAdopter
+from ..recovery.deliver import Delivery
 from ..wal.slots import resolve_wal_dir
 
 __all__ = ["ReplayProgress", "ReplayResult", "replay_sink"]
@@ -81,17 +78,8 @@ def replay_sink(config: SinkConfig, timeout_s: float = 300.0,
     t0 = time.monotonic()
     deadline = Deadline(timeout_s)
     sdir = os.path.join(resolve_wal_dir(config.wal_dir), config.name)
-    publisher = Publisher(config, sink_dir=sdir)
-    units = adopter = None
-    try:
-        units = (UnitBook(config, Committer(config, publisher.contact.client_error))
-                 if config.guarantee == EXACTLY_ONCE else None)
-        adopter = SlotAdopter(config, sdir, publisher, units)
-    except BaseException:  # nothing adopted yet: close what was built
-        publisher.close(0.0)
-        if units is not None:
-            units.close()
-        raise
+    delivery = Delivery.build(config, sdir)  # nothing adopted yet if this fails: it closed what it built
+    publisher, units, adopter = delivery.publisher, delivery.units, delivery.adopter
     adopter.replaying = []
     last = [0.0]
 
@@ -118,24 +106,11 @@ def replay_sink(config: SinkConfig, timeout_s: float = 300.0,
                      sorted(adopter.owned), queued)
             adopted = tuple(sorted(adopter.adopted))
             progress(force=True)
-            if units is not None:
-                while units.retry_pending(deadline) > 0 and not deadline.expired():
-                    progress()
-                    time.sleep(deadline.cap(0.2))
-                pending = max(0, units.pending_rows())
-            else:
-                while publisher.in_flight() > 0 and not deadline.expired():
-                    publisher.tick(deadline.cap(0.05), backlog_chunks=None)
-                    progress()
-                publisher.checkpoint()
-                pending = publisher.in_flight()
+            pending = delivery.deliver(deadline, on_pass=progress)
             final = progress(force=True)
             adopter.release_drained()
     finally:
-        publisher.close(0.0)  # checkpoint what is acked; whatever the client still holds is in the WAL
-        if units is not None:
-            units.close()
-        adopter.close()
+        delivery.close(0.0)  # checkpoint what is acked; whatever the client still holds is in the WAL
     dead = sum(len(t.dead) for t in trackers)
     delivered = queued - pending if units is not None else sum(t.acked for t in trackers)
     problems = adopter.problems() + tuple(f"exactly-once unit set aside ({where}): {why}"

@@ -4,7 +4,7 @@
 
 1. take this worker's runtime for the sink (its slot, its producer);
 2. adopt every orphan slot of the sink on that executor (dead owners);
-3. wait up to ``timeout_s`` until nothing of this worker is in flight.
+3. deliver for up to ``timeout_s`` (:meth:`..recovery.deliver.Delivery.deliver`).
 
 A task returns even when the broker is still down: its worker stays alive
 and its background thread keeps delivering. The driver runs a drain after a
@@ -54,16 +54,7 @@ def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str
         replayed = rt.take_replayed() + rt.adopt_orphans()
         if confirmed:
             rt.publisher.confirm_dead_letters(frozenset(confirmed))
-        if rt.units is not None:  # exactly-once: waiting units, oldest first, each in its transaction
-            pending = rt.units.retry_pending(deadline)
-            while pending > 0 and not deadline.expired():
-                time.sleep(deadline.cap(0.2))
-                pending = rt.units.retry_pending(deadline)
-        else:
-            while rt.publisher.in_flight() > 0 and not deadline.expired():
-                rt.publisher.tick(deadline.cap(0.05), backlog_chunks=None)
-            rt.publisher.checkpoint()
-            pending = rt.publisher.in_flight()
+        pending = rt.delivery.deliver(deadline)
     return {"pid": os.getpid(), "slot": rt.wal.path, "replayed": replayed, "pending": pending,
             "seconds": time.monotonic() - t0}
 

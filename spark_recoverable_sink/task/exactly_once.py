@@ -1,30 +1,83 @@
-"""A task's last step in exactly-once mode: its unit in one Kafka transaction.
+"""What an exactly-once task does with each chunk once it is in the WAL, and at its end: its unit in one transaction.
 
-The unit is committed in the WAL before this runs (WAL first); the task then
-tries, until ``ack_timeout_s``, to publish it in one transaction with its
-lane's marker (:mod:`.delivery.transactions`). A unit still pending at the
-deadline stays in the WAL, retried by the worker, a drain job or an adopter;
-the driver ends the batch only once every lane of it is committed.
+While the task writes, each chunk committed to the WAL is produced into the
+lane's open transaction (the inline transaction, begun at the first chunk).
+The unit is committed in the WAL before its transaction commits (WAL first);
+the task then tries, until ``ack_timeout_s``, to commit the transaction with
+its lane's marker (:mod:`..delivery.exactly_once.transactions`). A unit still
+pending at the deadline stays in the WAL, retried by the worker, a drain job
+or an adopter; the driver ends the batch only once every lane of it is committed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
+
+import pyarrow as pa
 
 from .. import _points
 from ..config import SinkConfig
 from ..delivery.contact import ContactDeadline
-from ..delivery.exactly_once.transactions import COMMITTED, MISMATCH, SKIPPED, Unit
+from ..delivery.exactly_once.transactions import (
+    COMMITTED,
+    MISMATCH,
+    SKIPPED,
+    InlineTransaction,
+    Unit,
+)
 from ..errors import ExactlyOnceMismatchError
 from ..wal.format import AttemptKey, ChunkKey
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runtime import WorkerRuntime
 
-__all__ = ["publish_unit", "abandon_unit"]
+__all__ = ["ExactlyOnceTask", "publish_unit", "abandon_unit"]
 
 log = logging.getLogger(__name__)
+
+
+class ExactlyOnceTask:
+    """One exactly-once task's unit: its chunks into the inline transaction, then the commit."""
+
+    def __init__(self, rt: "WorkerRuntime", akey: AttemptKey, run: str) -> None:
+        self.rt = rt
+        self.akey = akey
+        self.run = run
+        self.chunks: list[tuple[ChunkKey, int]] = []
+        self._inline: InlineTransaction | None = None
+        self._begun = False
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        yield
+
+    def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:
+        """The chunk ``key`` is committed in the WAL: produce it into the unit's transaction."""
+        self.chunks.append((key, size))
+        rt, cfg = self.rt, self.rt.config
+        if not self._begun:
+            self._begun = True
+            _points.point("eo.before_transaction", batch=key.batch, partition=key.partition, rows=key.first_seq)
+            assert rt.units is not None
+            self._inline = rt.units.committer.begin_inline(
+                rt.wal.path, self.akey, self.run, ContactDeadline(cfg.ack_timeout_s, rt.publisher.contact))
+        if self._inline is not None:  # else: published from the WAL once committed there
+            self._inline.produce(norm, key.first_seq, rt.publisher.block_s)
+
+    def abandon(self) -> None:
+        """The task failed before its unit was committed in the WAL: nothing of it was committed to Kafka."""
+        abandon_unit(self.rt, self.akey)
+
+    def finish(self, rows: int) -> int:
+        """The unit is committed in the WAL: commit its transaction; returns the rows now in Kafka (all or none)."""
+        if self._inline is not None:
+            self._inline.finish()
+        return publish_unit(self.rt, self.rt.config, self.akey, self.run, rows, self.chunks)
+
+    def dead(self) -> int:
+        return 0
 
 
 def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run: str, rows: int,

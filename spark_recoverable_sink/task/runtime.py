@@ -6,8 +6,8 @@ first time a task of that sink runs in it (after Spark forked the worker), and
 keeps it for the following tasks. Nothing here is ever pickled.
 
 Recovery (run when a runtime takes its slot, and at the start of every task
-for slots whose owner died; implemented in :mod:`.recovery`, which the
-operator CLI's ``rks replay`` uses too):
+for slots whose owner died; implemented in :mod:`..recovery.adopter`, which
+the operator CLI's ``rks replay`` uses too, wired by :mod:`..recovery.deliver`):
 
 1. take the slot's lock; a free lock means the owner is dead;
 2. open its WAL and read its attempts;
@@ -24,13 +24,10 @@ import os
 import threading
 import time
 
-from ..config import EXACTLY_ONCE, SinkConfig
+from ..config import SinkConfig
 from ..deadline import Deadline
-from ..delivery.exactly_once.transactions import Committer
-from ..delivery.exactly_once.units import UnitBook
-from ..delivery.publisher import Publisher
 from ..errors import WalError, WalFullError
-from ..recovery.adopter import SlotAdopter
+from ..recovery.deliver import Delivery
 from ..wal.log import Wal
 from ..wal.slots import SlotLock, acquire_free_slot, sink_dir
 
@@ -89,73 +86,55 @@ def reset_runtimes() -> None:
 
 
 class WorkerRuntime:
-    """One worker process's slot, publisher and adopted orphan slots for one sink."""
+    """One worker process's slot, its delivery (publisher, units, adopter) and adopted orphan slots for one sink."""
 
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
         self.sdir = sink_dir(config.wal_dir, config.name)
-        self.publisher = Publisher(config, sink_dir=self.sdir)
-        #: exactly-once: units waiting for their transaction (at-least-once: None)
-        self.units = (UnitBook(config, Committer(config, self.publisher.contact.client_error))
-                      if config.guarantee == EXACTLY_ONCE else None)
-        #: recovery of slots and adoption of orphans (recovery.py); its tables are shared here
-        self.recovery = SlotAdopter(config, self.sdir, self.publisher, self.units)
-        self.unreadable = self.recovery.unreadable  # slot index -> why it cannot be read
-        self.quarantined = self.recovery.quarantined  # where a slot was set aside automatically -> why
-        self.adopted = self.recovery.adopted  # slot index -> (lock, WAL) of adopted orphan slots
+        self.delivery = Delivery.build(config, self.sdir)
+        self.publisher = self.delivery.publisher
+        self.units = self.delivery.units  # exactly-once: units waiting for their transaction (else None)
+        self.adopter = self.delivery.adopter  # recovery of slots and adoption of orphans
         self._replayed = 0
         self._last_scan = self._last_units = time.monotonic()
-        while True:
-            self.lock, self.wal = self._take_own_slot()
-            try:
-                self._replayed += self.recover(self.wal)
-                break
-            except BaseException as exc:  # nothing was replayed or dropped: checked first
-                self._give_up(self.lock, self.wal, exc, "cannot be recovered")
-                if not isinstance(exc, WalError):
-                    raise
+        try:
+            while True:
+                self.lock, self.wal = self._take_own_slot()
+                try:
+                    self._replayed += self.adopter.recover(self.wal)
+                    break
+                except BaseException as exc:  # nothing was replayed or dropped: checked first
+                    self.adopter.give_up(self.lock, self.wal, exc, "cannot be recovered")
+                    if not isinstance(exc, WalError):
+                        raise
+        except BaseException:
+            self.delivery.close(0.0)
+            raise
         # Fully built: only now the poller starts (a failed construction leaks nothing).
         try:
-            self.publisher.on_idle = self._on_idle
+            self.publisher.poller.on_idle = self._on_idle
             self.publisher.start()
         except BaseException:
-            self.publisher.close(0.0)
+            self.delivery.close(0.0)
             self.wal.close()
             self.lock.release()
             raise
         log.info("sink=%s pid=%d slot=%s opened live_bytes=%d replayed=%d",
                  config.name, os.getpid(), self.wal.path, self.wal.live_bytes, self._replayed)
 
-    def _open(self, lock: SlotLock) -> Wal:
-        return self.recovery.open(lock)
-
     def _take_own_slot(self) -> tuple[SlotLock, Wal]:
         while True:
-            lock = acquire_free_slot(self.sdir, skip=set(self.unreadable))
+            lock = acquire_free_slot(self.sdir, skip=set(self.adopter.unreadable))
             try:
-                return lock, self._open(lock)
+                return lock, self.adopter.open(lock)
             except BaseException as exc:
-                self._give_up(lock, None, exc, "cannot be used")
+                self.adopter.give_up(lock, None, exc, "cannot be used")
                 if not isinstance(exc, WalError):
                     raise
 
-    def _give_up(self, lock: SlotLock, wal: Wal | None, exc: BaseException, what: str) -> None:
-        """A slot failed to open or recover: close it and release its lock (see :meth:`.SlotAdopter.give_up`)."""
-        self.recovery.give_up(lock, wal, exc, what)
-
-    # -- recovery (recovery.py) ----------------------------------------------------
-
-    def recover(self, wal: Wal) -> int:
-        """Drop uncommitted attempts, replay committed unacked chunks; returns records replayed.
-
-        Raises:
-            WalFormatError: the slot holds a corrupt chunk (it needs quarantine).
-        """
-        return self.recovery.recover(wal)
-
     def adopt_orphans(self) -> int:
         """Adopt every slot of this sink (but this worker's own) whose owner is dead and which holds records."""
-        return self.recovery.adopt_orphans(skip=(self.lock.index,))
+        return self.adopter.adopt_orphans(skip=(self.lock.index,))
 
     def _on_idle(self) -> None:
         """Poller idle hook: release drained adopted slots; every few seconds, adopt orphans.
@@ -172,17 +151,14 @@ class WorkerRuntime:
             if self.units is not None and time.monotonic() - self._last_units >= _IDLE_UNITS_EVERY_S:
                 self._last_units = time.monotonic()
                 self.units.retry_pending(Deadline(_IDLE_COMMIT_S), blocking=False)
-            if self.adopted:
-                self._release_drained()
+            if self.adopter.adopted:
+                self.adopter.release_drained()
         finally:
             self.publisher.lock.release()
 
-    def _release_drained(self) -> None:
-        self.recovery.release_drained()
-
     def problems(self) -> tuple[str, ...]:
         """What every task report of this worker names: slots set aside, units that do not match Kafka."""
-        return (self.recovery.problems()
+        return (self.adopter.problems()
                 + tuple(f"exactly-once unit set aside ({where}): {why}"
                         for where, why in sorted((self.units.mismatched if self.units else {}).items())))
 
@@ -210,9 +186,6 @@ class WorkerRuntime:
 
     def close(self, flush_s: float = 5.0) -> None:
         """Flush (up to ``flush_s``), checkpoint and release every slot. Optional: nothing depends on it."""
-        self.publisher.close(flush_s)
-        if self.units is not None:
-            self.units.close()
-        self.recovery.close()
+        self.delivery.close(flush_s)
         self.wal.close()
         self.lock.release()

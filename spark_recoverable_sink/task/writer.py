@@ -9,26 +9,23 @@ and tools.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-from typing import Collection, Iterable, Iterator
+from typing import Collection, ContextManager, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 
 from .. import _points
 from ..config import SinkConfig
-from ..delivery.attempts import AttemptTracker
-from ..delivery.chunks import ChunkTracker
-from ..delivery.contact import ContactDeadline
 from ..delivery.stats import latest_summary
 from ..ids import record_id_prefix
 from ..report import REPORT_FIELDS, PartitionReport
 from ..schema import normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import OPEN, AttemptState
-from .exactly_once import abandon_unit, publish_unit
+from .at_least_once import AtLeastOnceTask
+from .exactly_once import ExactlyOnceTask
 from .runtime import WorkerRuntime, get_runtime
 
 __all__ = ["PartitionWriter", "write_partition", "report_batch"]
@@ -38,18 +35,10 @@ log = logging.getLogger(__name__)
 _ARROW_TYPES = {"bigint": pa.int64(), "double": pa.float64(), "string": pa.string()}
 REPORT_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in REPORT_FIELDS])
 
-#: Async tasks: after this long writing, the task lets the poller produce its
-#: committed chunks while it writes the rest. Measured (docs/PERFORMANCE.md):
-#: overlapping from the first chunk shortened the time to durable of long
-#: tasks but, on a CPU-bound worker, lengthened every micro-batch (the task
-#: and the poller share the interpreter lock); short tasks return first.
-_OVERLAP_AFTER_S = 0.5
-
-
 class PartitionWriter:
     """Picklable ``mapInArrow`` function: configuration, batch id, run id and confirmed dead letters.
 
-    ``run`` is the record ids' run component (see :func:`.encoding.record_id`);
+    ``run`` is the record ids' run component (see :func:`..ids.record_id`);
     ``confirmed`` holds the tokens of dead letters the driver already holds,
     which the worker that stores them marks reported.
     """
@@ -101,7 +90,7 @@ def write_partition(
     With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL and
     hands each committed chunk to the worker's poller thread; the task returns
     once its records are durable on local disk. A task still writing after
-    ``_OVERLAP_AFTER_S`` gives the poll lock back for the rest of its loop, so
+    ``OVERLAP_AFTER_S`` (:mod:`.at_least_once`) gives the poll lock back for the rest of its loop, so
     the poller produces committed chunks while it writes the next ones.
 
     Raises:
@@ -115,86 +104,53 @@ def write_partition(
         return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed)
 
 
+class TaskMode(Protocol):
+    """What a task does around its WAL appends, by guarantee (:mod:`.at_least_once`, :mod:`.exactly_once`)."""
+
+    def writing(self) -> ContextManager[None]: ...  # around the loop
+    def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None: ...  # after each WAL append
+    def abandon(self) -> None: ...  # the task failed before its attempt committed
+    def finish(self, rows: int) -> int: ...  # the attempt committed: returns the rows acked
+    def dead(self) -> int: ...  # rows refused for good
+
+
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
            batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]) -> PartitionReport:
     publisher = rt.publisher
-    replayed = rt.take_replayed() + rt.adopt_orphans()
+    replayed = rt.take_replayed() + rt.adopt_orphans()  # Step 2
     if confirmed:  # after adopting: an adopted slot's dead letters may be among them
         publisher.confirm_dead_letters(frozenset(confirmed))
     retried0 = publisher.retried_records
-    gen = rt.wal.reserve_gen()
-    akey = AttemptKey(batch_id, partition, gen)
-    attempt = AttemptTracker(rt.wal, akey)
-    trackers: list[ChunkTracker] = []
-    chunks: list[tuple[ChunkKey, int]] = []
-    eo = rt.units is not None  # exactly-once: the unit is published in one transaction once committed
-    inline = None  # exactly-once: the transaction the task fills as it writes (False: from the WAL after step 4)
+    akey = AttemptKey(batch_id, partition, rt.wal.reserve_gen())
+    mode: TaskMode = ExactlyOnceTask(rt, akey, run) if rt.units is not None else AtLeastOnceTask(rt, akey, t0)
     prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
     started = time.time()
     seq = nbytes = 0
-    # Async (not exactly-once): a task writing for longer than _OVERLAP_AFTER_S
-    # gives the poll lock back, so the poller produces its committed chunks
-    # while it writes the rest; a shorter one keeps the poller out and returns first.
-    overlap = contextlib.ExitStack()
-    lend = not eo and config.ack_timeout_s <= 0
     try:
-        with overlap:
-            for batch in batches:
+        with mode.writing():
+            for batch in batches:  # Step 3
                 if batch.num_rows == 0:
                     continue
                 norm = normalize_batch(batch, config.topic, prefix, seq, run)
                 chunk = encode_chunk(norm)
-                key = ChunkKey(batch_id, partition, seq, gen)
+                key = ChunkKey(batch_id, partition, seq, akey.gen)
                 rt.reserve_space(len(chunk))
-                first = None if chunks else AttemptState(OPEN, spark_attempt, 0, started)
-                rt.wal.append(key, chunk, new_attempt=first)  # 3: WAL first ...
-                chunks.append((key, len(chunk)))
-                if eo:  # ... then Kafka, into the unit's transaction (committed after step 4)
-                    if inline is None and len(chunks) == 1:
-                        _points.point("eo.before_transaction", batch=batch_id, partition=partition, rows=seq)
-                        inline = rt.units.committer.begin_inline(
-                            rt.wal.path, akey, run, ContactDeadline(config.ack_timeout_s, publisher.contact)) or False
-                    if inline:
-                        inline.produce(norm, seq, publisher.block_s)
-                else:
-                    attempt.add_chunk(key)
-                    t = ChunkTracker(rt.wal, key, norm.num_rows, len(chunk), attempt)
-                    trackers.append(t)
-                    if config.ack_timeout_s > 0:
-                        publisher.produce_chunk(t, norm)  # ... then Kafka
-                        publisher.tick(0)
-                    else:
-                        publisher.submit_chunk(t, norm)  # ... then Kafka, from the poller thread
+                first = None if seq else AttemptState(OPEN, spark_attempt, 0, started)
+                rt.wal.append(key, chunk, new_attempt=first)  # WAL first ...
+                mode.chunk(key, norm, len(chunk))  # ... then Kafka
                 seq += norm.num_rows
                 nbytes += payload_bytes(norm)
-                if lend and time.monotonic() - t0 >= _OVERLAP_AFTER_S:
-                    overlap.enter_context(publisher.released())
-                    lend = False
                 _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
-        if chunks:
-            rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # 4
+        if seq:
+            rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # Step 4
         _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
     except BaseException:
-        # Abandoned: its chunks stay until acked (or are dropped as uncommitted
-        # after a crash); Spark re-runs the task. Exactly-once produced none of them: gone now.
-        if eo:
-            abandon_unit(rt, akey)
-        else:
-            publisher.attempt_closed(attempt)
+        mode.abandon()  # its chunks stay until acked, or are dropped as uncommitted at recovery; Spark re-runs it
         raise
-    if eo:  # the unit's attempt record stays until its transaction is committed (never the publisher's)
-        if inline:
-            inline.finish()
-        acked = publish_unit(rt, config, akey, run, seq, chunks)
-    else:
-        publisher.attempt_closed(attempt)
-        if trackers and config.ack_timeout_s > 0:
-            publisher.wait_finished(trackers, ContactDeadline(config.ack_timeout_s, publisher.contact))
-        publisher.checkpoint()
-        acked = sum(t.acked for t in trackers)
+    acked = mode.finish(seq)
     if acked:
         publisher.contact.mark_reached()
-    dead = sum(len(t.dead) for t in trackers)
+    dead = mode.dead()
     kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
     report = PartitionReport(
         partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,

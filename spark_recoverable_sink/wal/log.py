@@ -2,7 +2,7 @@
 
 * ``meta``     -- format version, sink name, the slot's attempt generation counter,
   the sync mode it was last opened with and, with ``wal_sync="none"``, the boot id
-* ``chunks``   -- records, one entry per Arrow batch (see :mod:`.encoding`)
+* ``chunks``   -- records, one entry per Arrow batch (see :mod:`.format`)
 * ``attempts`` -- one entry per task attempt: open, or committed
 * ``dead``     -- records that failed with a non-retriable error, with the reason
 

@@ -1,6 +1,6 @@
 """Reading a WAL slot: every read in one transaction context manager, every record decoded checked.
 
-:class:`SlotReads` is the read half of :class:`.wal.Wal` (which opens the
+:class:`SlotReads` is the read half of :class:`.log.Wal` (which opens the
 environment and writes). Every read runs in :meth:`SlotReads._read`, so an
 LMDB failure becomes a :class:`WalReadError` naming the slot, chained with
 ``from``; every key and record is decoded through ``_key``/``_decode``, so bad
@@ -41,7 +41,7 @@ class WalStats:
 
 
 class SlotReads:
-    """Reads of one slot's tables (mixed into :class:`.wal.Wal`)."""
+    """Reads of one slot's tables (mixed into :class:`.log.Wal`)."""
 
     path: str
     env: lmdb.Environment

@@ -1,4 +1,4 @@
-"""Byte formats of a WAL slot's attempt and dead-letter records (keys and chunks: :mod:`.encoding`).
+"""Byte formats of a WAL slot's attempt and dead-letter records (keys and chunks: :mod:`.format`).
 
 Attempt value (format 2; format 1 had no trailing checksum)::
 

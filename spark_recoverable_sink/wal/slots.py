@@ -5,7 +5,7 @@ a directory ``slot-NNNNN`` (the LMDB environment) and a lock file
 ``slot-NNNNN.lock`` held with an exclusive ``flock``. The OS drops the lock
 when its holder dies, however it dies, so a slot whose lock can be taken
 belongs to nobody alive: if it still holds records, they are orphans that the
-taker adopts (see :mod:`.runtime`). Two processes can never hold one slot:
+taker adopts (see :mod:`..recovery.adopter`). Two processes can never hold one slot:
 after ``flock`` the taker checks that the file it locked is still the one at
 the path (an operator's quarantine unlinks lock files), and tries again if not.
 

@@ -99,7 +99,7 @@ def test_replaced_producer_is_purged_and_its_dead_letters_requeued(broker, topic
         pub.dead_letters.stored(rt.wal, b"\0" * 24, d)
         pub.tick(0)  # forwarded on the wedged producer: no report will ever come
         assert pub.dead_letters.busy
-        pub._replace_reason = "test: producer fenced"
+        pub._slot.request_replace("test: producer fenced")
         pub.tick(0)
     old = BlackHoleFirst.instances[0]
     assert old.purged and old.flushed == [1.0]  # purged, bounded flush, dropped
@@ -117,7 +117,7 @@ def test_new_config_of_a_sink_evicts_the_old_runtime_and_its_records_are_adopted
     report = write_partition(old_cfg, 1, 0, 0, batches(0, 30, 10))
     assert report.pending == 30
     old = get_runtime(old_cfg)
-    old_thread, old_index = old.publisher._thread, old.lock.index
+    old_thread, old_index = old.publisher.poller.thread, old.lock.index
     new_cfg = _config(broker.bootstrap, str(tmp_path), topic, name="rot", ack_timeout_s=0.2,
                       kafka_conf={"client.id": "after-rotation"})
     new = get_runtime(new_cfg)

@@ -82,8 +82,8 @@ def test_async_mode_returns_before_acks_and_delivers_later(broker, topic, tmp_pa
 
 
 def test_async_poller_delivers_committed_chunks_while_a_long_task_still_writes(broker, topic, tmp_path):
-    """An async task writing for longer than _OVERLAP_AFTER_S gives the poll lock back: chunks get acked mid-task."""
-    from spark_recoverable_sink.task.writer import _OVERLAP_AFTER_S
+    """An async task writing for longer than OVERLAP_AFTER_S gives the poll lock back: chunks get acked mid-task."""
+    from spark_recoverable_sink.task.at_least_once import OVERLAP_AFTER_S
 
     cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=0, name="overlap")
     seen: dict[str, int] = {}
@@ -91,7 +91,7 @@ def test_async_poller_delivers_committed_chunks_while_a_long_task_still_writes(b
     def gated():
         it = batches(0, 4000, 40)
         yield next(it)
-        time.sleep(_OVERLAP_AFTER_S + 0.1)  # the task has now been writing longer than the bound
+        time.sleep(OVERLAP_AFTER_S + 0.1)  # the task has now been writing longer than the bound
         yield next(it)  # after this chunk's append, the task lends the lock to the poller
         pub = get_runtime(cfg).publisher
         end = time.monotonic() + 60
@@ -144,9 +144,9 @@ def test_orphan_adopted_while_own_slot_is_busy(broker, topic, tmp_path):
     assert {f"adopt:2:4:{i}" for i in range(3000)} <= got.distinct_ids()
     rt = get_runtime(cfg)
     end = time.monotonic() + 20
-    while rt.adopted and time.monotonic() < end:  # released once drained
+    while rt.adopter.adopted and time.monotonic() < end:  # released once drained
         time.sleep(0.1)
-    assert not rt.adopted
+    assert not rt.adopter.adopted
 
 
 def test_uncommitted_attempt_of_a_dead_worker_is_dropped(own_broker, tmp_path):

@@ -120,10 +120,10 @@ def cmd_drain(a: dict) -> None:
     end = time.monotonic() + a.get("timeout_s", 60)
     while time.monotonic() < end:
         rep2 = write_partition(cfg, a.get("batch", 999_999), a.get("partition", 999), 0, iter(()))
-        if rt.publisher.idle() and rt.wal.is_empty() and not rt.adopted:
+        if rt.publisher.idle() and rt.wal.is_empty() and not rt.adopter.adopted:
             break
         time.sleep(0.2)
-    print(json.dumps({"replayed": rep.replayed + rep2.replayed, "adopted_left": sorted(rt.adopted),
+    print(json.dumps({"replayed": rep.replayed + rep2.replayed, "adopted_left": sorted(rt.adopter.adopted),
                       "idle": rt.publisher.idle(), "problems": list(rep2.problems)}), flush=True)
     _event("exit")
     os._exit(0)

@@ -377,17 +377,18 @@ def test_a_corrupt_dead_letter_in_a_slot_marks_it_unreadable_and_releases_its_lo
     _raw_put(path, b"dead", struct.pack(">QIQI", 1, 0, 2, ck.gen), bytes(raw))
     rt = WorkerRuntime(_runtime_config(tmp_path))
     try:
-        assert rt.lock.index != 0 and "dead letter" in rt.unreadable[0] and path in rt.unreadable[0]
+        assert rt.lock.index != 0 and "dead letter" in rt.adopter.unreadable[0] and path in rt.adopter.unreadable[0]
         assert _slot0_free(tmp_path)  # not held by a lost descriptor: an operator can quarantine it
     finally:
         rt.close()
 
 
 def test_any_exception_while_opening_a_slot_releases_its_lock(tmp_path, monkeypatch):
+    from spark_recoverable_sink.recovery.adopter import SlotAdopter
     from spark_recoverable_sink.task.runtime import WorkerRuntime
 
     _slot0(tmp_path)
-    monkeypatch.setattr(WorkerRuntime, "recover", lambda self, wal: (_ for _ in ()).throw(RuntimeError("bug")))
+    monkeypatch.setattr(SlotAdopter, "recover", lambda self, wal: (_ for _ in ()).throw(RuntimeError("bug")))
     with pytest.raises(RuntimeError):
         WorkerRuntime(_runtime_config(tmp_path))
     assert _slot0_free(tmp_path)
@@ -404,10 +405,10 @@ def test_an_unclean_sync_none_slot_is_quarantined_automatically_and_reported(tmp
     _other_boot(tmp_path, monkeypatch)
     rt = WorkerRuntime(_runtime_config(tmp_path, wal_sync="none"))
     try:
-        [(dest, why)] = rt.quarantined.items()
+        [(dest, why)] = rt.adopter.quarantined.items()
         assert "wal_sync" in why and "checksum" in why
         assert os.path.exists(os.path.join(dest, "data.mdb"))  # bytes kept for the operator
-        assert not rt.unreadable and rt.wal.attempts() == {}  # the worker writes in a fresh slot
+        assert not rt.adopter.unreadable and rt.wal.attempts() == {}  # the worker writes in a fresh slot
     finally:
         rt.close()
 

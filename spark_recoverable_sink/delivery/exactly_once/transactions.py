@@ -13,7 +13,7 @@ group named like the lane, on partition 0 of the sink's topic, that encodes
 the batch and the unit's row count (the broker keeps the offset, not
 metadata: some brokers drop metadata). The driver runs batches one after
 the other and a batch ends only once every lane of it is committed
-(:mod:`.sink`), so a lane's marker at batch ``m >= b`` proves that unit
+(:mod:`...driver.settle`), so a lane's marker at batch ``m >= b`` proves that unit
 ``(b, lane)`` is in Kafka: a re-run, a stale WAL copy or an adopter skips it.
 
 Steps of :meth:`Committer.commit` (each resumable after a failure):
