@@ -127,7 +127,15 @@ class SinkConfig:
             broker: ``False`` (default) fails it with ``BrokerUnreachableError``,
             ``True`` only warns and keeps waiting (records stay in the WAL).
         metrics_port: Driver only: serve Prometheus metrics on this port
-            (``0`` = a free port; ``None`` = no endpoint). See :mod:`.ops.metrics`.
+            (``0`` = a free port; ``None`` = no endpoint). See :mod:`.driver.metrics`.
+        marker_topic: Exactly-once: the compacted topic holding the lanes'
+            markers (created by the sink if missing; shared by sinks, keyed by lane).
+        offsets_retention_s: Exactly-once: the brokers' ``offsets.retention.minutes``
+            in seconds (7 days by default): a marker record stands in for an
+            expired marker offset only once it is older than this.
+        settle_timeout_s: Driver only, exactly-once: how long a batch may wait
+            for its lanes' transactions before it fails with
+            :class:`.SettleTimeoutError` naming every lane still pending.
     """
 
     name: str
@@ -146,6 +154,9 @@ class SinkConfig:
     id_header: str = "rks-id"
     wait_for_broker: bool = False
     metrics_port: int | None = field(default=None, compare=False)  # driver only: not part of the runtime key
+    marker_topic: str = "rks-markers"
+    offsets_retention_s: float = 7 * 24 * 3600.0
+    settle_timeout_s: float = field(default=600.0, compare=False)  # driver only
 
     @classmethod
     def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
@@ -186,7 +197,7 @@ class SinkConfig:
             if reserved in conf:
                 raise ConfigError(f"kafka_conf[{reserved!r}]", "is set by the sink itself (exactly-once mode)")
         check_wal_dir(self.wal_dir)
-        for opt in ("topic", "dead_letter_topic"):
+        for opt in ("topic", "dead_letter_topic", "marker_topic"):
             v = getattr(self, opt)
             if v is not None and (not isinstance(v, str) or not _TOPIC_RE.match(v)):
                 raise ConfigError(opt, f"must be a Kafka topic name ([A-Za-z0-9._-], 1-249 chars), got {v!r}")
@@ -195,6 +206,8 @@ class SinkConfig:
         _positive("ack_timeout_s", self.ack_timeout_s, allow_zero=True)
         _positive("checkpoint_interval_s", self.checkpoint_interval_s)
         _positive("max_block_s", self.max_block_s, allow_zero=True)
+        _positive("offsets_retention_s", self.offsets_retention_s)
+        _positive("settle_timeout_s", self.settle_timeout_s)
         _positive("retry_backoff_s", self.retry_backoff_s)
         _positive("retry_backoff_max_s", self.retry_backoff_max_s)
         _positive("max_wal_bytes", self.max_wal_bytes, integer=True)
@@ -227,9 +240,12 @@ class SinkConfig:
     # -- Kafka configuration -------------------------------------------------
 
     def _check_exactly_once(self, conf: Mapping[str, str]) -> None:
-        if not self.topic:
-            raise ConfigError("topic", "exactly_once needs a default topic: partition 0 of it holds the sink's "
-                                       "transaction markers (consumer-group offsets, no records)")
+        if self.ack_timeout_s <= 0:
+            raise ConfigError("ack_timeout_s", "must be > 0 with exactly_once: a task publishes its unit in a "
+                                               "transaction before it returns (0 would make every unit wait "
+                                               "for the poller and every batch for settle())")
+        if self.marker_topic in (self.topic, self.dead_letter_topic):
+            raise ConfigError("marker_topic", "must differ from the sink's data topics")
         if self.dead_letter_topic is not None:
             raise ConfigError("dead_letter_topic", "is not supported with exactly_once yet: a record refused for "
                                                    "good stays in the WAL and its unit is reported pending")

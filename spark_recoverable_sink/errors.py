@@ -24,6 +24,7 @@ __all__ = [
     "ProducerError",
     "BrokerUnreachableError",
     "ExactlyOnceMismatchError",
+    "SettleTimeoutError",
 ]
 
 
@@ -144,18 +145,37 @@ class BrokerUnreachableError(RecoverableSinkError):
 
 
 class ExactlyOnceMismatchError(RecoverableSinkError):
-    """A re-run of a batch does not hold what the first run already committed to Kafka.
+    """A batch's unit does not match what its lane already committed to Kafka: nothing of it was published.
 
-    In exactly-once mode a (batch, partition) whose transaction is committed is
-    skipped when the batch runs again; that is only right if the re-run puts
-    the same rows in the same Spark partition. ``batch``, ``partition``,
-    ``rows`` (this run) and ``committed_rows`` (the committed unit's count,
-    modulo 2**24) say where it differs. Nothing of this attempt is published.
+    In exactly-once mode a (run, batch, partition) whose transaction is
+    committed is skipped when the batch runs again, which is only right when
+    the re-run brings the same records (the marker holds a digest of their
+    ids: :mod:`.ids`). Raised when the lane's marker shows the batch committed
+    with other records, or a later batch committed (the run id was used
+    before). ``run``, ``batch``, ``partition``, ``rows`` (this run) and
+    ``reason`` say where it differs; ``committed_batch`` is the marker's batch.
     """
 
-    def __init__(self, message: str, batch: int, partition: int, rows: int, committed_rows: int | None) -> None:
+    def __init__(self, message: str, batch: int, partition: int, rows: int, committed_batch: int | None,
+                 run: str = "", reason: str = "") -> None:
         super().__init__(message)
         self.batch = batch
         self.partition = partition
         self.rows = rows
-        self.committed_rows = committed_rows
+        self.committed_batch = committed_batch
+        self.run = run
+        self.reason = reason
+
+
+class SettleTimeoutError(RecoverableSinkError):
+    """Exactly-once: a batch's lanes were not all committed within ``settle_timeout_s``.
+
+    ``lanes`` lists every lane still waiting: ``{"lane", "batch", "rows",
+    "tries", "last_error"}`` (secrets scrubbed). Nothing was dropped: the
+    units stay in the executors' WALs; the batch fails and runs again after a
+    restart, and a committed lane is skipped then.
+    """
+
+    def __init__(self, message: str, lanes: Sequence[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.lanes = tuple(lanes)

@@ -21,6 +21,8 @@ REPORT_FIELDS: tuple[tuple[str, str], ...] = (
     # emitted; see delivery/stats.py)
     ("wal_bytes", "bigint"), ("kafka_queue_msgs", "bigint"), ("kafka_rtt_ms", "double"),
     ("kafka_txn_state", "string"),
+    # exactly-once: rows not published again because their lane's marker proves Kafka has them
+    ("skipped", "bigint"),
 )
 REPORT_DDL = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
@@ -60,6 +62,7 @@ class PartitionReport:
     kafka_queue_msgs: int = -1
     kafka_rtt_ms: float = -1.0
     kafka_txn_state: str = ""
+    skipped: int = 0
 
     def to_row(self) -> dict[str, Any]:
         d = asdict(self)
@@ -113,6 +116,7 @@ class BatchReport:
     kafka_rtt_ms_avg: float = -1.0
     kafka_rtt_ms_max: float = -1.0
     kafka_txn_states: tuple[str, ...] = ()
+    skipped: int = 0
 
     @classmethod
     def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float,
@@ -136,6 +140,7 @@ class BatchReport:
             kafka_queue_msgs_max=max((p.kafka_queue_msgs for p in ps), default=-1),
             kafka_rtt_ms_avg=sum(rtts) / len(rtts) if rtts else -1.0, kafka_rtt_ms_max=max(rtts, default=-1.0),
             kafka_txn_states=tuple(sorted({p.kafka_txn_state for p in ps if p.kafka_txn_state})),
+            skipped=sum(p.skipped for p in ps),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -148,7 +153,7 @@ class BatchReport:
 
     def log_line(self) -> str:
         line = (f"batch_id={self.batch_id} run={self.run} rows={self.rows} bytes={self.bytes} acked={self.acked} "
-                f"pending={self.pending} retried={self.retried} dead_lettered={self.dead_lettered} "
+                f"pending={self.pending} skipped={self.skipped} retried={self.retried} dead_lettered={self.dead_lettered} "
                 f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f} "
                 f"wal_bytes={self.wal_bytes} wal_slot_bytes_max={self.wal_slot_bytes_max}")
         if self.kafka_queue_msgs_max >= 0:  # librdkafka statistics enabled
@@ -176,14 +181,17 @@ class DeadLetterLedger:
 
     def admit(self, parts: Iterable[PartitionReport]) -> tuple[tuple[str, str], ...]:
         """(record id, error) of the offered dead letters not held yet; they are held from now on."""
+        return self.admit_offers(x for p in parts for x in p.dead_letters)
+
+    def admit_offers(self, offers: Iterable[tuple[str, str, str]]) -> tuple[tuple[str, str], ...]:
+        """(record id, error) of the offers (record id, error, token) not held yet; they are held from now on."""
         new: list[tuple[str, str]] = []
-        for p in parts:
-            for rid, err, token in p.dead_letters:
-                if token in self._tokens:
-                    self._tokens.move_to_end(token)
-                    continue
-                self._tokens[token] = None
-                new.append((rid, err))
+        for rid, err, token in offers:
+            if token in self._tokens:
+                self._tokens.move_to_end(token)
+                continue
+            self._tokens[token] = None
+            new.append((rid, err))
         while len(self._tokens) > self.keep:
             self._tokens.popitem(last=False)
         return tuple(new)

@@ -28,11 +28,13 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Collection
 
+import pyarrow as pa
+
 from ..config import SinkConfig
 from ..errors import WalError
-from ..ids import record_id
+from ..ids import record_id_at, record_id_prefix
 from ..schema import chunk_run, iter_rows
-from ..wal.format import decode_chunk
+from ..wal.format import ChunkKey, decode_chunk
 from ..wal.records import DeadLetter
 from .chunks import ChunkTracker
 from .codes import NON_RETRIABLE
@@ -41,7 +43,7 @@ from .explain import explain
 if TYPE_CHECKING:  # pragma: no cover
     from ..wal.log import Wal
 
-__all__ = ["DeadLetterRouter", "dead_letters_of", "dead_letter_token"]
+__all__ = ["DeadLetterRouter", "dead_letters_of", "dead_letters_from", "dead_letter_token"]
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +56,33 @@ def dead_letters_of(config: SinkConfig, t: ChunkTracker,
 
     ``partitions_of`` (topic -> partition count) lets the reason of an
     unknown partition say how many the topic has (see :mod:`.explain`).
+
+    Raises:
+        WalError: the chunk is no longer in the WAL (nothing is stored; the checkpoint tries again).
     """
     raw = t.wal.read_chunk(t.key)
-    batch = decode_chunk(raw) if raw is not None else None
-    rows = list(iter_rows(batch, config.topic)) if batch is not None else []
-    run = chunk_run(batch) if batch is not None else ""
+    if raw is None:
+        raise WalError(f"chunk {t.key} vanished from {t.wal.path} before its dead letters were stored", t.wal.path)
+    return dead_letters_from(config, t.key, decode_chunk(raw), t.dead, partitions_of)
+
+
+def dead_letters_from(config: SinkConfig, key: ChunkKey, batch: pa.RecordBatch, dead: list[tuple[int, int, str]],
+                      partitions_of: Callable[[str], int | None] | None = None) -> list[tuple[bytes, DeadLetter]]:
+    """Dead letters (WAL key, record) of the records ``dead`` (index, error code, error text) of a chunk."""
+    rows = list(iter_rows(batch, config.topic))
+    prefix = record_id_prefix(config.name, key.batch, key.partition, chunk_run(batch))
     out = []
-    for i, code, text in t.dead:
-        seq = t.key.first_seq + i
-        r = rows[i] if i < len(rows) else {}
+    for i, code, text in dead:
+        r = rows[i]
         d = DeadLetter(
-            record_id=record_id(config.name, t.key.batch, t.key.partition, seq, run),
+            record_id=record_id_at(prefix, batch, key.first_seq, i),
             error_code=code, error=config.scrub(explain(
                 config, code, text, r.get("topic") or "", r.get("partition"), _size(r), partitions_of)),
             topic=r.get("topic") or "",
             partition=r.get("partition"), key=r.get("key"), value=r.get("value"),
             headers=tuple(r.get("headers") or ()), timestamp_ms=r.get("timestamp"),
         )
-        out.append((_DEAD_KEY.pack(t.key.batch, t.key.partition, seq, t.key.gen), d))
+        out.append((_DEAD_KEY.pack(key.batch, key.partition, key.first_seq + i, key.gen), d))
     return out
 
 
@@ -107,10 +118,11 @@ class DeadLetterRouter:
     def busy(self) -> bool:
         return bool(self._pending) or bool(self._sent)
 
-    def stored(self, wal: "Wal", dkey: bytes, d: DeadLetter) -> None:
-        """A dead letter is in the WAL: route it."""
-        log.error("sink=%s dead_letter record_id=%s topic=%s error_code=%d error=%s dead_letter_topic=%s",
-                  self.config.name, d.record_id, d.topic, d.error_code, d.error, self.config.dead_letter_topic)
+    def stored(self, wal: "Wal", dkey: bytes, d: DeadLetter, announce: bool = True) -> None:
+        """A dead letter is in the WAL: route it (``announce``: one ERROR line for it)."""
+        if announce:
+            log.error("sink=%s dead_letter record_id=%s topic=%s error_code=%d error=%s dead_letter_topic=%s",
+                      self.config.name, d.record_id, d.topic, d.error_code, d.error, self.config.dead_letter_topic)
         if self.config.dead_letter_topic and not d.forwarded:
             self._pending.append((wal, dkey, d, False))
         elif not self.config.dead_letter_topic and not d.reported:

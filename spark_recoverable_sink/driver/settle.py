@@ -1,4 +1,4 @@
-"""The driver's part of exactly-once: a batch ends only when every lane of it is committed.
+"""The driver's part of exactly-once: a batch ends only when every lane of it is committed, refused or timed out.
 
 Batches run one after the other; if batch ``b+1`` could commit a lane while
 a unit of batch ``b`` still waits in some WAL, the lane's marker (which only
@@ -7,7 +7,16 @@ return with units still pending (the broker is down, or slower than
 ``ack_timeout_s``), :func:`settle` keeps the batch open: it runs drain jobs
 (whose tasks retry every waiting unit, adopt the slots of dead workers and
 keep workers alive) and reads the lanes' markers until all are at ``b``.
-The query keeps running meanwhile; it does not fail on an outage.
+
+It ends, at the latest, after ``settle_timeout_s``:
+
+1. every waiting lane's marker is at the batch: settled;
+2. a unit was refused (a record refused for good): its lane is done waiting,
+   and the dead letters the drains offered are returned for the caller to
+   raise :class:`.DeadLetterError`;
+3. past ``settle_timeout_s``: :class:`.SettleTimeoutError` names every lane
+   still waiting, its unit and its last error. Nothing is dropped: the units
+   stay in the WALs, and the batch runs again after a restart.
 
 This also fixes the order consumers see: every record of batch ``b`` is
 visible before any record of batch ``b+1``, in every Kafka partition.
@@ -20,45 +29,65 @@ import time
 from typing import Any, Callable
 
 from ..config import SinkConfig
+from ..deadline import Deadline
 from ..delivery.exactly_once.lanes import lane_markers
+from ..delivery.exactly_once.markers import lane_id
+from ..errors import SettleTimeoutError
 from ..report import BatchReport
 
 __all__ = ["settle"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
 
-_DRAIN_S = 10.0  # one drain job's wait; the loop goes on until every lane is committed
+_DRAIN_S = 10.0  # one drain job's wait; the loop goes on until every lane is committed or the bound
 
 
-def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any]) -> float:
-    """Wait until every lane of ``report``'s batch with pending rows is committed; returns the seconds waited.
+def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any]) -> list[tuple[str, str, str]]:
+    """Wait until every lane of ``report``'s batch with pending rows is committed (or refused).
 
-    ``drain(timeout_s)`` runs one drain job (:meth:`.RecoverableKafkaSink.drain`).
+    ``drain(timeout_s)`` runs one drain job (:meth:`.RecoverableKafkaSink.drain`)
+    and returns its :class:`.DrainReport`. Returns the dead letters
+    (record id, error, token) the drain jobs offered.
 
     Raises:
+        SettleTimeoutError: lanes still waiting after ``config.settle_timeout_s``.
         pyspark errors: a drain job failed (the batch fails; Spark re-runs it
             and every committed lane is skipped).
     """
     lanes = sorted({p.partition for p in report.partition_reports if p.pending > 0})
+    offered: dict[str, tuple[str, str, str]] = {}
     if not lanes:
-        return 0.0
+        return []
     t0 = time.monotonic()
+    bound = Deadline(config.settle_timeout_s)
     rounds = 0
+    units: list[dict[str, Any]] = []
     while True:
-        left = _uncommitted(config, report, lanes)
+        left = _uncommitted(config, report, lanes)  # Step 1
         if left is not None and not left:
             break
+        waiting = lanes if left is None else left
+        if bound.expired():  # Step 3
+            raise _timeout(config, report, waiting, units, time.monotonic() - t0)
         rounds += 1
         log.warning("sink=%s batch_id=%d exactly_once waiting lanes=%s round=%d seconds=%.1f: units wait in the "
-                    "executors' WALs for their transactions; the batch ends once they are committed",
-                    config.name, report.batch_id, "?" if left is None else ",".join(map(str, left)), rounds,
-                    time.monotonic() - t0)
-        drain(_DRAIN_S)
-        lanes = lanes if left is None else left
+                    "executors' WALs for their transactions; the batch ends once they are committed (at most "
+                    "settle_timeout_s=%.0f)", config.name, report.batch_id, ",".join(map(str, waiting)), rounds,
+                    time.monotonic() - t0, config.settle_timeout_s)
+        done = drain(max(1.0, bound.cap(_DRAIN_S)))
+        units = list(getattr(done, "units", ()))
+        for rid, err, token in getattr(done, "dead_letters", ()):
+            offered[token] = (rid, err, token)
+        refused = _refused_lanes(config, report, offered.values())  # Step 2
+        if refused:
+            log.error("sink=%s batch_id=%d exactly_once lanes=%s refused (a record refused for good): the batch "
+                      "fails with DeadLetterError", config.name, report.batch_id, ",".join(map(str, sorted(refused))))
+        lanes = [lane for lane in waiting if lane not in refused]
+        if not lanes:
+            break
     waited = time.monotonic() - t0
-    log.info("sink=%s batch_id=%d exactly_once settled lanes=%d seconds=%.3f", config.name,
-             report.batch_id, len(lanes), waited)
-    return waited
+    log.info("sink=%s batch_id=%d exactly_once settled seconds=%.3f", config.name, report.batch_id, waited)
+    return list(offered.values())
 
 
 def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> list[int] | None:
@@ -68,4 +97,34 @@ def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> l
     except Exception as exc:  # the broker is down: the drain jobs keep trying
         log.info("sink=%s lane markers not readable yet: %s", config.name, config.scrub(str(exc)))
         return None
-    return [lane for lane in lanes if markers.get(lane) is None or markers[lane][0] < report.batch_id]
+    return [lane for lane in lanes if markers.get(lane) is None or markers[lane].batch < report.batch_id]
+
+
+def _refused_lanes(config: SinkConfig, report: BatchReport, offered: Any) -> set[int]:
+    """Lanes of this batch with a dead letter offered (a refused unit puts all its records there)."""
+    prefix = f"{config.name}:{report.run}:{report.batch_id}:"
+    out = set()
+    for rid, _err, _token in offered:
+        if rid.startswith(prefix):
+            part = rid[len(prefix):].split(":", 1)[0]
+            if part.isdigit():
+                out.add(int(part))
+    return out
+
+
+def _timeout(config: SinkConfig, report: BatchReport, lanes: list[int], units: list[dict[str, Any]],
+             waited: float) -> SettleTimeoutError:
+    ids = {lane_id(config.name, report.run, p): p for p in lanes}
+    known = {u["lane"]: u for u in units if u.get("lane") in ids and u.get("batch") == report.batch_id}
+    named = []
+    for lid in ids:
+        u = known.get(lid)
+        named.append(dict(u) if u is not None else {"lane": lid, "batch": report.batch_id, "rows": None, "tries": None,
+                                                     "last_error": "no live worker reported this unit waiting"})
+    lines = "; ".join(f"{u['lane']} batch={u['batch']} rows={u['rows']} tries={u['tries']} "
+                      f"last_error={config.scrub(str(u['last_error']))}" for u in named)
+    return SettleTimeoutError(
+        f"sink={config.name} batch_id={report.batch_id}: {len(named)} exactly-once lane(s) not committed after "
+        f"{waited:.0f}s (settle_timeout_s={config.settle_timeout_s:.0f}): {lines}. Nothing was dropped: the units "
+        "stay in the executors' WALs; the batch fails and runs again after a restart (a lane committed since is "
+        "skipped then). Check the broker and the errors above, or raise settle_timeout_s.", named)

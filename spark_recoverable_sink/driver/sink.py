@@ -16,11 +16,13 @@ Per batch, on the driver:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 import uuid
 from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
@@ -186,7 +188,9 @@ class RecoverableKafkaSink:
             confirmed = self._dead.confirmed()
         rows = spark.range(0, n, 1, n).mapInArrow(DrainTask(self.config, timeout_s, confirmed), DRAIN_DDL).collect()
         report = DrainReport(replayed=sum(r.replayed for r in rows), pending=sum(r.pending for r in rows),
-                             workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0)
+                             workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0,
+                             units=tuple(u for r in rows for u in json.loads(r.units or "[]")),
+                             dead_letters=tuple(tuple(x) for r in rows for x in json.loads(r.dead_letters or "[]")))
         log.info("sink=%s drain replayed=%d pending=%d workers=%d seconds=%.3f", self.config.name,
                  report.replayed, report.pending, report.workers, report.seconds)
         if report.pending:
@@ -217,7 +221,12 @@ class RecoverableKafkaSink:
         self.reports.append(report)
         self._check_first_contact(report)
         if self.config.guarantee == EXACTLY_ONCE and report.pending:
-            settle(self.config, report, lambda timeout_s: self.drain(df.sparkSession, timeout_s))
+            offered = settle(self.config, report, lambda timeout_s: self.drain(df.sparkSession, timeout_s))
+            with self._lock:
+                late = self._dead.admit_offers(offered)
+            if late:  # units refused while the batch waited: its report names their records
+                report = replace(report, dead_letters=report.dead_letters + late)
+                self.reports[-1] = report
         return report
 
     def _check_first_contact(self, report: BatchReport) -> None:

@@ -79,19 +79,17 @@ def replay_sink(config: SinkConfig, timeout_s: float = 300.0,
     deadline = Deadline(timeout_s)
     sdir = os.path.join(resolve_wal_dir(config.wal_dir), config.name)
     delivery = Delivery.build(config, sdir)  # nothing adopted yet if this fails: it closed what it built
-    publisher, units, adopter = delivery.publisher, delivery.units, delivery.adopter
+    publisher, adopter = delivery.publisher, delivery.adopter
     adopter.replaying = []
     last = [0.0]
 
+    def unit_rows() -> int:  # rows of exactly-once units still waiting (a slot may hold both kinds)
+        return max(0, delivery.units.pending_rows()) if delivery.units is not None else 0
+
     def progress(force: bool = False) -> ReplayProgress:
-        if units is not None:
-            done_records = queued - max(0, units.pending_rows())
-            total_bytes = 0
-            done_bytes = 0
-        else:
-            done_records = sum(t.rows - len(t.skip) - t.pending for t in trackers)
-            total_bytes = sum(t.size for t in trackers)
-            done_bytes = sum(t.size for t in trackers if t.finished)
+        done_records = (units0 - unit_rows()) + sum(t.rows - len(t.skip) - t.pending for t in trackers)
+        total_bytes = sum(t.size for t in trackers)
+        done_bytes = sum(t.size for t in trackers if t.finished)
         p = ReplayProgress(queued, done_records, total_bytes, done_bytes, time.monotonic() - t0)
         if on_progress is not None and (force or time.monotonic() - last[0] >= progress_every_s):
             last[0] = time.monotonic()
@@ -102,6 +100,7 @@ def replay_sink(config: SinkConfig, timeout_s: float = 300.0,
         with publisher.task():  # this thread polls; no poller thread is started
             queued = adopter.adopt_orphans()
             trackers = adopter.replaying
+            units0 = unit_rows()
             log.info("replay sink=%s adopted=%s owned=%s records=%d", config.name, sorted(adopter.adopted),
                      sorted(adopter.owned), queued)
             adopted = tuple(sorted(adopter.adopted))
@@ -111,10 +110,11 @@ def replay_sink(config: SinkConfig, timeout_s: float = 300.0,
             adopter.release_drained()
     finally:
         delivery.close(0.0)  # checkpoint what is acked; whatever the client still holds is in the WAL
-    dead = sum(len(t.dead) for t in trackers)
-    delivered = queued - pending if units is not None else sum(t.acked for t in trackers)
-    problems = adopter.problems() + tuple(f"exactly-once unit set aside ({where}): {why}"
-                                          for where, why in sorted((units.mismatched if units else {}).items()))
+    units = delivery.units
+    dead = sum(len(t.dead) for t in trackers) + (units.refused_rows if units is not None else 0)
+    delivered = sum(t.acked for t in trackers) + (units0 - unit_rows() - (units.refused_rows + units.skipped_rows
+                                                                          if units is not None else 0))
+    problems = adopter.problems() + (units.problems() if units is not None else ())
     result = ReplayResult(
         sink=config.name, adopted=adopted, owned=tuple(sorted(adopter.owned)), replayed=queued,
         delivered=delivered, dead_lettered=dead, pending=pending,

@@ -9,11 +9,13 @@ Spark worker and owns no slot of its own):
 
 1. take the slot's lock; a free lock means the owner is dead;
 2. open its WAL and validate every chunk, attempt and dead letter first
-   (a slot that fails is set aside untouched and reported);
+   (a slot whose attempts or dead letters fail is set aside untouched and
+   reported; a chunk that fails is set aside alone, with its bytes);
 3. drop the chunks of attempts that never committed (Spark re-runs those);
 4. replay the chunks of committed attempts that were never acked, skipping
-   records already in the dead-letter store (exactly-once: queue them as
-   units for their lane's transaction);
+   records already in the dead-letter store, each under the guarantee it was
+   accepted under (exactly-once attempts: as units for their lane's
+   transaction);
 5. keep the slot until all of that is acked and pruned, then release it.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Collection
+from typing import Any, Callable, Collection
 
 from ..config import SinkConfig
 from ..delivery.attempts import AttemptTracker
@@ -31,7 +33,7 @@ from ..delivery.exactly_once.units import UnitBook, units_of
 from ..errors import WalError, WalUncleanError
 from ..wal.format import AttemptKey
 from ..wal.log import Wal, map_size_for
-from ..wal.quarantine import quarantine_held
+from ..wal.quarantine import quarantine_chunk, quarantine_held
 from ..wal.slots import SlotLock, list_slots, slot_paths
 
 __all__ = ["SlotAdopter"]
@@ -58,8 +60,15 @@ class SlotAdopter:
         self.adopted: dict[int, tuple[SlotLock, Wal]] = {}
         self.owned: set[int] = set()  # slots a live process held at the last scan
         self.replaying: list[ChunkTracker] | None = None
+        #: the exactly-once unit book, created on first need (set by :class:`.deliver.Delivery`)
+        self.unit_book: Callable[[], UnitBook] = lambda: self._no_units()
         self.lock = threading.Lock()  # taken after the publisher's poll lock, never before
         self._seen_empty: dict[int, Any] = {}
+
+    def _no_units(self) -> UnitBook:
+        if self.units is None:
+            raise RuntimeError("an exactly-once unit was found but no unit book was wired (recovery.deliver)")
+        return self.units
 
     def open(self, lock: SlotLock) -> Wal:
         """Open the WAL of a slot whose lock the caller holds.
@@ -98,64 +107,92 @@ class SlotAdopter:
             lock.release()
 
     def recover(self, wal: Wal) -> int:
-        """Drop uncommitted attempts, replay committed unacked chunks; returns records replayed.
+        """Drop uncommitted attempts, queue committed unacked records; returns records replayed.
 
         Every chunk is validated (header and checksum) before anything is
-        replayed or dropped; then chunks are decoded and produced one at a
-        time, so a large slot never has to fit in memory.
+        replayed or dropped; a chunk that fails is set aside on its own (its
+        bytes kept under the sink's quarantine directory, named in every
+        report) and the rest of the slot is delivered, each attempt under the
+        guarantee it was accepted under: exactly-once units in a transaction
+        (an at-least-once process included), everything else as at-least-once
+        (never skipped by a marker). Then chunks are decoded and produced one
+        at a time, so a large slot never has to fit in memory.
 
         Raises:
-            WalFormatError: the slot holds a corrupt chunk or record (it needs quarantine).
+            WalFormatError: an attempt record or dead letter of the slot does not decode (it needs quarantine).
             WalReadError: LMDB failed while reading.
         """
         attempts = wal.attempts()
-        rows_of = wal.check_chunks()
+        rows_of, damaged = wal.check_chunks_each()
         wal.dead_letters()  # decoded too before anything is queued: a bad one sets the slot aside untouched
+        eo_units = {k: st for k, st in attempts.items() if st.committed and st.exactly_once}
+        damaged_units = {ck.attempt for ck in damaged if ck.attempt in eo_units}
         drop: list[tuple[Any, int]] = []
         replay: list[tuple[Any, int]] = []
+        aside: list[tuple[Any, int]] = []
         trackers: dict[AttemptKey, AttemptTracker] = {}
         for ck, size in wal.chunk_keys():
             state = attempts.get(ck.attempt)
-            if state is None or not state.committed:
+            if ck in damaged or ck.attempt in damaged_units:
+                aside.append((ck, size))
+            elif state is None or not state.committed:
                 drop.append((ck, size))
             else:
                 replay.append((ck, size))
-                if ck.attempt not in trackers:
+                if ck.attempt not in eo_units and ck.attempt not in trackers:
                     trackers[ck.attempt] = AttemptTracker(wal, ck.attempt)
-                trackers[ck.attempt].add_chunk(ck)
+                if ck.attempt not in eo_units:
+                    trackers[ck.attempt].add_chunk(ck)
+        if aside:
+            self._set_aside(wal, aside, damaged, damaged_units)
         wal.gen = max([wal.gen] + [ck.gen for ck in rows_of])
-        finished = [k for k, st in attempts.items() if not st.committed or k not in trackers]
+        finished = [k for k, st in attempts.items()
+                    if not st.committed or (k not in trackers and k not in eo_units) or k in damaged_units]
         if drop or finished:
             log.warning("sink=%s slot=%s dropping %d chunks of %d uncommitted attempts (Spark re-runs them)",
                         self.config.name, wal.path, len(drop), sum(not s.committed for s in attempts.values()))
             wal.prune(chunks=drop, attempts_done=finished)
-        if self.units is not None:  # exactly-once: each committed attempt is a unit for a transaction
-            units = units_of(wal, {k: st.rows for k, st in attempts.items() if st.committed}, replay)
-            for unit in units:
-                self.units.add(unit)
-            replayed = sum(u.rows for u in units)
-            if replayed:
-                log.warning("sink=%s slot=%s units=%d rows=%d of committed attempts wait for their transaction "
-                            "(skipped if their lane's marker shows them in Kafka)", self.config.name, wal.path,
-                            len(units), replayed)
-            return replayed
-        # Replays wait in the publisher's backlog (read back from the WAL when
-        # their turn comes): adopting never blocks a task, even with the broker down.
+        self.publisher.load_dead_letters(wal)  # under either guarantee, on every recovery
+        eo_chunks = [(ck, size) for ck, size in replay if ck.attempt in eo_units and ck.attempt not in damaged_units]
         replayed = 0
+        if eo_chunks:  # accepted under exactly-once: each unit in its lane's transaction, whatever this process is
+            units = units_of(wal, eo_units, eo_chunks)
+            book = self.unit_book()
+            for unit in units:
+                book.add(unit)
+            replayed += sum(u.rows for u in units)
+            log.warning("sink=%s slot=%s units=%d rows=%d of committed exactly-once attempts wait for their "
+                        "transaction (skipped only if their lane's marker proves them in Kafka)", self.config.name,
+                        wal.path, len(units), replayed)
+        # At-least-once: replays wait in the publisher's backlog (read back from the WAL when their
+        # turn comes): adopting never blocks a task, even with the broker down.
+        al = 0
         for ck, size in replay:
+            if ck.attempt in eo_units:
+                continue
             t = ChunkTracker(wal, ck, rows_of[ck], size, trackers[ck.attempt], replayed=True,
                              skip=frozenset(wal.dead_keys_in_chunk(ck, rows_of[ck])))
             self.publisher.enqueue_chunk(t, None)
             if self.replaying is not None:
                 self.replaying.append(t)
-            replayed += t.rows - len(t.skip)
+            al += t.rows - len(t.skip)
         for at in trackers.values():
             self.publisher.attempt_closed(at)
-        self.publisher.load_dead_letters(wal)
-        if replayed:
+        if al:
             log.warning("sink=%s slot=%s replaying records=%d of committed, unacked attempts=%d",
-                        self.config.name, wal.path, replayed, len(trackers))
-        return replayed
+                        self.config.name, wal.path, al, len(trackers))
+        return replayed + al
+
+    def _set_aside(self, wal: Wal, chunks: list[tuple[Any, int]], damaged: dict[Any, str],
+                   units: set[AttemptKey]) -> None:
+        """Damaged chunks (and the other chunks of an exactly-once unit with one) out of the WAL, bytes kept."""
+        for ck, _size in chunks:
+            why = damaged.get(ck) or f"another chunk of its exactly-once unit {ck.attempt} is damaged"
+            dest = quarantine_chunk(self.sdir, wal, ck, why)
+            self.quarantined[dest] = f"chunk {ck} of {wal.path}: {why}"
+            log.error("sink=%s slot=%s chunk=%s set aside to %s: %s; the rest of the slot is delivered",
+                      self.config.name, wal.path, ck, dest, why)
+        wal.prune(chunks=chunks, attempts_done=sorted(units))
 
     def adopt_orphans(self, skip: Collection[int] = ()) -> int:
         """Adopt every slot of the sink whose owner is dead and which holds records; returns records replayed.

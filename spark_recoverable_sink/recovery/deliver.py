@@ -12,6 +12,8 @@ operator's ``rks replay`` (:mod:`..ops.replay`). They all build the same
    publisher pass at a time (produce, poll, settle, retry, prune);
    exactly-once, one pass over the waiting units, oldest first, each in its
    transaction, with a short pause between passes;
+   both kinds may be in one slot: a unit is delivered under the guarantee its
+   attempt was accepted under, whatever the sink's guarantee is now;
 3. prune what is acked; return what is still pending (it stays in the WAL).
 
 Nothing here runs unless called: a process that dies mid-loop leaves every
@@ -33,21 +35,35 @@ from .adopter import SlotAdopter
 
 __all__ = ["Delivery"]
 
+
+def _unit_book(config: SinkConfig, publisher: Publisher) -> UnitBook:
+    return UnitBook(config, Committer(config, publisher.contact.client_error), publisher.dead_letters)
+
 _UNIT_PASS_PAUSE_S = 0.2  # exactly-once: between two passes over units still waiting
 _TICK_S = 0.05  # at-least-once: longest poll of one publisher pass
 
 
 @dataclass
 class Delivery:
-    """A sink's publisher, its exactly-once unit book (or ``None``) and its slot adopter, in one process.
+    """A sink's publisher, its exactly-once unit book and its slot adopter, in one process.
 
-    Built on the executor (or in the operator's process); never pickled.
+    ``units`` is ``None`` until the sink is exactly-once or recovery finds an
+    exactly-once unit in a slot (accepted under that promise: it is published
+    only in a transaction, whatever this process's guarantee). Built on the
+    executor (or in the operator's process); never pickled.
     """
 
     config: SinkConfig
     publisher: Publisher
     units: UnitBook | None
     adopter: SlotAdopter
+
+    def unit_book(self) -> UnitBook:
+        """The exactly-once unit book, created on first need."""
+        if self.units is None:
+            self.units = _unit_book(self.config, self.publisher)
+            self.adopter.units = self.units
+        return self.units
 
     @classmethod
     def build(cls, config: SinkConfig, sdir: str) -> "Delivery":
@@ -60,8 +76,10 @@ class Delivery:
         units = None
         try:
             if config.guarantee == EXACTLY_ONCE:
-                units = UnitBook(config, Committer(config, publisher.contact.client_error))
-            return cls(config, publisher, units, SlotAdopter(config, sdir, publisher, units))
+                units = _unit_book(config, publisher)
+            delivery = cls(config, publisher, units, SlotAdopter(config, sdir, publisher, units))
+            delivery.adopter.unit_book = delivery.unit_book
+            return delivery
         except BaseException:
             publisher.close(0.0)
             if units is not None:
@@ -69,10 +87,9 @@ class Delivery:
             raise
 
     def pending(self) -> int:
-        """Records (exactly-once: rows of units) not yet known to be in Kafka."""
-        if self.units is not None:
-            return max(0, self.units.pending_rows())
-        return self.publisher.in_flight()
+        """Records (and rows of exactly-once units) not yet known to be in Kafka."""
+        units = max(0, self.units.pending_rows()) if self.units is not None else 0
+        return units + self.publisher.in_flight()
 
     def deliver(self, deadline: Deadline, on_pass: Callable[[], None] | None = None) -> int:
         """Deliver until nothing is pending or ``deadline`` passes; returns what is still pending.
@@ -80,14 +97,13 @@ class Delivery:
         The caller holds the publisher's poll lock (:meth:`.Publisher.task`).
         ``on_pass`` is called after every pass (progress of a replay).
         """
-        if self.units is not None:  # Step 2, exactly-once
-            while self.units.retry_pending(deadline) > 0 and not deadline.expired():
-                if on_pass is not None:
-                    on_pass()
+        while self.pending() > 0 and not deadline.expired():  # Step 2
+            if self.units is not None and self.units.pending_rows() > 0:  # exactly-once units, each in its transaction
+                self.units.retry_pending(deadline)
+            if self.publisher.in_flight() > 0:  # at-least-once chunks: one publisher pass
+                self.publisher.tick(deadline.cap(_TICK_S), backlog_chunks=None)
+            elif self.pending() > 0:
                 time.sleep(deadline.cap(_UNIT_PASS_PAUSE_S))
-            return self.pending()
-        while self.publisher.in_flight() > 0 and not deadline.expired():  # Step 2, at-least-once
-            self.publisher.tick(deadline.cap(_TICK_S), backlog_chunks=None)
             if on_pass is not None:
                 on_pass()
         self.publisher.checkpoint()  # Step 3

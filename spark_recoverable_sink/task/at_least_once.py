@@ -25,6 +25,7 @@ from ..delivery.attempts import AttemptTracker
 from ..delivery.chunks import ChunkTracker
 from ..delivery.contact import ContactDeadline
 from ..wal.format import AttemptKey, ChunkKey
+from ..wal.records import AT_LEAST_ONCE
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runtime import WorkerRuntime
@@ -41,6 +42,9 @@ OVERLAP_AFTER_S = 0.5
 
 class AtLeastOnceTask:
     """One at-least-once task's chunks: produced now (sync) or handed to the poller (async)."""
+
+    guarantee = AT_LEAST_ONCE
+    digest = 0
 
     def __init__(self, rt: "WorkerRuntime", akey: AttemptKey, t0: float) -> None:
         self.rt = rt
@@ -88,3 +92,6 @@ class AtLeastOnceTask:
     def dead(self) -> int:
         """Records of this task refused for good (dead-lettered)."""
         return sum(len(t.dead) for t in self.trackers)
+
+    def skipped(self) -> int:
+        return 0  # at-least-once never skips a record

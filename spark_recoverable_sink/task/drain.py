@@ -14,10 +14,11 @@ the thread that would have delivered the records that worker had accepted.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Collection, Iterable, Iterator
+from typing import Any, Collection, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -27,19 +28,28 @@ from .runtime import get_runtime
 
 __all__ = ["DrainTask", "DrainReport", "DRAIN_DDL", "drain_worker"]
 
-DRAIN_DDL = "pid bigint, slot string, replayed bigint, pending bigint, seconds double"
+DRAIN_DDL = ("pid bigint, slot string, replayed bigint, pending bigint, seconds double, units string, "
+             "dead_letters string")
 _SCHEMA = pa.schema([("pid", pa.int64()), ("slot", pa.string()), ("replayed", pa.int64()),
-                     ("pending", pa.int64()), ("seconds", pa.float64())])
+                     ("pending", pa.int64()), ("seconds", pa.float64()), ("units", pa.string()),
+                     ("dead_letters", pa.string())])
 
 
 @dataclass(frozen=True)
 class DrainReport:
-    """What a drain found: orphaned records replayed, records still pending when it returned."""
+    """What a drain found: orphaned records replayed, records still pending when it returned.
+
+    ``units``: exactly-once units still waiting, per worker (``{"lane", "batch",
+    "rows", "tries", "last_error"}``); ``dead_letters``: (record id, error,
+    token) the workers offer, as in task reports.
+    """
 
     replayed: int
     pending: int
     workers: int
     seconds: float
+    units: tuple[dict[str, Any], ...] = ()
+    dead_letters: tuple[tuple[str, str, str], ...] = ()
 
 
 def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str] = ()) -> dict[str, float | int | str]:
@@ -55,8 +65,11 @@ def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str
         if confirmed:
             rt.publisher.confirm_dead_letters(frozenset(confirmed))
         pending = rt.delivery.deliver(deadline)
+        waiting = rt.units.waiting() if rt.units is not None else []
+        offered = rt.publisher.offer_unreported_dead()
     return {"pid": os.getpid(), "slot": rt.wal.path, "replayed": replayed, "pending": pending,
-            "seconds": time.monotonic() - t0}
+            "seconds": time.monotonic() - t0, "units": json.dumps(waiting),
+            "dead_letters": json.dumps([list(x) for x in offered])}
 
 
 class DrainTask:

@@ -20,15 +20,18 @@ import pyarrow as pa
 from .. import _points
 from ..config import SinkConfig
 from ..delivery.contact import ContactDeadline
+from ..delivery.exactly_once.inline import InlineTransaction
 from ..delivery.exactly_once.transactions import (
     COMMITTED,
     MISMATCH,
+    REFUSED,
     SKIPPED,
-    InlineTransaction,
     Unit,
 )
 from ..errors import ExactlyOnceMismatchError
+from ..ids import unit_digest
 from ..wal.format import AttemptKey, ChunkKey
+from ..wal.records import EXACTLY_ONCE
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runtime import WorkerRuntime
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 class ExactlyOnceTask:
     """One exactly-once task's unit: its chunks into the inline transaction, then the commit."""
 
+    guarantee = EXACTLY_ONCE
+
     def __init__(self, rt: "WorkerRuntime", akey: AttemptKey, run: str) -> None:
         self.rt = rt
         self.akey = akey
@@ -48,6 +53,9 @@ class ExactlyOnceTask:
         self.chunks: list[tuple[ChunkKey, int]] = []
         self._inline: InlineTransaction | None = None
         self._begun = False
+        self.digest = 0  # the unit digest so far (ids.unit_digest), recorded with the committed attempt
+        self._outcome = ""
+        self._rows = 0
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -56,12 +64,13 @@ class ExactlyOnceTask:
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:
         """The chunk ``key`` is committed in the WAL: produce it into the unit's transaction."""
         self.chunks.append((key, size))
+        self.digest = unit_digest(norm, key.first_seq, self.digest)
         rt, cfg = self.rt, self.rt.config
         if not self._begun:
             self._begun = True
             _points.point("eo.before_transaction", batch=key.batch, partition=key.partition, rows=key.first_seq)
-            assert rt.units is not None
-            self._inline = rt.units.committer.begin_inline(
+            units = rt.delivery.unit_book()
+            self._inline = units.committer.begin_inline(
                 rt.wal.path, self.akey, self.run, ContactDeadline(cfg.ack_timeout_s, rt.publisher.contact))
         if self._inline is not None:  # else: published from the WAL once committed there
             self._inline.produce(norm, key.first_seq, rt.publisher.block_s)
@@ -71,43 +80,55 @@ class ExactlyOnceTask:
         abandon_unit(self.rt, self.akey)
 
     def finish(self, rows: int) -> int:
-        """The unit is committed in the WAL: commit its transaction; returns the rows now in Kafka (all or none)."""
+        """The unit is committed in the WAL: commit its transaction; returns the rows it put in Kafka (all or none)."""
         if self._inline is not None:
             self._inline.finish()
-        return publish_unit(self.rt, self.rt.config, self.akey, self.run, rows, self.chunks)
+        self._outcome = publish_unit(self.rt, self.rt.config, self.akey, self.run, rows, self.chunks, self.digest)
+        self._rows = rows
+        return rows if self._outcome == COMMITTED else 0
 
     def dead(self) -> int:
-        return 0
+        """Rows of a refused unit: every one is in the dead-letter store."""
+        return self._rows if self._outcome == REFUSED else 0
+
+    def skipped(self) -> int:
+        """Rows of a unit the lane's marker proves Kafka already has (not published again)."""
+        return self._rows if self._outcome == SKIPPED else 0
 
 
 def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run: str, rows: int,
-                 chunks: list[tuple[ChunkKey, int]]) -> int:
-    """Publish the task's committed unit; returns the rows now known to be in Kafka (all or none).
+                 chunks: list[tuple[ChunkKey, int]], digest: int) -> str:
+    """Publish the task's committed unit; returns its outcome (committed, skipped, refused or pending).
+
+    A refused unit's records are in the dead-letter store and the report
+    offers them (the driver raises DeadLetterError); a pending one stays in
+    the WAL, retried by the worker, a drain job or an adopter.
 
     Raises:
-        ExactlyOnceMismatchError: this batch ran before and its committed unit
-            for this partition has another row count; this attempt's unit is
-            deleted from the WAL, nothing of it published.
+        ExactlyOnceMismatchError: the lane's marker shows this batch committed
+            with other records, or a later batch (the run id was used before);
+            this attempt's unit is deleted from the WAL, nothing of it published.
     """
-    if not chunks or rt.units is None:
-        return 0
-    unit = Unit(rt.wal, akey, run, rows, list(chunks))
+    units = rt.delivery.unit_book()
+    if not chunks:
+        return COMMITTED
+    unit = Unit(rt.wal, akey, run, rows, list(chunks), digest=digest, own=True)
     _points.point("eo.before_commit", batch=akey.batch, partition=akey.partition, rows=rows)
-    outcome = rt.units.commit(unit, ContactDeadline(config.ack_timeout_s, rt.publisher.contact))
+    outcome = units.commit(unit, ContactDeadline(config.ack_timeout_s, rt.publisher.contact))
     if outcome == MISMATCH:
-        rt.units.mismatched.pop(f"{unit.wal.path}:{unit.key}", None)
+        units.forget(unit)
         rt.wal.abort_attempt(akey)
+        found = unit.found.batch if unit.found is not None else None
         raise ExactlyOnceMismatchError(
-            f"sink={config.name} batch={akey.batch} partition={akey.partition}: this run has {rows} rows, but "
-            f"the unit committed to Kafka for it earlier had {unit.found_rows} (mod 2^24). A batch re-run "
-            "after a restart must put the same rows in the same Spark partitions: read from a replayable "
-            "source, and avoid non-deterministic steps before the sink (repartition() without columns, "
-            "rand(), limit without order, unordered sampling); see README 'Choosing a guarantee'. Nothing "
-            "of this attempt was published.", akey.batch, akey.partition, rows, unit.found_rows)
+            f"sink={config.name} run={run} batch={akey.batch} partition={akey.partition}: {unit.why}. A batch "
+            "re-run after a restart must bring the same records to the same Spark partitions (read from a "
+            "replayable source; avoid non-deterministic steps before the sink: repartition() without columns, "
+            "rand(), limit without order, unordered sampling); new data needs a new run id (a new checkpoint's "
+            "query id, or another run_id=). See README 'Choosing a guarantee'. Nothing of this attempt was "
+            "published.", akey.batch, akey.partition, rows, found, run, unit.why)
     if outcome in (COMMITTED, SKIPPED):
         rt.publisher.contact.mark_reached()
-        return rows
-    return 0
+    return outcome
 
 
 def abandon_unit(rt: "WorkerRuntime", akey: AttemptKey) -> None:

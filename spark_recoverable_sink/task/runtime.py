@@ -23,11 +23,15 @@ import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..errors import WalError, WalFullError
 from ..recovery.deliver import Delivery
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..delivery.exactly_once.units import UnitBook
 from ..wal.log import Wal
 from ..wal.slots import SlotLock, acquire_free_slot, sink_dir
 
@@ -93,7 +97,6 @@ class WorkerRuntime:
         self.sdir = sink_dir(config.wal_dir, config.name)
         self.delivery = Delivery.build(config, self.sdir)
         self.publisher = self.delivery.publisher
-        self.units = self.delivery.units  # exactly-once: units waiting for their transaction (else None)
         self.adopter = self.delivery.adopter  # recovery of slots and adoption of orphans
         self._replayed = 0
         self._last_scan = self._last_units = time.monotonic()
@@ -132,6 +135,11 @@ class WorkerRuntime:
                 if not isinstance(exc, WalError):
                     raise
 
+    @property
+    def units(self) -> "UnitBook | None":
+        """Exactly-once units waiting for their transaction (``None`` until this worker met one)."""
+        return self.delivery.units
+
     def adopt_orphans(self) -> int:
         """Adopt every slot of this sink (but this worker's own) whose owner is dead and which holds records."""
         return self.adopter.adopt_orphans(skip=(self.lock.index,))
@@ -158,9 +166,7 @@ class WorkerRuntime:
 
     def problems(self) -> tuple[str, ...]:
         """What every task report of this worker names: slots set aside, units that do not match Kafka."""
-        return (self.adopter.problems()
-                + tuple(f"exactly-once unit set aside ({where}): {why}"
-                        for where, why in sorted((self.units.mismatched if self.units else {}).items())))
+        return self.adopter.problems() + (self.units.problems() if self.units is not None else ())
 
     def take_replayed(self) -> int:
         n, self._replayed = self._replayed, 0

@@ -17,9 +17,9 @@ from typing import Collection, ContextManager, Iterable, Iterator, Protocol
 import pyarrow as pa
 
 from .. import _points
-from ..config import SinkConfig
+from ..config import EXACTLY_ONCE, SinkConfig
 from ..delivery.stats import latest_summary
-from ..ids import record_id_prefix
+from ..ids import new_occurrences, record_id_prefix, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
 from ..schema import normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
@@ -82,9 +82,9 @@ def write_partition(
        ``ack_timeout_s``, prune what is acked, and return the report. Records
        still unacked stay in the WAL and are delivered by the poller thread.
 
-    Record ids are ``sink:run:batch:partition:seq``; the sink always passes a
-    ``run`` (an empty one gives the run-less ids of older builds: tools and
-    tests only). Dead letters whose token is in ``confirmed`` are marked
+    Record ids are ``sink:run:batch:partition:<fingerprint>-<occurrence>``
+    (:mod:`..ids`); the sink always passes a ``run`` (an empty one gives the
+    run-less ids of older builds: tools and tests only). Dead letters whose token is in ``confirmed`` are marked
     reported; the report offers every other unreported one of this worker.
 
     With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL and
@@ -107,11 +107,15 @@ def write_partition(
 class TaskMode(Protocol):
     """What a task does around its WAL appends, by guarantee (:mod:`.at_least_once`, :mod:`.exactly_once`)."""
 
+    guarantee: int  # recorded with the attempt (wal.records.AT_LEAST_ONCE / EXACTLY_ONCE)
+    digest: int  # exactly-once: the unit digest so far (0 otherwise)
+
     def writing(self) -> ContextManager[None]: ...  # around the loop
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None: ...  # after each WAL append
     def abandon(self) -> None: ...  # the task failed before its attempt committed
     def finish(self, rows: int) -> int: ...  # the attempt committed: returns the rows acked
     def dead(self) -> int: ...  # rows refused for good
+    def skipped(self) -> int: ...  # rows Kafka already had (exactly-once re-runs)
 
 
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
@@ -122,8 +126,10 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         publisher.confirm_dead_letters(frozenset(confirmed))
     retried0 = publisher.retried_records
     akey = AttemptKey(batch_id, partition, rt.wal.reserve_gen())
-    mode: TaskMode = ExactlyOnceTask(rt, akey, run) if rt.units is not None else AtLeastOnceTask(rt, akey, t0)
+    mode: TaskMode = (ExactlyOnceTask(rt, akey, run) if config.guarantee == EXACTLY_ONCE
+                      else AtLeastOnceTask(rt, akey, t0))
     prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
+    occurrences = new_occurrences()  # ids: fingerprint and occurrence among equal records of the partition
     started = time.time()
     seq = nbytes = 0
     try:
@@ -131,18 +137,18 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
             for batch in batches:  # Step 3
                 if batch.num_rows == 0:
                     continue
-                norm = normalize_batch(batch, config.topic, prefix, seq, run)
+                norm = with_ids(normalize_batch(batch, config.topic, prefix, seq, run), occurrences)
                 chunk = encode_chunk(norm)
                 key = ChunkKey(batch_id, partition, seq, akey.gen)
                 rt.reserve_space(len(chunk))
-                first = None if seq else AttemptState(OPEN, spark_attempt, 0, started)
+                first = None if seq else AttemptState(OPEN, spark_attempt, 0, started, mode.guarantee)
                 rt.wal.append(key, chunk, new_attempt=first)  # WAL first ...
                 mode.chunk(key, norm, len(chunk))  # ... then Kafka
                 seq += norm.num_rows
                 nbytes += payload_bytes(norm)
                 _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
         if seq:
-            rt.wal.commit_attempt(akey, spark_attempt, seq, started)  # Step 4
+            rt.wal.commit_attempt(akey, spark_attempt, seq, started, mode.guarantee, mode.digest)  # Step 4
         _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
     except BaseException:
         mode.abandon()  # its chunks stay until acked, or are dropped as uncommitted at recovery; Spark re-runs it
@@ -150,11 +156,11 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     acked = mode.finish(seq)
     if acked:
         publisher.contact.mark_reached()
-    dead = mode.dead()
+    dead, skipped = mode.dead(), mode.skipped()
     kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
     report = PartitionReport(
         partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
-        pending=max(0, seq - acked - dead), retried=publisher.retried_records - retried0, dead_lettered=dead,
+        pending=max(0, seq - acked - dead - skipped), skipped=skipped, retried=publisher.retried_records - retried0, dead_lettered=dead,
         replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
         dead_letters=tuple(publisher.offer_unreported_dead()),
         problems=rt.problems(),
@@ -163,7 +169,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         kafka_queue_msgs=kstats.queue_msgs if kstats else -1, kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0,
         kafka_txn_state=kstats.txn_state if kstats else "",
     )
-    log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d replayed=%d seconds=%.3f",
-             config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, replayed,
-             report.seconds)
+    log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d replayed=%d "
+             "seconds=%.3f", config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, skipped,
+             replayed, report.seconds)
     return report

@@ -46,6 +46,7 @@ from ..errors import (
 from .format import AttemptKey, ChunkKey
 from .reads import SlotReads, WalStats
 from .records import (
+    AT_LEAST_ONCE,
     COMMITTED,
     FORMAT_VERSION,
     READABLE_FORMATS,
@@ -245,8 +246,10 @@ class Wal(SlotReads):
         with self._write("set_attempt") as txn:
             txn.put(key.pack(), encode_attempt(state), db=self._attempts)
 
-    def commit_attempt(self, key: AttemptKey, spark_attempt: int, rows: int, started_at: float) -> None:
-        self.set_attempt(key, AttemptState(COMMITTED, spark_attempt, rows, started_at))
+    def commit_attempt(self, key: AttemptKey, spark_attempt: int, rows: int, started_at: float,
+                       guarantee: int = AT_LEAST_ONCE, digest: int = 0) -> None:
+        """Mark an attempt committed (durably): its records are accepted under ``guarantee``."""
+        self.set_attempt(key, AttemptState(COMMITTED, spark_attempt, rows, started_at, guarantee, digest))
 
     def prune(
         self,

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import WalError
+from .format import ChunkKey
 from .slots import SlotLock, ensure_private_dir, resolve_wal_dir, slot_paths
 
-__all__ = ["quarantine_slot", "quarantine_held", "QUARANTINE_DIR"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .log import Wal
+
+__all__ = ["quarantine_slot", "quarantine_held", "quarantine_chunk", "quarantined_chunks", "QUARANTINE_DIR"]
 
 QUARANTINE_DIR = "quarantine"
 
@@ -64,3 +69,48 @@ def quarantine_held(lock: SlotLock, sdir: str) -> str:
     except OSError as exc:
         raise WalError(f"cannot quarantine slot {lock.wal_path} to {dest}: {exc}", lock.wal_path) from exc
     return dest
+
+
+def quarantine_chunk(sdir: str, wal: "Wal", key: ChunkKey, why: str) -> str:
+    """Copy one chunk's bytes (as stored, damaged or not) to ``<sdir>/quarantine/``; returns the file's path.
+
+    The file is written and fsynced before the caller deletes the chunk from
+    the WAL; a ``.why`` file beside it says why it was set aside.
+
+    Raises:
+        WalError: the quarantine directory is not private, or the copy failed (nothing is deleted then).
+    """
+    qdir = ensure_private_dir(os.path.join(sdir, QUARANTINE_DIR), "quarantine directory")
+    raw = wal.read_chunk(key) or b""
+    slot = os.path.basename(wal.path)
+    dest = os.path.join(qdir, f"chunk-{slot}-b{key.batch}-p{key.partition}-s{key.first_seq}-g{key.gen}-"
+                              f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.bin")
+    try:
+        for path, data in ((dest, raw), (dest[:-4] + ".why", why.encode())):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        raise WalError(f"cannot set chunk {key} of {wal.path} aside to {dest}: {exc}", wal.path) from exc
+    return dest
+
+
+def quarantined_chunks(sdir: str) -> list[tuple[str, str]]:
+    """``(file, why)`` of every chunk set aside under ``<sdir>/quarantine/`` (operators: ``rks inspect``)."""
+    qdir = os.path.join(sdir, QUARANTINE_DIR)
+    if not os.path.isdir(qdir):
+        return []
+    out = []
+    for name in sorted(os.listdir(qdir)):
+        if name.startswith("chunk-") and name.endswith(".bin"):
+            path = os.path.join(qdir, name)
+            try:
+                with open(path[:-4] + ".why", encoding="utf-8", errors="replace") as f:
+                    why = f.read()
+            except OSError:
+                why = ""
+            out.append((path, why))
+    return out

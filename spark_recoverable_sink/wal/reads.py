@@ -136,6 +136,23 @@ class SlotReads:
                 out[ck] = self._decode("chunk", ck, check_chunk, v)
         return out
 
+    def check_chunks_each(self) -> tuple[dict[ChunkKey, int], dict[ChunkKey, str]]:
+        """Validate every chunk on its own: ``(rows per good chunk, why per damaged chunk)``.
+
+        Raises:
+            WalFormatError: a chunk key does not decode (the slot needs quarantine). WalReadError: LMDB failed.
+        """
+        good: dict[ChunkKey, int] = {}
+        bad: dict[ChunkKey, str] = {}
+        with self._read("check_chunks") as txn:
+            for raw_key, v in txn.cursor(db=self._chunks):
+                ck = self._key(ChunkKey, raw_key)
+                try:
+                    good[ck] = check_chunk(v)
+                except WalFormatError as exc:
+                    bad[ck] = str(exc)
+        return good, bad
+
     def read_chunk(self, key: ChunkKey) -> bytes | None:
         """A chunk's bytes (a copy), or None if it is gone.
 

@@ -1,8 +1,14 @@
 """Byte formats of a WAL slot's attempt and dead-letter records (keys and chunks: :mod:`.format`).
 
-Attempt value (format 2; format 1 had no trailing checksum)::
+Attempt value (format 3; format 2 had no guarantee and digest, format 1 no checksum either)::
 
-    b"RKSA" | u16 format | u8 state | u32 spark attempt | u64 rows | f64 started | u32 crc32(all before)
+    b"RKSA" | u16 format | u8 state | u32 spark attempt | u64 rows | f64 started
+    | u8 guarantee | u64 unit digest | u32 crc32(all before)
+
+``guarantee`` is the one the attempt was accepted under (1 at-least-once,
+2 exactly-once; 0 in records of formats 1 and 2, read as at-least-once: such
+records are delivered, never skipped); ``unit digest`` is the exactly-once
+unit's order-independent digest of its records' ids (:func:`..ids.unit_digest`).
 
 Dead-letter value (format 2; in format 1 the last header field was 0)::
 
@@ -11,9 +17,10 @@ Dead-letter value (format 2; in format 1 the last header field was 0)::
 
     crc = crc32(header without crc, then the body).
 
-A slot's format (meta ``format``) is 2 since attempt and dead-letter records
-carry a checksum; slots of format 1 are read (their unchecksummed records are
-parsed strictly) and every record written into them is of format 2. Any
+A slot's format (meta ``format``) is 3 since attempt records carry their
+guarantee; slots of formats 1 and 2 are read (format 1's unchecksummed records
+are parsed strictly; every record of format 2 and later has its checksum
+checked) and every record written into them is of format 3. Any
 record that does not decode raises :class:`WalFormatError`, never a
 ``struct.error``, ``UnicodeDecodeError`` or ``ValueError``.
 """
@@ -31,6 +38,9 @@ __all__ = [
     "READABLE_FORMATS",
     "OPEN",
     "COMMITTED",
+    "UNKNOWN",
+    "AT_LEAST_ONCE",
+    "EXACTLY_ONCE",
     "AttemptState",
     "DeadLetter",
     "encode_attempt",
@@ -39,11 +49,13 @@ __all__ = [
     "decode_dead_letter",
 ]
 
-FORMAT_VERSION = 2  # the slot format (meta) and the attempt and dead-letter record format
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3  # the slot format (meta) and the attempt and dead-letter record format
+READABLE_FORMATS = (1, 2, 3)
 
 _ATTEMPT_VAL1 = struct.Struct(">4sHBIQd")
-_ATTEMPT_VAL = struct.Struct(">4sHBIQdI")
+_ATTEMPT_VAL2 = struct.Struct(">4sHBIQdI")
+_ATTEMPT_HEAD3 = struct.Struct(">4sHBIQdBQ")
+_ATTEMPT_VAL3 = struct.Struct(">4sHBIQdBQI")
 _ATTEMPT_MAGIC = b"RKSA"
 _DEAD_HEAD = struct.Struct(">4sHBiqiII")
 _DEAD_MAGIC = b"RKSD"
@@ -52,16 +64,25 @@ _CRC = struct.Struct(">I")
 
 OPEN = 1
 COMMITTED = 2
+#: The guarantee an attempt was accepted under (UNKNOWN: written by a build before format 3).
+UNKNOWN, AT_LEAST_ONCE, EXACTLY_ONCE = 0, 1, 2
 
 
 @dataclass(frozen=True)
 class AttemptState:
-    """What the WAL knows of a task attempt: open or committed, and its size."""
+    """What the WAL knows of a task attempt: open or committed, its size, its guarantee and unit digest."""
 
     state: int
     spark_attempt: int
     rows: int
     started_at: float
+    guarantee: int = AT_LEAST_ONCE
+    digest: int = 0
+
+    @property
+    def exactly_once(self) -> bool:
+        """Accepted under exactly-once: published only in a transaction (never for UNKNOWN)."""
+        return self.guarantee == EXACTLY_ONCE
 
     @property
     def committed(self) -> bool:
@@ -69,32 +90,39 @@ class AttemptState:
 
 
 def encode_attempt(a: AttemptState) -> bytes:
-    body = _ATTEMPT_VAL1.pack(_ATTEMPT_MAGIC, FORMAT_VERSION, a.state, a.spark_attempt, a.rows, a.started_at)
+    body = _ATTEMPT_HEAD3.pack(_ATTEMPT_MAGIC, FORMAT_VERSION, a.state, a.spark_attempt, a.rows, a.started_at,
+                               a.guarantee, a.digest)
     return body + _CRC.pack(zlib.crc32(body))
 
 
 def decode_attempt(raw: bytes | memoryview) -> AttemptState:
-    """Parse an attempt record (format 2 with its checksum, or format 1).
+    """Parse an attempt record (format 3 or 2 with its checksum, or format 1).
 
     Raises:
-        WalFormatError: wrong size, magic, version, state or checksum.
+        WalFormatError: wrong size, magic, version, state, guarantee or checksum.
     """
     raw = bytes(raw)
-    if len(raw) == _ATTEMPT_VAL.size:
-        magic, version, state, attempt, rows, started, crc = _ATTEMPT_VAL.unpack(raw)
-        if version == FORMAT_VERSION and zlib.crc32(raw[:-_CRC.size]) != crc:
-            raise WalFormatError("attempt record checksum mismatch: the WAL bytes are corrupt")
-        want = FORMAT_VERSION
+    guarantee, digest = UNKNOWN, 0
+    if len(raw) == _ATTEMPT_VAL3.size:
+        magic, version, state, attempt, rows, started, guarantee, digest, crc = _ATTEMPT_VAL3.unpack(raw)
+        want = 3
+    elif len(raw) == _ATTEMPT_VAL2.size:
+        magic, version, state, attempt, rows, started, crc = _ATTEMPT_VAL2.unpack(raw)
+        want = 2
     elif len(raw) == _ATTEMPT_VAL1.size:
         magic, version, state, attempt, rows, started = _ATTEMPT_VAL1.unpack(raw)
-        want = 1
+        want, crc = 1, None
     else:
-        raise WalFormatError(f"attempt record of {len(raw)} bytes, expected {_ATTEMPT_VAL.size}")
-    if magic != _ATTEMPT_MAGIC or version != want or state not in (OPEN, COMMITTED):
-        raise WalFormatError(f"attempt record with magic {magic!r} version {version} state {state}")
+        raise WalFormatError(f"attempt record of {len(raw)} bytes, expected {_ATTEMPT_VAL3.size}")
+    if crc is not None and zlib.crc32(raw[:-_CRC.size]) != crc:
+        raise WalFormatError("attempt record checksum mismatch: the WAL bytes are corrupt")
+    if magic != _ATTEMPT_MAGIC or version != want or state not in (OPEN, COMMITTED) or guarantee not in (
+            (UNKNOWN,) if want < 3 else (AT_LEAST_ONCE, EXACTLY_ONCE)):
+        raise WalFormatError(f"attempt record with magic {magic!r} version {version} state {state} "
+                             f"guarantee {guarantee}")
     if attempt < 0 or rows < 0 or started != started:  # NaN: never written by this sink
         raise WalFormatError(f"attempt record with spark attempt {attempt} rows {rows} started {started}")
-    return AttemptState(state, attempt, rows, started)
+    return AttemptState(state, attempt, rows, started, guarantee, digest)
 
 
 # -- dead letters ---------------------------------------------------------------
@@ -179,7 +207,7 @@ def decode_dead_letter(raw: bytes | memoryview) -> DeadLetter:
     magic, version, flags, code, ts, part, nh, crc = _DEAD_HEAD.unpack_from(raw, 0)
     if magic != _DEAD_MAGIC or version not in READABLE_FORMATS:
         raise WalFormatError(f"dead-letter record with magic {bytes(magic)!r} version {version}")
-    if version == FORMAT_VERSION and _dead_crc(raw) != crc:
+    if version >= 2 and _dead_crc(raw) != crc:
         raise WalFormatError("dead-letter record checksum mismatch: the WAL bytes are corrupt")
     if nh > len(raw):  # each header takes at least 8 bytes: a huge count is garbage
         raise WalFormatError(f"dead-letter record claims {nh} headers in {len(raw)} bytes")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pyarrow as pa
 import pytest
 
-from spark_recoverable_sink.delivery.rows import record_ids
 from spark_recoverable_sink.errors import WalFormatError
-from spark_recoverable_sink.ids import record_id, record_id_prefix, valid_run_id
 from spark_recoverable_sink.schema import (
     HEADERS_TYPE,
     chunk_run,
@@ -23,7 +23,9 @@ from spark_recoverable_sink.wal.format import (
 )
 from spark_recoverable_sink.wal.records import (
     COMMITTED,
+    EXACTLY_ONCE,
     OPEN,
+    UNKNOWN,
     AttemptState,
     DeadLetter,
     decode_attempt,
@@ -95,25 +97,6 @@ def test_attempt_and_dead_letter_round_trip():
         decode_dead_letter(encode_dead_letter(d)[:-1])
 
 
-def test_record_ids_are_deterministic():
-    assert record_id("orders", 7, 3, 42) == "orders:7:3:42"  # run-less: chunks of older builds
-    assert record_id("orders", 7, 3, 42) == record_id("orders", 7, 3, 42)
-
-
-def test_record_ids_carry_the_run_and_the_header_is_prefix_plus_seq():
-    assert record_id("orders", 7, 3, 42, run="3ffbea5019c44624") == "orders:3ffbea5019c44624:7:3:42"
-    prefix = record_id_prefix("orders", 7, 3, "3ffbea5019c44624")
-    assert prefix == b"orders:3ffbea5019c44624:7:3:"
-    # the per-record headers the produce loop builds from the per-chunk prefix, a chunk at a time
-    for first, n in ((0, 1), (42, 3), (9_995, 10), (2**40 - 2, 4)):
-        ids = record_ids(prefix, first, n)
-        assert [i.decode() for i in ids] == [record_id("orders", 7, 3, s, run="3ffbea5019c44624")
-                                             for s in range(first, first + n)]
-    assert record_ids(prefix, 5, 0) == []
-    # two runs with the same batch numbers never share an id
-    assert record_id("orders", 0, 0, 0, run="a" * 16) != record_id("orders", 0, 0, 0, run="b" * 16)
-    assert all(valid_run_id(r) for r in ("3ffbea5019c44624", "nightly-2024.05_06", "x" * 64))
-    assert not any(valid_run_id(r) for r in ("", "a:b", "x" * 65, "sp ace", "é"))
 
 
 def test_the_run_travels_in_the_chunk_so_a_replay_rebuilds_the_same_ids():
@@ -166,7 +149,15 @@ def test_format_1_attempt_and_dead_letter_records_are_still_read():
     import struct
 
     v1_attempt = struct.pack(">4sHBIQd", b"RKSA", 1, COMMITTED, 2, 12345, 1700000000.5)
-    assert decode_attempt(v1_attempt) == _AT
+    unknown = AttemptState(COMMITTED, 2, 12345, 1700000000.5, UNKNOWN, 0)  # no guarantee: delivered, never skipped
+    assert decode_attempt(v1_attempt) == unknown and not unknown.exactly_once
+    v2_body = struct.pack(">4sHBIQd", b"RKSA", 2, COMMITTED, 2, 12345, 1700000000.5)
+    v2_attempt = v2_body + struct.pack(">I", zlib.crc32(v2_body))
+    assert decode_attempt(v2_attempt) == unknown
+    with pytest.raises(WalFormatError):  # format 2's checksum is checked by a format 3 build
+        decode_attempt(v2_attempt[:-1] + bytes([v2_attempt[-1] ^ 1]))
+    eo = AttemptState(COMMITTED, 0, 7, 1.0, EXACTLY_ONCE, 2**64 - 5)
+    assert decode_attempt(encode_attempt(eo)) == eo and eo.exactly_once
     v2 = bytearray(encode_dead_letter(_DL))
     v2[4:6] = (1).to_bytes(2, "big")  # format 1: same layout, the checksum field was 0
     v2[27:31] = bytes(4)

@@ -250,7 +250,7 @@ def test_a_corrupt_dead_letter_or_key_is_a_format_error_not_a_unicode_or_struct_
     wal.close()
 
 
-def test_a_format_1_slot_is_read_and_written_as_format_2(tmp_path):
+def test_a_format_1_slot_is_read_and_written_as_format_3(tmp_path):
     import struct
 
     wal, ck = _committed(tmp_path)
@@ -262,7 +262,7 @@ def test_a_format_1_slot_is_read_and_written_as_format_2(tmp_path):
     wal.close()
     env = lmdb.open(str(tmp_path / "slot"), max_dbs=4)
     with env.begin() as txn:
-        assert txn.get(b"format", db=env.open_db(b"meta", txn=txn)) == b"2"
+        assert txn.get(b"format", db=env.open_db(b"meta", txn=txn)) == b"3"
     env.close()
 
 

@@ -1,11 +1,13 @@
 """Exactly-once lanes: a worker's lane producers, and lanes seen from outside a task.
 
 Every lane of a sink is named ``rks-eo.<sink>.<run>.<partition>``: its
-``transactional.id`` and the consumer group holding its marker. Inside a
-worker, :class:`LanePool` keeps each lane's producer, marker consumer and
-what its open transaction holds (:class:`Lane`); from outside, the driver
-asks whether every lane of a batch is committed (:func:`lane_markers`) and
-operators abort what a dead process left open (:func:`abort_lingering`).
+``transactional.id``, the consumer group holding its marker offset and the
+key of its marker record (:mod:`.markers`). Inside a worker,
+:class:`LanePool` keeps each lane's producer, marker consumer and what its
+open transaction holds (:class:`Lane`), and creates the sink's marker topic
+once; from outside, the driver asks whether every lane of a batch is
+committed (:func:`lane_markers`) and operators abort what a dead process left
+open (:func:`abort_lingering`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Any, Callable, Iterable
 
 from ...config import SinkConfig
 from ...wal.format import AttemptKey
-from .markers import client_conf, decode_marker, lane_id
+from .markers import Marker, MarkerReader, client_conf, lane_id
 
-__all__ = ["Lane", "LanePool", "lane_markers", "sink_lanes", "abort_lingering"]
+__all__ = ["Lane", "LanePool", "on_delivery", "ensure_marker_topic", "lane_markers", "sink_lanes", "abort_lingering"]
 
 log = logging.getLogger(__name__)
+
+#: The marker topic: compacted, so the latest marker of every lane stays as long as the topic does.
+_MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000), "min.cleanable.dirty.ratio": "0.1"}
 
 
 class Lane:
@@ -30,10 +35,14 @@ class Lane:
         self.producer = producer
         self.consumer = consumer
         self.ready = False  # init_transactions() returned
+        self.known: Marker | None = None  # the marker as this producer last committed or read it
         self.open: tuple[str, AttemptKey] | None = None  # (slot path, attempt) whose transaction is open
-        self.produced = False  # the unit's records are in the open transaction
+        self.chunks_in = 0  # chunks of the open unit produced into the transaction (a retry resumes after them)
+        self.produced = False  # every record of the unit is in the open transaction
         self.offsets_sent = False  # the marker is in it too: only commit_transaction is left
         self.must_abort = False
+        #: delivery failures inside the open transaction: (error, record index or (topic, key, value), chunk)
+        self.failures: list[tuple[Any, Any, int]] = []
 
     def mark_produced(self, ident: Any) -> None:
         """Every record of ``ident``'s unit is in the open transaction: only the marker and the commit are left."""
@@ -41,13 +50,46 @@ class Lane:
             self.produced = True
 
     def reset(self) -> None:
-        self.open, self.produced, self.offsets_sent, self.must_abort = None, False, False, False
+        self.open, self.chunks_in, self.produced, self.offsets_sent, self.must_abort = None, 0, False, False, False
 
     def close(self) -> None:
         try:
             self.consumer.close()
         except Exception:  # closing is best effort: the process may be going away
             pass
+
+
+def on_delivery(lane: Lane, chunk_index: int, err: Any, msg: Any) -> None:
+    """A delivery report inside a lane's transaction: failures are kept with their chunk (-1: the marker)."""
+    if err is not None:
+        lane.failures.append((err, (msg.topic(), msg.key(), msg.value()), chunk_index))
+
+
+def ensure_marker_topic(config: SinkConfig, timeout_s: float) -> None:
+    """Create the sink's marker topic (compacted, one partition) unless it exists.
+
+    Raises:
+        confluent_kafka.KafkaException: it does not exist and cannot be created (the message says how to).
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(client_conf(config))
+    md = admin.list_topics(config.marker_topic, timeout=timeout_s)
+    t = md.topics.get(config.marker_topic)
+    if t is not None and t.error is None and t.partitions:
+        return
+    fut = admin.create_topics([NewTopic(config.marker_topic, 1, replication_factor=-1,
+                                        config=dict(_MARKER_TOPIC_CONFIG))], request_timeout=timeout_s)
+    try:
+        fut[config.marker_topic].result(timeout_s)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise KafkaException(KafkaError(err.code(), f"marker topic {config.marker_topic} cannot be created "
+                                            f"({err.str()}); create it with cleanup.policy=compact and one "
+                                            "partition, or set marker_topic to one that exists")) from None
+    log.info("sink=%s marker topic %s created (compacted)", config.name, config.marker_topic)
 
 
 class LanePool:
@@ -63,17 +105,26 @@ class LanePool:
         self._on_error = on_client_error
         self._lanes: OrderedDict[str, Lane] = OrderedDict()
         self._max_lanes = max_lanes
+        self.markers = MarkerReader(config)
+        self._topic_ready = False
 
-    def get(self, lid: str) -> Lane:
-        """The lane ``lid``, created (producer and marker consumer) on first use."""
+    def get(self, lid: str, timeout_s: float = 10.0) -> Lane:
+        """The lane ``lid``, created (producer and marker consumer) on first use.
+
+        Raises:
+            confluent_kafka.KafkaException: the marker topic cannot be created.
+        """
         lane = self._lanes.get(lid)
         if lane is not None:
             self._lanes.move_to_end(lid)
             return lane
+        if not self._topic_ready:
+            ensure_marker_topic(self.config, timeout_s)
+            self._topic_ready = True
         from confluent_kafka import Consumer, Producer
 
         conf = self.config.producer_conf()
-        conf["transactional.id"] = lid
+        conf.update({"transactional.id": lid, "enable.idempotence": "true", "acks": "all"})
         if self._on_error is not None:
             conf["error_cb"] = self._on_error
         cconf = client_conf(self.config)
@@ -96,7 +147,7 @@ class LanePool:
         return self._lanes.get(lid)
 
     def drop(self, lid: str) -> None:
-        """Forget a lane (its producer failed fatally): the next use builds a new one."""
+        """Forget a lane (its producer failed fatally, or was fenced): the next use builds a new one."""
         lane = self._lanes.pop(lid, None)
         if lane is not None:
             lane.close()
@@ -104,11 +155,12 @@ class LanePool:
     def close(self) -> None:
         for lid in list(self._lanes):
             self.drop(lid)
+        self.markers.close()
 
 
 def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
-                 timeout_s: float = 10.0) -> dict[int, tuple[int, int] | None]:
-    """Each lane's committed marker ``(batch, rows mod 2**24)``, ``None`` if it never committed.
+                 timeout_s: float = 10.0) -> dict[int, Marker | None]:
+    """Each lane's committed marker offset, ``None`` if it never committed (or its offset expired).
 
     Read by a consumer of the lane's group with ``isolation.level=read_committed``
     (so a marker of a transaction not yet completed is never returned). Not
@@ -118,21 +170,19 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
     Raises:
         confluent_kafka.KafkaException: the broker did not answer in ``timeout_s``.
     """
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer
 
-    out: dict[int, tuple[int, int] | None] = {}
+    reader = MarkerReader(config)
+    out: dict[int, Marker | None] = {}
     for lane in lanes:
         conf = client_conf(config)
         conf.update({"group.id": lane_id(config.name, run, lane), "enable.auto.commit": "false",
                      "isolation.level": "read_committed"})
         c = Consumer(conf)
         try:
-            (tp,) = c.committed([TopicPartition(config.topic, 0)], timeout=timeout_s)
+            out[lane] = reader.from_offset(c, timeout_s)
         finally:
             c.close()
-        if tp.error is not None:
-            raise KafkaException(tp.error)
-        out[lane] = decode_marker(tp.offset)
     return out
 
 
@@ -166,7 +216,7 @@ def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, time
         if not lid.startswith(f"rks-eo.{config.name}."):
             raise ValueError(f"{lid!r} is not a lane of sink {config.name!r}")
         conf = config.producer_conf()
-        conf["transactional.id"] = lid
+        conf.update({"transactional.id": lid, "enable.idempotence": "true", "acks": "all"})
         p = Producer(conf)
         p.init_transactions(timeout_s)
         log.warning("sink=%s lane=%s initialised: any transaction it left open is aborted", config.name, lid)

@@ -1,30 +1,105 @@
-"""Exactly-once names and markers: what every attempt at a unit shares, and how Kafka remembers it."""
+"""Exactly-once markers: what a lane's committed transactions leave in Kafka, and how they are read back.
+
+Every lane (``rks-eo.<sink>.<run>.<partition>``, its ``transactional.id``)
+commits, in the same transaction as a unit's records, a *marker* in two places:
+
+* the **offset** of the consumer group named like the lane on partition 0 of
+  the sink's ``marker_topic``: ``(batch + 1) << 32 | digest mod 2**32``. It is
+  read fresh by any client (an offset fetch, ``read_committed``), but brokers
+  delete it ``offsets.retention.minutes`` after the lane's last commit (7 days
+  by default);
+* a **record** in ``marker_topic`` (compacted, created by the sink), key = the
+  lane, value = :func:`encode_record` (batch, rows, the whole 64-bit digest,
+  run, time). Compaction keeps the latest per lane for as long as the topic
+  lives: it is what survives the offset's expiry.
+
+:class:`MarkerReader` reads the offset first; only when it is missing does it
+look for the lane's record, and it trusts a record only once it is older than
+``offsets_retention_s`` (so a record whose offset is missing cannot be one
+an aborted transaction left visible, as some brokers do; see DESIGN.md).
+"""
 
 from __future__ import annotations
 
+import logging
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
 from ...config import SinkConfig
 
-__all__ = ["lane_id", "encode_marker", "decode_marker", "client_conf", "ROWS_MASK"]
+__all__ = ["lane_id", "Marker", "encode_offset", "decode_offset", "encode_record", "decode_record", "client_conf",
+           "MarkerReader", "MAX_BATCH", "DIGEST_BITS"]
 
-_ROWS_BITS = 24  # the marker keeps the row count modulo 2**24 next to the batch id
-ROWS_MASK = (1 << _ROWS_BITS) - 1
+log = logging.getLogger(__name__)
+
+DIGEST_BITS = 32  # of the unit digest in the offset (the record holds all 64)
+_DIGEST_MASK = (1 << DIGEST_BITS) - 1
+MAX_BATCH = (1 << 31) - 2  # the largest batch id an offset marker holds
+_RECORD = struct.Struct(">4sHqQQqH")
+_RECORD_MAGIC = b"RKSM"
+_RECORD_VERSION = 1
 
 
 def lane_id(sink: str, run: str, partition: int) -> str:
-    """The ``transactional.id`` (and marker group) of one lane: what all attempts at its units share."""
+    """The ``transactional.id`` (and marker group and record key) of one lane: what all attempts at its units share."""
     return f"rks-eo.{sink}.{run}.{partition}"
 
 
-def encode_marker(batch: int, rows: int) -> int:
-    """The marker offset of a committed unit: batch and row count (mod 2**24) in one int64."""
-    return ((batch + 1) << _ROWS_BITS) | (rows & ((1 << _ROWS_BITS) - 1))
+@dataclass(frozen=True)
+class Marker:
+    """A lane's latest committed unit: its batch and digest (``rows``/``full_digest`` only from a record)."""
+
+    batch: int
+    digest32: int
+    rows: int | None = None
+    full_digest: int | None = None
+    source: str = "offset"  # or "record": the offset had expired
+
+    def proves(self, batch: int, digest: int) -> bool:
+        """Whether this marker shows that unit (``batch``, ``digest``) is the one Kafka has."""
+        if self.batch != batch:
+            return False
+        if self.full_digest is not None:
+            return self.full_digest == digest
+        return self.digest32 == digest & _DIGEST_MASK
 
 
-def decode_marker(offset: int) -> tuple[int, int] | None:
-    """``(batch, rows mod 2**24)`` of a marker offset; ``None`` if the lane never committed."""
-    if offset is None or offset < (1 << _ROWS_BITS):
+def encode_offset(batch: int, digest: int) -> int:
+    """The marker offset of a committed unit.
+
+    Raises:
+        ValueError: ``batch`` is beyond :data:`MAX_BATCH` (the config refuses such sinks' batches earlier).
+    """
+    if not 0 <= batch <= MAX_BATCH:
+        raise ValueError(f"batch {batch} cannot be held by an exactly-once marker (0..{MAX_BATCH})")
+    return ((batch + 1) << DIGEST_BITS) | (digest & _DIGEST_MASK)
+
+
+def decode_offset(offset: int | None) -> Marker | None:
+    """The marker an offset holds; ``None`` if the lane has none (never committed, or expired)."""
+    if offset is None or offset < (1 << DIGEST_BITS):
         return None
-    return (offset >> _ROWS_BITS) - 1, offset & ((1 << _ROWS_BITS) - 1)
+    return Marker((offset >> DIGEST_BITS) - 1, offset & _DIGEST_MASK)
+
+
+def encode_record(batch: int, rows: int, digest: int, run: str, written_ms: int) -> bytes:
+    """The value of a lane's marker record: ``RKSM | u16 1 | i64 batch | u64 rows | u64 digest | i64 ms | run | crc``."""
+    r = run.encode()
+    body = _RECORD.pack(_RECORD_MAGIC, _RECORD_VERSION, batch, rows, digest, written_ms, len(r)) + r
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+def decode_record(raw: bytes) -> tuple[Marker, int] | None:
+    """``(marker, written_ms)`` of a marker record; ``None`` for bytes that are not one (never trusted blindly)."""
+    if raw is None or len(raw) < _RECORD.size + 4 or zlib.crc32(raw[:-4]) != struct.unpack(">I", raw[-4:])[0]:
+        return None
+    magic, version, batch, rows, digest, written_ms, n = _RECORD.unpack_from(raw)
+    if magic != _RECORD_MAGIC or version != _RECORD_VERSION or len(raw) != _RECORD.size + n + 4 or batch < 0:
+        return None
+    return Marker(batch, digest & _DIGEST_MASK, rows, digest, "record"), written_ms
 
 
 _CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.ssl", "client.", "socket.", "broker.",
@@ -34,3 +109,94 @@ _CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.s
 def client_conf(config: SinkConfig) -> dict[str, str]:
     """The connection and security options of the sink's Kafka configuration (for consumers and admin)."""
     return {k: v for k, v in config.producer_conf().items() if k.startswith(_CLIENT_PREFIXES)}
+
+
+class MarkerReader:
+    """Reads lanes' markers: the offset first, the compacted record when the offset expired.
+
+    Records are read incrementally, from where the last read stopped, into
+    the latest record per lane (one reader per process and sink is enough).
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+        self._records: dict[str, tuple[Marker, int]] = {}
+        self._next = 0  # the next offset of the marker topic's partition 0 to read
+        self._consumer: Any = None
+
+    def from_offset(self, consumer: Any, timeout_s: float) -> Marker | None:
+        """The marker the lane's group offset holds (``consumer`` is a member of the lane's group).
+
+        Raises:
+            confluent_kafka.KafkaException: the broker did not answer.
+        """
+        from confluent_kafka import KafkaException, TopicPartition
+
+        (tp,) = consumer.committed([TopicPartition(self.config.marker_topic, 0)], timeout=timeout_s)
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        return decode_offset(tp.offset)
+
+    def read(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
+        """The lane's marker, or ``None`` if it has none that can be trusted.
+
+        Raises:
+            confluent_kafka.KafkaException: the broker did not answer.
+        """
+        marker = self.from_offset(consumer, timeout_s)
+        if marker is not None:
+            return marker
+        self._read_records(timeout_s)
+        found = self._records.get(lane)
+        if found is None:
+            return None
+        record, written_ms = found
+        age_s = time.time() - written_ms / 1000.0
+        if age_s < self.config.offsets_retention_s:
+            log.warning("sink=%s lane=%s marker record batch=%d is %.0fs old but its offset is missing: not trusted "
+                        "(an offset lives offsets_retention_s=%.0f after the lane's last commit; a younger record "
+                        "without one is an aborted transaction a broker left visible, or the lane's group was "
+                        "deleted by hand); the unit is published again", self.config.name, lane, record.batch,
+                        age_s, self.config.offsets_retention_s)
+            return None
+        log.warning("sink=%s lane=%s marker offset expired: the marker record (batch=%d, %.0fs old) stands in for it",
+                    self.config.name, lane, record.batch, age_s)
+        return record
+
+    def _read_records(self, timeout_s: float) -> None:
+        """Read the marker topic from where the last read stopped to its end (read_committed)."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        if self._consumer is None:
+            conf = client_conf(self.config)
+            conf.update({"group.id": f"rks-markers-reader.{self.config.name}", "enable.auto.commit": "false",
+                         "isolation.level": "read_committed", "enable.partition.eof": "true"})
+            self._consumer = Consumer(conf)
+        self._consumer.assign([TopicPartition(self.config.marker_topic, 0, self._next)])
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            msgs = self._consumer.consume(1000, min(0.5, max(0.01, end - time.monotonic())))
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                        return  # no marker topic yet: no lane ever committed a record
+                    continue
+                self._next = m.offset() + 1
+                decoded = decode_record(m.value())
+                key = m.key().decode(errors="replace") if m.key() else ""
+                if decoded is not None:
+                    self._records[key] = decoded
+        from confluent_kafka import KafkaException
+
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "marker topic not read to its end in time"))
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:  # closing is best effort
+                pass
+            self._consumer = None

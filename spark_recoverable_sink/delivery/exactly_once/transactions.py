@@ -1,41 +1,40 @@
-"""Exactly-once: one Kafka transaction per unit, with a marker committed in it.
+"""Exactly-once: one Kafka transaction per unit, with its lane's marker committed in it.
 
 A *unit* is what one Spark task committed to the WAL for one (run, batch,
-partition): its chunks, in sequence order. A unit is published in one Kafka
-transaction by the producer of its *lane*, whose ``transactional.id`` is
-``rks-eo.<sink>.<run>.<partition>``: a function of what every attempt at
-the unit shares (never of the attempt), so a retried, speculative or
-adopting producer fences the earlier one, and the broker aborts what the
-earlier one left open (Apache Kafka; see README for the test broker).
+partition): its chunks, in sequence order, and the digest of its records'
+ids (:func:`...ids.unit_digest`). A unit is published in one transaction by
+the producer of its *lane*, ``transactional.id = rks-eo.<sink>.<run>.<partition>``:
+the same for every attempt at the unit, so a retried, speculative or adopting
+producer fences the earlier one. The same transaction commits the lane's
+marker (:mod:`.markers`): batch and digest. The driver ends a batch only once
+every lane of it is committed (:mod:`...driver.settle`), so batches of a lane
+commit in order.
 
-The same transaction commits the lane's *marker*: an offset of the consumer
-group named like the lane, on partition 0 of the sink's topic, that encodes
-the batch and the unit's row count (the broker keeps the offset, not
-metadata: some brokers drop metadata). The driver runs batches one after
-the other and a batch ends only once every lane of it is committed
-(:mod:`...driver.settle`), so a lane's marker at batch ``m >= b`` proves that unit
-``(b, lane)`` is in Kafka: a re-run, a stale WAL copy or an adopter skips it.
+Steps of :meth:`Committer.commit`, each resumable after a failure or a deadline:
 
-Steps of :meth:`Committer.commit` (each resumable after a failure):
+1. the lane's producer, ``init_transactions()``-ed once; re-created when the
+   lane's marker moved since this producer last saw it (another worker
+   committed there, so this producer was fenced);
+2. read the marker; decide (:meth:`Committer.decide`): a unit the marker
+   proves committed (same batch, same digest) is *skipped*; a later batch on
+   the marker skips a recovered unit (batches end in order) but is a
+   *mismatch* for a task's own unit (its run id was reused with new data), as
+   is the same batch with another digest; else ``begin_transaction``;
+3. produce the unit's chunks from the WAL, resuming after the chunks already
+   in the open transaction (the deadline is checked between chunks only);
+4. the marker (offset and record), then ``commit_transaction``; a commit that
+   timed out is retried as it is.
 
-1. the lane's producer, created and ``init_transactions()``-ed once (fences
-   every earlier producer of the lane);
-2. read the marker (read_committed: never a pending transaction's);
-   ``batch >= unit's`` -> skipped (row count compared when equal);
-3. ``begin_transaction``; produce every record from the WAL (ids in headers);
-4. ``send_offsets_to_transaction`` (the marker), ``commit_transaction``.
-
-A failure leaves the lane in a state the next call resumes from: a commit
-that timed out is retried on the same producer (a new producer would make
-the broker abort, or on some brokers expose, the open transaction), one
-that needs an abort is aborted first, a fatal or fenced producer is
-replaced (and the marker read again).
+A record refused for good inside the transaction *refuses* the unit: no
+transaction commits it, and the unit book stores its records as dead letters.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from ... import _points
@@ -43,31 +42,41 @@ from ...config import SinkConfig
 from ...deadline import Deadline
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
-from ..codes import PRODUCER_RESET
+from ..codes import NON_RETRIABLE, PRODUCER_RESET
 from ..rows import produce_rows
-from .lanes import Lane, LanePool
-from .markers import ROWS_MASK, decode_marker, encode_marker, lane_id
+from .inline import InlineTransaction
+from .lanes import Lane, LanePool, on_delivery
+from .markers import Marker, encode_offset, encode_record, lane_id
 
-__all__ = ["Unit", "Committer", "InlineTransaction", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "left"]
+__all__ = ["Unit", "Committer", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "REFUSED", "left"]
 
 log = logging.getLogger(__name__)
 
-COMMITTED, SKIPPED, PENDING, MISMATCH = "committed", "skipped", "pending", "mismatch"
+COMMITTED, SKIPPED, PENDING, MISMATCH, REFUSED = "committed", "skipped", "pending", "mismatch", "refused"
 
 
 @dataclass
 class Unit:
-    """One committed WAL attempt, published as one transaction."""
+    """One committed WAL attempt, published as one transaction.
+
+    ``own``: the unit of the task that calls (a mismatch is its error), not
+    one recovered from a WAL. ``refused``: (chunk, index, code, text) of the
+    records the broker refused for good.
+    """
 
     wal: Any
     key: AttemptKey
     run: str
     rows: int
     chunks: list[tuple[ChunkKey, int]]  # (key, stored size), in sequence order
+    digest: int = 0
+    own: bool = False
     outcome: str = PENDING
     last_error: str = ""
     attempts: int = 0
-    found_rows: int | None = field(default=None)  # the marker's row count when it did not match
+    why: str = ""  # why it was skipped, or does not match
+    found: Marker | None = None
+    refused: list[tuple[ChunkKey, int, int, str]] = field(default_factory=list)
 
     @property
     def batch(self) -> int:
@@ -87,8 +96,6 @@ class Committer:
 
     def __init__(self, config: SinkConfig, on_client_error: Callable[[Any], None] | None = None,
                  max_lanes: int = 32) -> None:
-        if not config.topic:
-            raise ValueError("exactly-once needs the sink's default topic for its markers")
         self.config = config
         self.lanes = LanePool(config, on_client_error, max_lanes)
 
@@ -101,11 +108,12 @@ class Committer:
         lid = lane_id(self.config.name, unit.run, unit.partition)
         unit.attempts += 1
         try:
-            lane = self.lanes.get(lid)
-            unit.outcome = self._commit(lane, unit, deadline)
+            unit.outcome = self._commit(self._lane(lid, unit, deadline), unit, deadline)
+        except _Decided as d:
+            unit.outcome = d.outcome
         except KafkaException as exc:
             unit.last_error = self.note_error(lid, exc.args[0])
-            unit.outcome = PENDING
+            unit.outcome = self._refused(lid, unit) or PENDING
         except _Timeout as exc:
             unit.last_error = str(exc)
             unit.outcome = PENDING
@@ -124,29 +132,64 @@ class Committer:
                 lane.must_abort = True
         return text
 
+    def decide(self, unit: Unit, marker: Marker | None) -> str | None:
+        """What the lane's marker says of ``unit``: ``SKIPPED``, ``MISMATCH`` (``unit.why`` says why), or ``None``: publish."""
+        if marker is None or marker.batch < unit.batch:
+            return None
+        unit.found = marker
+        if marker.batch == unit.batch:
+            if marker.proves(unit.batch, unit.digest):
+                unit.why = "its lane's marker shows this very unit committed (same batch, same digest of its ids)"
+                return SKIPPED
+            unit.why = (f"its lane's marker shows batch {unit.batch} committed with other records (another digest "
+                        "of the record ids)")
+            return MISMATCH
+        if unit.own:
+            unit.why = (f"its lane already committed a later batch ({marker.batch}): run id {unit.run!r} was used "
+                        "before with other batches")
+            return MISMATCH
+        unit.why = (f"its lane committed batch {marker.batch} > {unit.batch} since, and batches end in order: "
+                    f"batch {unit.batch}'s unit was committed first")
+        return SKIPPED
+
+    def _lane(self, lid: str, unit: Unit | None, deadline: Deadline) -> Lane:
+        """Step 1: the lane's producer, ready, and not fenced by a commit of another producer since."""
+        lane = self.lanes.get(lid, left(deadline, "marker topic"))
+        if lane.ready and lane.open is None and not lane.must_abort:
+            if self._marker(lid, lane, deadline) != lane.known:  # another worker committed on this lane
+                log.info("sink=%s lane=%s moved on elsewhere since this worker used it: re-initialised",
+                         self.config.name, lid)
+                self.lanes.drop(lid)
+                lane = self.lanes.get(lid, left(deadline, "marker topic"))
+        if not lane.ready:
+            if unit is not None:  # a unit Kafka already has is skipped without fencing anyone
+                decided = self.decide(unit, self._marker(lid, lane, deadline))
+                if decided is not None:
+                    raise _Decided(decided)
+            lane.producer.init_transactions(left(deadline, "init_transactions"))
+            lane.ready = True
+            lane.known = self._marker(lid, lane, deadline)
+        return lane
+
     def begin_inline(self, wal_path: str, key: AttemptKey, run: str, deadline: Deadline) -> "InlineTransaction | None":
         """A task's unit, produced into its transaction as its chunks reach the WAL (steps 1-3 now).
 
         ``None`` when that cannot start before ``deadline`` or the lane's
-        marker already holds the batch: the task then publishes from the WAL
+        marker is at the batch or later: the task then publishes from the WAL
         after its attempt is committed (:meth:`commit`), as any retry does.
         """
         from confluent_kafka import KafkaException
 
         lid = lane_id(self.config.name, run, key.partition)
         try:
-            lane = self.lanes.get(lid)
-            p = lane.producer
-            if not lane.ready:
-                p.init_transactions(left(deadline, "init_transactions"))
-                lane.ready = True
+            lane = self._lane(lid, None, deadline)
             self._settle_open(lane, None, deadline)
-            marker = self._marker(lane, deadline)
-            if marker is not None and marker[0] >= key.batch:
-                return None  # a re-run: the commit step compares and skips
-            p.begin_transaction()
+            marker = self._marker(lid, lane, deadline)
+            if marker is not None and marker.batch >= key.batch:
+                return None  # a re-run: the commit step decides
+            lane.producer.begin_transaction()
             lane.open = (wal_path, key)
-            return InlineTransaction(self, lid, lane, (wal_path, key), run)
+            return InlineTransaction(self.config, self.note_error, lid, lane, (wal_path, key), run)
         except KafkaException as exc:
             self.note_error(lid, exc.args[0])
         except _Timeout:
@@ -154,7 +197,7 @@ class Committer:
         return None
 
     def _settle_open(self, lane: Lane, ident: Any, deadline: Deadline) -> None:
-        """Finish what the lane has open before anything else, unless it is ``ident``'s own, complete one.
+        """Finish what the lane has open before anything else, unless it is ``ident``'s own (it resumes).
 
         librdkafka resumes an API call that timed out only by calling it again
         (an abort during a pending commit fails with ``_CONFLICT``): another
@@ -164,129 +207,115 @@ class Committer:
         p = lane.producer
         if lane.open is None and not lane.must_abort:
             return
-        if lane.open == ident and lane.produced and not lane.must_abort:
-            return  # the caller's own transaction: its commit step resumes it
+        if lane.open == ident and not lane.must_abort:
+            return  # the caller's own transaction: steps 3-4 resume it
         if lane.offsets_sent and not lane.must_abort:
             p.commit_transaction(left(deadline, "commit_transaction"))  # another unit's, complete: resumed
         else:
             p.abort_transaction(left(deadline, "abort_transaction"))
         lane.reset()
+        lane.failures = []
 
     def _commit(self, lane: Lane, unit: Unit, deadline: Deadline) -> str:
         p = lane.producer
         ident = (unit.wal.path, unit.key)
-        if not lane.ready:  # 1 (a unit Kafka already has is skipped without fencing anyone)
-            early = self._marker(lane, deadline)
-            if early is not None and early[0] > unit.batch:
-                return SKIPPED
-            p.init_transactions(left(deadline, "init_transactions"))
-            lane.ready = True
         self._settle_open(lane, ident, deadline)
-        if lane.open is None:
-            marker = self._marker(lane, deadline)  # 2
-            if marker is not None and marker[0] >= unit.batch:
-                if marker[0] == unit.batch and marker[1] != unit.rows & ROWS_MASK:
-                    unit.found_rows = marker[1]
-                    return MISMATCH
-                return SKIPPED
-            p.begin_transaction()  # 3
+        lid = lane_id(self.config.name, unit.run, unit.partition)
+        if lane.open is None:  # Step 2
+            decided = self.decide(unit, self._marker(lid, lane, deadline))
+            if decided is not None:
+                return decided
+            p.begin_transaction()
             lane.open = ident
-            self._produce(p, unit, deadline)
+            lane.failures = []
+        if not lane.produced:  # Step 3
+            self._produce(lane, unit, deadline)
             lane.produced = True
-        if not lane.offsets_sent:  # 4
+        if not lane.offsets_sent:  # Step 4
             from confluent_kafka import TopicPartition
 
+            record = encode_record(unit.batch, unit.rows, unit.digest, unit.run, int(time.time() * 1000))
+            p.produce(self.config.marker_topic, record, lid.encode(), partition=0,
+                      on_delivery=partial(on_delivery, lane, -1))
             md = lane.consumer.consumer_group_metadata()
-            tp = TopicPartition(self.config.topic, 0, encode_marker(unit.batch, unit.rows))
+            tp = TopicPartition(self.config.marker_topic, 0, encode_offset(unit.batch, unit.digest))
             p.send_offsets_to_transaction([tp], md, left(deadline, "send_offsets_to_transaction"))
             lane.offsets_sent = True
         p.commit_transaction(left(deadline, "commit_transaction"))  # a commit that timed out is retried as it is
+        lane.known = Marker(unit.batch, encode_offset(unit.batch, unit.digest) & 0xFFFFFFFF)
         lane.reset()
         return COMMITTED
 
-    def _marker(self, lane: Lane, deadline: Deadline) -> tuple[int, int] | None:
-        from confluent_kafka import KafkaException, TopicPartition
+    def _marker(self, lid: str, lane: Lane, deadline: Deadline) -> Marker | None:
+        return self.lanes.markers.read(lid, lane.consumer, left(deadline, "marker"))
 
-        (tp,) = lane.consumer.committed([TopicPartition(self.config.topic, 0)], timeout=left(deadline, "marker"))
-        if tp.error is not None:
-            raise KafkaException(tp.error)
-        return decode_marker(tp.offset)
-
-    def _produce(self, p: Any, unit: Unit, deadline: Deadline) -> None:
-        failed: list[Any] = []
-
-        def on_delivery(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failed.append(err)
-
+    def _produce(self, lane: Lane, unit: Unit, deadline: Deadline) -> None:
+        """Step 3: the unit's chunks into the open transaction, after those already in it."""
         prefix = record_id_prefix(self.config.name, unit.batch, unit.partition, unit.run)
-        block_s = max(0.5, deadline.remaining())
-        for ck, _size in unit.chunks:
-            if failed or deadline.expired():
-                break  # the transaction will be aborted anyway: stop feeding it
+        for i in range(lane.chunks_in, len(unit.chunks)):
+            if lane.failures:
+                break
+            if deadline.expired():
+                raise _Timeout(f"no time left to produce the unit (chunks {i}/{len(unit.chunks)} in; resumed later)")
+            ck = unit.chunks[i][0]
             raw = unit.wal.read_chunk(ck)
             if raw is None:
                 raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
             batch = decode_chunk(raw)
-            _n, sync_failed = produce_rows(p, on_delivery, batch.num_rows, batch, None, self.config.topic,
-                                           self.config.id_header, prefix, ck.first_seq, block_s)
-            failed.extend(e for _i, e in sync_failed)
-            p.poll(0)
+            _n, sync_failed = produce_rows(lane.producer, partial(on_delivery, lane, i), batch.num_rows, batch,
+                                           None, self.config.topic, self.config.id_header, prefix, ck.first_seq,
+                                           max(0.5, deadline.cap(30.0)))
+            lane.failures.extend((e, j, i) for j, e in sync_failed)
+            lane.producer.poll(0)
+            if not lane.failures:
+                lane.chunks_in = i + 1
             _points.point("eo.produced_chunk", batch=unit.batch, partition=unit.partition, rows=ck.first_seq + _n)
-        if failed:  # the transaction cannot commit: aborted, then the unit is tried again
+        if lane.failures:  # the transaction cannot commit: aborted, then the unit is tried again (or refused)
             from confluent_kafka import KafkaException
 
-            raise KafkaException(failed[0])
-        if deadline.expired():
-            raise _Timeout("no time left to produce the unit")
+            lane.must_abort = True
+            raise KafkaException(lane.failures[0][0])
+
+    def _refused(self, lid: str, unit: Unit) -> str | None:
+        """After a failure: ``REFUSED`` (``unit.refused`` filled) if a record of it was refused for good."""
+        lane = self.lanes.known(lid)
+        if lane is None or not lane.failures:
+            return None
+        permanent = [(e, msg, i) for e, msg, i in lane.failures if e.code() in NON_RETRIABLE and i >= 0]
+        if not permanent:
+            return None
+        for err, where, i in permanent:  # where: the record's index (refused at produce) or its content
+            ck = unit.chunks[i][0]
+            index = where if isinstance(where, int) else _index_of(unit.wal.read_chunk(ck), where)
+            unit.refused.append((ck, index, err.code(), self.config.scrub(err.str())))
+        unit.last_error = unit.refused[0][3]
+        return REFUSED
 
     def close(self) -> None:
         self.lanes.close()
 
 
-class InlineTransaction:
-    """A lane's open transaction being filled by the task, chunk after chunk, right after each WAL append."""
+def _index_of(raw: bytes | None, content: tuple[str, bytes | None, bytes | None]) -> int:
+    """The index of the record of a chunk with this (topic, key, value); -1 if none."""
+    if raw is None:
+        return -1
+    batch = decode_chunk(raw)
+    from ..rows import column
 
-    def __init__(self, committer: "Committer", lid: str, lane: Lane, ident: tuple[str, AttemptKey],
-                 run: str) -> None:
-        self._committer = committer
-        self._lid, self._lane, self._ident = lid, lane, ident
-        self._key = key = ident[1]
-        self._prefix = record_id_prefix(committer.config.name, key.batch, key.partition, run)
-        self.broken = False
-        self._failed: list[Any] = []
-
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is not None:
-            self._failed.append(err)
-
-    def produce(self, batch: Any, first_seq: int, block_s: float) -> None:
-        """Produce one chunk (already committed to the WAL) into the transaction; failures break it."""
-        from confluent_kafka import KafkaException
-
-        if self.broken:
-            return
-        cfg = self._committer.config
-        try:
-            _n, sync_failed = produce_rows(self._lane.producer, self._on_delivery, batch.num_rows, batch, None,
-                                           cfg.topic, cfg.id_header, self._prefix, first_seq, block_s)
-        except KafkaException as exc:
-            self._committer.note_error(self._lid, exc.args[0])
-            self.broken = True
-            return
-        if sync_failed or self._failed:
-            self.broken = True  # aborted at the commit step, then produced again from the WAL
-        _points.point("eo.produced_chunk", batch=self._key.batch, partition=self._key.partition,
-                      rows=first_seq + batch.num_rows)
-
-    def finish(self) -> None:
-        """Every chunk is in: the commit step only sends the marker and commits (unless it broke)."""
-        if not self.broken:
-            self._lane.mark_produced(self._ident)
+    values = column(batch, "value") or []
+    keys = column(batch, "key") or [None] * len(values)
+    _t, k, v = content
+    return next((j for j in range(len(values)) if keys[j] == k and values[j] == v), -1)
 
 
 class _Timeout(Exception):
     pass
+
+
+class _Decided(Exception):
+    def __init__(self, outcome: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
 
 
 def left(deadline: Deadline, what: str) -> float:

@@ -1,10 +1,19 @@
-"""Exactly-once units of one worker process: committed by the task, else kept and retried.
+"""Exactly-once units of one worker process: committed by the task, else kept and retried until they finish.
 
 A unit stays in the WAL until its transaction is committed (or its lane's
-marker shows it already was): then, and only then, its chunks and attempt
+marker proves it already was): then, and only then, its chunks and attempt
 record are deleted. Units not yet committed wait here, oldest batch first,
 for the task's own retries, the worker's poller thread, a drain job or an
-adopter after a crash: nothing depends on any one of them being alive.
+adopter after a crash: nothing depends on any one of them being alive. Per
+lane, a unit is never tried while an older unit of the same lane waits (the
+marker keeps only the latest batch).
+
+A unit ends in one of four ways: committed; skipped (its marker proves Kafka
+has it: logged at WARNING, counted apart from acked rows); set aside as a
+mismatch (kept in the WAL, named in every report); or refused (a record of
+it refused for good: every record of the unit goes to the dead-letter store,
+the refused ones with the broker's reason, so the driver fails the batch with
+:class:`.DeadLetterError`).
 """
 
 from __future__ import annotations
@@ -17,22 +26,33 @@ from typing import Any
 from ... import _points
 from ...config import SinkConfig
 from ...deadline import Deadline
+from ...ids import record_id_at, record_id_prefix
 from ...schema import chunk_run
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
-from .transactions import COMMITTED, MISMATCH, PENDING, SKIPPED, Committer, Unit
+from ...wal.records import AttemptState
+from ..dead_letters import DeadLetterRouter, dead_letters_from
+from .markers import lane_id
+from .transactions import (
+    COMMITTED,
+    MISMATCH,
+    PENDING,
+    REFUSED,
+    SKIPPED,
+    Committer,
+    Unit,
+)
 
-__all__ = ["UnitBook", "units_of"]
+__all__ = ["UnitBook", "units_of", "UNIT_REFUSED_CODE"]
 
 log = logging.getLogger(__name__)
 
 _BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
+#: Error code of the dead letters that were not refused themselves but belong to a refused unit.
+UNIT_REFUSED_CODE = -1
 
 
-def units_of(wal: Any, committed: dict[AttemptKey, int], chunks: list[tuple[ChunkKey, int]]) -> list[Unit]:
-    """The units of committed attempts in a slot, from its chunk keys (in key order: sequence order).
-
-    ``committed`` maps each committed attempt to its row count.
-    """
+def units_of(wal: Any, committed: dict[AttemptKey, AttemptState], chunks: list[tuple[ChunkKey, int]]) -> list[Unit]:
+    """The units of committed exactly-once attempts in a slot, from its chunk keys (in sequence order)."""
     by_attempt: dict[AttemptKey, list[tuple[ChunkKey, int]]] = {}
     for ck, size in chunks:
         if ck.attempt in committed:
@@ -42,20 +62,23 @@ def units_of(wal: Any, committed: dict[AttemptKey, int], chunks: list[tuple[Chun
         cks.sort(key=lambda c: c[0].first_seq)
         raw = wal.read_chunk(cks[0][0])
         run = chunk_run(decode_chunk(raw)) if raw is not None else ""
-        units.append(Unit(wal, ak, run, committed[ak], cks))
+        st = committed[ak]
+        units.append(Unit(wal, ak, run, st.rows, cks, digest=st.digest))
     return units
 
 
 class UnitBook:
     """Units not yet known to be in Kafka, and the one lock under which any unit is published."""
 
-    def __init__(self, config: SinkConfig, committer: Committer) -> None:
+    def __init__(self, config: SinkConfig, committer: Committer, router: DeadLetterRouter) -> None:
         self.config = config
         self.committer = committer
+        self.router = router
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, AttemptKey], Unit] = {}
         self.mismatched: dict[str, str] = {}  # unit -> why it was set aside (reported in every report)
-        self.skipped_rows = 0
+        self.skipped_rows = 0  # rows of units skipped because Kafka already had them (reported apart)
+        self.refused_rows = 0  # rows of refused units (dead-lettered)
 
     # -- state ----------------------------------------------------------------------
 
@@ -67,9 +90,26 @@ class UnitBook:
         with self._lock:
             return sum(u.rows for u in self._pending.values())
 
+    def forget(self, unit: Unit) -> None:
+        """Drop a unit from the book (a task's own mismatch: the task deletes it from the WAL)."""
+        with self._lock:
+            self._pending.pop((id(unit.wal), unit.key), None)
+
     def references(self, wal: Any) -> bool:
         with self._lock:
             return any(u.wal is wal for u in self._pending.values())
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """Every unit still waiting: lane, batch, rows, tries and last error (reports, settle errors)."""
+        with self._lock:
+            return [{"lane": lane_id(self.config.name, u.run, u.partition), "batch": u.batch, "rows": u.rows,
+                     "tries": u.attempts, "last_error": u.last_error} for u in self._ordered()]
+
+    def problems(self) -> tuple[str, ...]:
+        """Units set aside, and units still waiting with an error (every report of the worker names them)."""
+        aside = tuple(f"exactly-once unit set aside ({where}): {why}" for where, why in sorted(self.mismatched.items()))
+        return aside + tuple(f"exactly-once unit lane={w['lane']} batch={w['batch']} rows={w['rows']} not committed "
+                             f"after {w['tries']} tries: {w['last_error']}" for w in self.waiting() if w["last_error"])
 
     # -- publishing -----------------------------------------------------------------
 
@@ -87,7 +127,8 @@ class UnitBook:
                     if older is unit:
                         break
                     self._try(older, deadline)
-                outcome = self._try(unit, deadline) if (id(unit.wal), unit.key) in self._pending else unit.outcome
+                mine = (id(unit.wal), unit.key) in self._pending
+                outcome = self._try(unit, deadline) if mine and not self._blocked(unit) else unit.outcome
             if outcome != PENDING or deadline.expired():
                 return outcome
             time.sleep(deadline.cap(_BACKOFF_S[min(tries, len(_BACKOFF_S) - 1)]))
@@ -104,7 +145,8 @@ class UnitBook:
             for unit in self._ordered():
                 if deadline.expired():
                     break
-                self._try(unit, deadline)  # a pending one does not hold up units of other lanes
+                if not self._blocked(unit):  # a pending one does not hold up units of other lanes
+                    self._try(unit, deadline)
             return sum(u.rows for u in self._pending.values())
         finally:
             self._lock.release()
@@ -112,27 +154,67 @@ class UnitBook:
     def _ordered(self) -> list[Unit]:
         return sorted(self._pending.values(), key=lambda u: (u.batch, u.partition, u.key.gen))
 
+    def _blocked(self, unit: Unit) -> bool:
+        """Whether an older unit of the same lane still waits here (it must commit first)."""
+        return any(u.run == unit.run and u.partition == unit.partition and u.batch < unit.batch
+                   for u in self._pending.values())
+
     def _try(self, unit: Unit, deadline: Deadline) -> str:
         outcome = self.committer.commit(unit, deadline)
+        where = (id(unit.wal), unit.key)
         if outcome == COMMITTED:
             _points.point("eo.committed", batch=unit.batch, partition=unit.partition, rows=unit.rows)
         if outcome in (COMMITTED, SKIPPED):
             unit.wal.prune(chunks=unit.chunks, attempts_done=[unit.key])
-            del self._pending[(id(unit.wal), unit.key)]
+            del self._pending[where]
             if outcome == SKIPPED:
                 self.skipped_rows += unit.rows
-                log.info("sink=%s batch=%d partition=%d rows=%d already in Kafka (lane marker): skipped",
-                         self.config.name, unit.batch, unit.partition, unit.rows)
+                log.warning("sink=%s batch=%d partition=%d rows=%d skipped, not published again: %s",
+                            self.config.name, unit.batch, unit.partition, unit.rows, unit.why)
         elif outcome == MISMATCH:
-            del self._pending[(id(unit.wal), unit.key)]  # kept in the WAL, set aside
-            why = (f"batch {unit.batch} partition {unit.partition} has {unit.rows} rows, but the unit already "
-                   f"committed to Kafka for it had {unit.found_rows} (mod 2^24)")
-            self.mismatched[f"{unit.wal.path}:{unit.key}"] = why
-            log.error("sink=%s exactly-once mismatch: %s", self.config.name, why)
+            if not unit.own:  # a task's own mismatch is its error (task.exactly_once); a recovered one is set aside
+                del self._pending[where]  # kept in the WAL
+                why = f"batch {unit.batch} partition {unit.partition} run {unit.run}: {unit.why}"
+                self.mismatched[f"{unit.wal.path}:{unit.key}"] = why
+                log.error("sink=%s exactly-once mismatch: %s", self.config.name, why)
+        elif outcome == REFUSED:
+            self._refuse(unit)
+            del self._pending[where]
         elif unit.attempts == 1 or unit.attempts % 10 == 0:
             log.warning("sink=%s batch=%d partition=%d rows=%d not committed yet (try %d): %s",
                         self.config.name, unit.batch, unit.partition, unit.rows, unit.attempts, unit.last_error)
         return outcome
+
+    def _refuse(self, unit: Unit) -> None:
+        """Every record of a refused unit into the dead-letter store, the unit out of the WAL, in one transaction."""
+        refused = {(ck, i): (code, text) for ck, i, code, text in unit.refused}
+        prefix = record_id_prefix(self.config.name, unit.batch, unit.partition, unit.run)
+        named = []
+        dead = []
+        for ck, _size in unit.chunks:
+            raw = unit.wal.read_chunk(ck)
+            if raw is None:
+                continue
+            batch = decode_chunk(raw)
+            named += [record_id_at(prefix, batch, ck.first_seq, i) for (k, i) in refused if k == ck and i >= 0]
+            dead.append((ck, batch))
+        first = ", ".join(named) or "(not identified)"
+        reason = unit.refused[0][3] if unit.refused else "refused"
+        letters = []
+        for ck, batch in dead:
+            mine = [(i, *refused[(ck, i)]) for i in range(batch.num_rows) if (ck, i) in refused]
+            others = [(i, UNIT_REFUSED_CODE, f"not published: the exactly-once unit (batch {unit.batch}, partition "
+                       f"{unit.partition}) is published whole or not at all, and its record {first} was refused "
+                       f"for good: {reason}") for i in range(batch.num_rows) if (ck, i) not in refused]
+            letters += dead_letters_from(self.config, ck, batch, mine + others)
+        letters.sort(key=lambda kd: kd[1].error_code == UNIT_REFUSED_CODE)  # the refused records first
+        unit.wal.prune(chunks=unit.chunks, dead=letters, attempts_done=[unit.key])
+        self.refused_rows += unit.rows
+        log.error("sink=%s batch=%d partition=%d rows=%d exactly-once unit refused: record %s refused for good "
+                  "(%s); all its records are in the dead-letter store, none was published", self.config.name,
+                  unit.batch, unit.partition, unit.rows, first, reason)
+        for dkey, d in letters:  # the refused records are announced; the rest is in the line above
+            self.router.stored(unit.wal, dkey, d, announce=d.error_code != UNIT_REFUSED_CODE)
 
     def close(self) -> None:
         with self._lock:

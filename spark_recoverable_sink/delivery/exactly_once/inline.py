@@ -1,0 +1,65 @@
+"""A task's unit produced into its lane's transaction as its chunks reach the WAL (the inline transaction).
+
+Overlaps producing with writing the WAL: each chunk is committed to the WAL
+before it is produced, and the transaction is committed only after the
+attempt is (:meth:`.transactions.Committer.commit`, which resumes it). A
+failure only breaks it: the commit step then aborts it and produces the unit
+again from the WAL.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable
+
+from ... import _points
+from ...config import SinkConfig
+from ...ids import record_id_prefix
+from ...wal.format import AttemptKey
+from ..rows import produce_rows
+from .lanes import Lane, on_delivery
+
+__all__ = ["InlineTransaction"]
+
+
+class InlineTransaction:
+    """A lane's open transaction being filled by the task, chunk after chunk, right after each WAL append."""
+
+    def __init__(self, config: SinkConfig, note_error: Callable[[str, Any], str], lid: str, lane: Lane,
+                 ident: tuple[str, AttemptKey], run: str) -> None:
+        self._config = config
+        self._note_error = note_error  # the committer's: what a Kafka error leaves the lane to do
+        self._lid, self._lane, self._ident = lid, lane, ident
+        self._key = key = ident[1]
+        self._prefix = record_id_prefix(config.name, key.batch, key.partition, run)
+        self.broken = False
+        lane.failures = []
+
+    def produce(self, batch: Any, first_seq: int, block_s: float) -> None:
+        """Produce one chunk (already committed to the WAL) into the transaction; failures break it."""
+        from confluent_kafka import KafkaException
+
+        if self.broken:
+            return
+        cfg = self._config
+        lane = self._lane
+        try:
+            _n, sync_failed = produce_rows(lane.producer, partial(on_delivery, lane, lane.chunks_in), batch.num_rows,
+                                           batch, None, cfg.topic, cfg.id_header, self._prefix, first_seq, block_s)
+        except KafkaException as exc:
+            self._note_error(self._lid, exc.args[0])
+            self.broken = True
+            return
+        lane.failures.extend((e, j, lane.chunks_in) for j, e in sync_failed)
+        if lane.failures:
+            self.broken = True  # aborted at the commit step, then produced again from the WAL
+            lane.must_abort = True
+            return
+        lane.chunks_in += 1
+        _points.point("eo.produced_chunk", batch=self._key.batch, partition=self._key.partition,
+                      rows=first_seq + batch.num_rows)
+
+    def finish(self) -> None:
+        """Every chunk is in: the commit step only sends the marker and commits (unless it broke)."""
+        if not self.broken:
+            self._lane.mark_produced(self._ident)

@@ -1,0 +1,137 @@
+"""Tier 1: record ids depend on a record's content and its occurrence among equal records, never on row order."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_recoverable_sink import fingerprint
+from spark_recoverable_sink.fingerprint import (
+    _Occurrences,
+    fingerprints,
+    fingerprints_py,
+    mix_pairs,
+)
+from spark_recoverable_sink.ids import (
+    FP_COLUMN,
+    new_occurrences,
+    record_id_at,
+    record_id_prefix,
+    record_ids,
+    unit_digest,
+    valid_run_id,
+    with_ids,
+)
+from spark_recoverable_sink.native import library
+from spark_recoverable_sink.schema import HEADERS_TYPE, normalize_batch
+
+PREFIX = record_id_prefix("orders", 7, 3, "3ffbea5019c44624")
+
+
+def _rows(n: int, dup_every: int = 5, seed: int = 1) -> list[dict]:
+    rnd = random.Random(seed)
+    rows = []
+    for i in range(n):
+        j = i - i % dup_every if i % dup_every == 1 else i  # every dup_every-th pair is equal content
+        rows.append({"key": None if j % 7 == 0 else b"k%d" % (j % 13), "value": b"" if j % 11 == 0 else b"v%d" % j,
+                     "partition": None if j % 3 else j % 4, "timestamp": 1700000000000 + j,
+                     "headers": [{"key": "h", "value": b"x%d" % (j % 2)}] if j % 4 == 0 else None})
+    rnd.shuffle(rows)
+    return rows
+
+
+def _batches(rows: list[dict], size: int) -> list[pa.RecordBatch]:
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32()),
+                        ("timestamp", pa.int64()), ("headers", HEADERS_TYPE)])
+    return [normalize_batch(pa.RecordBatch.from_pylist(rows[i:i + size], schema=schema), "t", "p", i)
+            for i in range(0, len(rows), size)]
+
+
+def _ids_of(rows: list[dict], size: int, counter=None) -> list[tuple[bytes, bytes | None, bytes]]:
+    occ = counter or new_occurrences()
+    out, seq = [], 0
+    for b in _batches(rows, size):
+        b = with_ids(b, occ)
+        for rid, k, v in zip(record_ids(PREFIX, b, seq).to_pylist(), b.column("key").to_pylist(),
+                             b.column("value").to_pylist()):
+            out.append((rid, k, v))
+        seq += b.num_rows
+    return out
+
+
+def test_ids_do_not_depend_on_row_order_or_batch_boundaries():
+    rows = _rows(3000)
+    first = _ids_of(rows, 1000)
+    shuffled = list(rows)
+    random.Random(9).shuffle(shuffled)
+    second = _ids_of(shuffled, 777)  # other order, other Arrow batches: the same (id, record) pairs
+    assert sorted(first) == sorted(second)
+    assert len({rid for rid, _k, _v in first}) == len(first)  # unique, equal records included
+    assert all(rid.startswith(PREFIX) for rid, _k, _v in first)
+
+
+def test_equal_records_are_numbered_and_different_content_differs():
+    rows = [{"value": b"same"}] * 3 + [{"value": b"other"}]
+    suffixes = [rid[len(PREFIX):].decode().split("-") for rid, _k, _v in _ids_of(rows, 2)]
+    by_fp: dict[str, list[str]] = {}
+    for fp, occ in suffixes:
+        by_fp.setdefault(fp, []).append(occ)
+    assert sorted(sorted(v) for v in by_fp.values()) == [["0"], ["0", "1", "2"]]
+    assert all(len(fp) == 16 for fp in by_fp)
+    # null and empty are told apart, and so are key and value swapped
+    fp = fingerprints(pa.RecordBatch.from_pylist(
+        [{"key": None, "value": b"a"}, {"key": b"", "value": b"a"}, {"key": b"a", "value": b"b"},
+         {"key": b"b", "value": b"a"}], schema=pa.schema([("key", pa.binary()), ("value", pa.binary())])))
+    assert len(set(fp.tolist())) == 4
+
+
+def test_chunks_of_older_builds_keep_their_position_ids():
+    b = normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", "p", 0)
+    assert record_ids(record_id_prefix("orders", 7, 3), b, 42).to_pylist() == [b"orders:7:3:42", b"orders:7:3:43"]
+    assert record_id_at(record_id_prefix("orders", 7, 3), b, 42, 1) == "orders:7:3:43"
+    assert record_ids(PREFIX, b.slice(0, 0), 5).to_pylist() == []
+    with_fp = with_ids(b, new_occurrences())
+    assert record_id_at(PREFIX, with_fp, 0, 1) == record_ids(PREFIX, with_fp, 0).to_pylist()[1].decode()
+
+
+@pytest.mark.skipif(not library.available(), reason="the native extension is not built here: "
+                    f"{library.why_unavailable()}")
+def test_native_and_reference_fingerprints_agree_bit_for_bit():
+    for b in _batches(_rows(2500, seed=4), 1000):
+        assert np.array_equal(fingerprints(b), fingerprints_py(b))
+        topical = b.append_column("topic", pa.array([f"t{i % 3}" if i % 5 else "" for i in range(b.num_rows)]))
+        assert np.array_equal(fingerprints(topical), fingerprints_py(topical))
+        assert np.array_equal(fingerprints(b.slice(17, 300)), fingerprints_py(b.slice(17, 300)))
+
+
+def test_occurrence_counters_agree_across_calls():
+    rnd = np.random.default_rng(3)
+    ref, fast = _Occurrences(), new_occurrences()
+    for n in (0, 1, 5, 1000, 4000, 333):
+        fps = rnd.integers(0, 50, n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        fps[: n // 10] = np.uint64(2**64 - 1) if n else fps[:0]
+        assert np.array_equal(ref.number(fps), fast.number(fps))
+
+
+def test_unit_digest_is_order_independent_and_accumulates():
+    b = with_ids(_batches(_rows(500, seed=5), 500)[0], new_occurrences())
+    whole = unit_digest(b, 0)
+    parts = unit_digest(b.slice(200), 200, unit_digest(b.slice(0, 200), 0))
+    assert whole == parts
+    rev = b.take(pa.array(list(range(b.num_rows - 1, -1, -1))))
+    assert unit_digest(rev, 0) == whole
+    other = b.set_column(b.schema.get_field_index(FP_COLUMN), FP_COLUMN,
+                         pa.array(b.column(FP_COLUMN).to_numpy() + np.uint64(1)))
+    assert unit_digest(other, 0) != whole
+    fps, occs = b.column(FP_COLUMN).to_numpy(), b.column("rks_occ").to_numpy()
+    assert mix_pairs(fps, occs) == fingerprint.mix_pairs(fps[::-1].copy(), occs[::-1].copy())
+
+
+def test_run_ids():
+    assert all(valid_run_id(r) for r in ("3ffbea5019c44624", "nightly-2024.05_06", "x" * 64))
+    assert not any(valid_run_id(r) for r in ("", "a:b", "x" * 65, "sp ace", "é"))
+    assert record_id_prefix("orders", 7, 3) == b"orders:7:3:"
+    assert PREFIX == b"orders:3ffbea5019c44624:7:3:"
