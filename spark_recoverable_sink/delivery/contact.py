@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..config import SinkConfig
 from ..deadline import Deadline
+from ..errors import WalError
+from ..wal.slots import sink_dir
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..report import PartitionReport
 
-__all__ = ["BrokerContact", "ContactDeadline", "first_contact_failure", "MARKER"]
+__all__ = ["BrokerContact", "ContactDeadline", "first_contact_failure", "remember_reached", "reached_before",
+           "MARKER"]
 
 log = logging.getLogger(__name__)
 
@@ -122,3 +125,27 @@ def first_contact_failure(parts: Iterable["PartitionReport"]) -> tuple[int, str]
     if pending == 0 or not errors:
         return None
     return pending, errors[-1]
+
+
+def _driver_marker(config: SinkConfig) -> str | None:
+    try:
+        return os.path.join(sink_dir(config.wal_dir, config.name), MARKER)
+    except WalError:  # no usable wal_dir on this host: only the other evidence counts
+        return None
+
+
+def remember_reached(config: SinkConfig) -> None:
+    """The driver saw a task reach a broker: remembered in this host's ``<wal_dir>/<sink>`` (best effort)."""
+    path = _driver_marker(config)
+    if path is not None and not os.path.exists(path):
+        try:
+            with open(path, "a"):
+                pass
+        except OSError as exc:
+            log.warning("sink=%s cannot write marker %s: %s", config.name, path, exc)
+
+
+def reached_before(config: SinkConfig) -> bool:
+    """Whether this host remembers the sink reaching a broker (a driver restarted here, a data-source batch)."""
+    path = _driver_marker(config)
+    return path is not None and os.path.exists(path)

@@ -20,7 +20,7 @@ import logging
 from typing import Iterable, Sequence
 
 from ..config import SinkConfig
-from ..delivery.contact import first_contact_failure
+from ..delivery.contact import first_contact_failure, reached_before, remember_reached
 from ..errors import BrokerUnreachableError, DeadLetterError
 from ..report import BatchReport, PartitionReport
 
@@ -81,13 +81,25 @@ def dead_letter_error(config: SinkConfig, report: BatchReport) -> DeadLetterErro
     return DeadLetterError(message, [i for i, _ in dead], dict(dead))
 
 
-def first_contact_error(config: SinkConfig, report: BatchReport) -> BrokerUnreachableError | None:
+def first_contact_error(config: SinkConfig, report: BatchReport,
+                        earlier_batch_ended: bool = False) -> BrokerUnreachableError | None:
     """The error for a sink none of whose tasks ever reached a broker (``None`` if one did, or no task tried).
+
+    A sink has reached a broker before when a task of this batch says so (its
+    executor's ``broker-reached`` file), when this driver host remembers it
+    (the same file in its own ``<wal_dir>/<sink>``, written here), or when an
+    earlier batch of the same streaming query ended (``earlier_batch_ended``:
+    the query's batch id, restored from its checkpoint, is past 0, and the
+    first batch would have failed here had no broker been reached). An outage
+    after that is an outage, whatever driver or executors see it now.
 
     With ``wait_for_broker=True`` the message is logged as an ERROR and
     ``None`` returned: the records wait in the WALs.
     """
     if any(p.broker_reached or p.acked for p in report.partition_reports):
+        remember_reached(config)
+        return None
+    if earlier_batch_ended or reached_before(config):
         return None
     failure = first_contact_failure(report.partition_reports)
     if failure is None:

@@ -147,14 +147,16 @@ def _ensure_log_handler() -> None:
     pkg.setLevel(logging.INFO)
 
 
-def _commit(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], batch_id: int, run: str) -> None:
+def _commit(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], batch_id: int, run: str,
+            streaming: bool) -> None:
     _ensure_log_handler()
     commits = [m for m in messages if isinstance(m, PartitionCommit)]
     parts = [m.report for m in commits]
     run = commits[0].run if commits else run
     seconds = max((p.seconds for p in parts), default=0.0)  # the driver side does not see the job start
     report = conclude_batch(config, batch_id, run, parts, seconds, entry=FORMAT_NAME)
-    for error in (dead_letter_error(config, report), first_contact_error(config, report)):
+    for error in (dead_letter_error(config, report),
+                  first_contact_error(config, report, earlier_batch_ended=streaming and batch_id > 0)):
         if error is not None:
             raise error
 
@@ -202,7 +204,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             DeadLetterError: records were refused for good and no dead-letter topic is set.
             BrokerUnreachableError: no task of the batch reached a broker, ever.
         """
-        _commit(self.config, messages, batchId, self.run_id or "")
+        _commit(self.config, messages, batchId, self.run_id or "", streaming=True)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         _abort(self.config, messages, batchId)
@@ -230,7 +232,7 @@ class BatchWriter(DataSourceArrowWriter):
         Raises:
             DeadLetterError / BrokerUnreachableError: as for the streaming writer.
         """
-        _commit(self.config, messages, 0, self.run)
+        _commit(self.config, messages, 0, self.run, streaming=False)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _abort(self.config, messages, 0)

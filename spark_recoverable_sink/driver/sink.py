@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
+from ..delivery.contact import remember_reached
 from ..errors import RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import validate_spark_schema
@@ -142,7 +143,7 @@ class RecoverableKafkaSink:
                 f"{QUERY_ID_PROPERTY}) that keeps record ids of different queries apart; pass run_id= to "
                 "the sink (stable across restarts of this query, different for any other query), or use "
                 "write() outside a streaming query")
-        self._raise_dead_letters(self._run(batch_df, int(batch_id), run))
+        self._raise_dead_letters(self._run(batch_df, int(batch_id), run, streaming=True))
 
     def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
         """Write a batch DataFrame; returns its report.
@@ -197,7 +198,7 @@ class RecoverableKafkaSink:
             warn_pending(self.config, "drain", report.pending)
         return report
 
-    def _run(self, df: "DataFrame", batch_id: int, run: str) -> BatchReport:
+    def _run(self, df: "DataFrame", batch_id: int, run: str, streaming: bool = False) -> BatchReport:
         t0 = time.monotonic()
         columns = validate_spark_schema(df.schema, self.config.topic)
         with self._lock:
@@ -219,7 +220,7 @@ class RecoverableKafkaSink:
             new_dead = self._dead.admit(parts)
         report = conclude_batch(self.config, batch_id, run, parts, time.monotonic() - t0, new_dead)
         self.reports.append(report)
-        self._check_first_contact(report)
+        self._check_first_contact(report, earlier_batch_ended=streaming and batch_id > 0)
         if self.config.guarantee == EXACTLY_ONCE and report.pending:
             offered = settle(self.config, report, lambda timeout_s: self.drain(df.sparkSession, timeout_s))
             with self._lock:
@@ -229,7 +230,7 @@ class RecoverableKafkaSink:
                 self.reports[-1] = report
         return report
 
-    def _check_first_contact(self, report: BatchReport) -> None:
+    def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:
         """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
 
         Raises:
@@ -240,8 +241,9 @@ class RecoverableKafkaSink:
             return
         if any(p.broker_reached or p.acked for p in report.partition_reports):
             self._broker_reached = True
+            remember_reached(self.config)  # a driver restarted on this host remembers it too
             return
-        error = first_contact_error(self.config, report)
+        error = first_contact_error(self.config, report, earlier_batch_ended)
         if error is not None:
             raise error
 

@@ -148,17 +148,17 @@ def test_first_contact_failure_needs_pending_records_no_contact_and_a_connection
     assert first_contact_failure([_part(0)]) is None  # no error seen: keep waiting, as before
 
 
-def _sink(**kw):
+def _sink(wal_dir, **kw):
     return RecoverableKafkaSink("s1", {"bootstrap.servers": "10.0.0.1:9092", "sasl.password": SECRET},
-                                topic="t", wal_dir="/tmp/x", **kw)
+                                topic="t", wal_dir=str(wal_dir), **kw)
 
 
 def _report(*parts):
     return BatchReport.from_partitions(3, parts, 0.1)
 
 
-def test_driver_fails_the_first_batch_naming_the_address_and_error_and_keeps_the_records():
-    sink = _sink()
+def test_driver_fails_the_first_batch_naming_the_address_and_error_and_keeps_the_records(tmp_path):
+    sink = _sink(tmp_path)
     err = "10.0.0.1:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused"
     with pytest.raises(BrokerUnreachableError) as ei:
         sink._check_first_contact(_report(_part(0, last_error=err)))
@@ -169,15 +169,27 @@ def test_driver_fails_the_first_batch_naming_the_address_and_error_and_keeps_the
     assert SECRET not in str(e)
 
 
-def test_driver_that_reached_a_broker_once_keeps_waiting_through_an_outage():
-    sink = _sink()
+def test_driver_that_reached_a_broker_once_keeps_waiting_through_an_outage(tmp_path):
+    sink = _sink(tmp_path)
     sink._check_first_contact(_report(_part(0, acked=10, pending=0)))
     err = "Connect to ipv4#10.0.0.1:9092 failed: Connection refused"
     sink._check_first_contact(_report(_part(0, last_error=err)))  # no error: the outage is ridden out
 
 
-def test_wait_for_broker_warns_loudly_instead(caplog):
-    sink = _sink(wait_for_broker=True)
+def test_a_restarted_driver_or_a_later_streaming_batch_is_not_a_first_contact(tmp_path):
+    err = "Connect to ipv4#10.0.0.1:9092 failed: Connection refused"
+    # a streaming query past its first batch (its batch id comes from the checkpoint): an outage, not a mistake
+    _sink(tmp_path / "a")._check_first_contact(_report(_part(0, last_error=err)), earlier_batch_ended=True)
+    # a driver that saw the sink reach a broker, restarted on the same host with new executors
+    _sink(tmp_path / "b")._check_first_contact(_report(_part(0, acked=10, pending=0)))
+    restarted = _sink(tmp_path / "b")
+    restarted._check_first_contact(_report(_part(0, last_error=err)))  # the host remembers it
+    with pytest.raises(BrokerUnreachableError):  # while a host that never saw it reached still fails the batch
+        _sink(tmp_path / "c")._check_first_contact(_report(_part(0, last_error=err)))
+
+
+def test_wait_for_broker_warns_loudly_instead(caplog, tmp_path):
+    sink = _sink(tmp_path, wait_for_broker=True)
     with caplog.at_level(logging.ERROR):
         sink._check_first_contact(_report(_part(0, last_error="Connect failed: Connection refused")))
     assert "has never reached a Kafka broker at bootstrap.servers=10.0.0.1:9092" in caplog.text
