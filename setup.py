@@ -11,8 +11,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[Extension(
         "spark_recoverable_sink.native._rks_native",
-        sources=["spark_recoverable_sink/native/rks_native.c"],
-        depends=["spark_recoverable_sink/native/rks_rdkafka.h"],
+        sources=[f"spark_recoverable_sink/native/{c}" for c in ("rks_native.c", "rks_producer.c", "rks_hash.c")],
+        depends=[f"spark_recoverable_sink/native/{h}" for h in ("rks_internal.h", "rks_rdkafka.h")],
         include_dirs=["spark_recoverable_sink/native"],
         define_macros=[("Py_LIMITED_API", "0x030B0000")],
         py_limited_api=True,

@@ -51,21 +51,37 @@ class Producer:
                       topics: Any = None, partitions: Any = None, timestamps: Any = None,
                       headers: Any = None, ids: Any = None, id_header: bytes | str = b"rks-id",
                       indices: Sequence[int] | np.ndarray | None = None,
-                      block_s: float = 5.0) -> tuple[int, list[tuple[int, int, str]]]:
+                      block_s: float = 5.0, *, id_prefix: bytes | str | None = None,
+                      fps: Any = None, occs: Any = None) -> tuple[int, list[tuple[int, int, str]]]:
         """Produce the rows (all, or ``indices``) of a chunk; ``(produced, [(row, code, text)])``.
+
+        The id header of row ``i`` is ``ids[i]``, or, with ``ids=None``, it is
+        formatted in C as ``id_prefix + b"%016x-%d" % (fps[i], occs[i])``
+        (``fps``: uint64 per row, ``occs``: uint32 per row; numpy or Arrow;
+        ``id_prefix`` at most 480 bytes).
 
         Synchronous failures are listed; delivery reports come later through
         :meth:`take_results` under ``round_id``.
         """
-        if values is None or ids is None:
-            raise ValueError("values and ids are required")
+        generated = id_prefix is not None or fps is not None or occs is not None
+        if values is None:
+            raise ValueError("values are required")
+        if generated and ids is not None:
+            raise ValueError("give ids, or id_prefix with fps and occs, not both")
+        if generated and (id_prefix is None or fps is None or occs is None):
+            raise ValueError("id_prefix, fps and occs go together")
+        if not generated and ids is None:
+            raise ValueError("ids (or id_prefix, fps and occs) are required")
         if isinstance(id_header, str):
             id_header = id_header.encode()
+        if isinstance(id_prefix, str):
+            id_prefix = id_prefix.encode()
         idx = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
+        extra = () if not generated else (bytes(id_prefix), _uints(fps, np.uint64), _uints(occs, np.uint32))
         return self._p.produce_chunk(
             int(round_id), topic, column(values), column(keys), column(topics),
             column(partitions, "int32"), column(timestamps, "int64"), headers_column(headers),
-            column(ids), bytes(id_header), idx, float(block_s))
+            column(ids), bytes(id_header), idx, float(block_s), *extra)
 
     def poll(self, timeout_s: float = 0.0) -> int:
         return self._p.poll(timeout_s)
@@ -106,3 +122,22 @@ class Producer:
 
     def abort_transaction(self, timeout_s: float = -1) -> None:
         self._txn(self._p.abort_transaction(timeout_s))
+
+    def send_offsets_to_transaction(self, group_id: str, offsets: Sequence[Any],
+                                    timeout_s: float = -1) -> None:
+        """Commit ``offsets`` for consumer group ``group_id`` with the open transaction.
+
+        ``offsets``: ``(topic, partition, offset)`` tuples, or objects with
+        ``topic``/``partition``/``offset`` attributes (``confluent_kafka.TopicPartition``).
+        The offset is the next one to consume; negative (logical) offsets are ignored.
+        """
+        tps = [tuple(o) if isinstance(o, (tuple, list)) else (o.topic, o.partition, o.offset)
+               for o in offsets]
+        self._txn(self._p.send_offsets_to_transaction(str(group_id), tps, float(timeout_s)))
+
+
+def _uints(a: Any, dtype: Any) -> np.ndarray:
+    """A contiguous numpy array of ``dtype`` from numpy, Arrow or a sequence (no copy when it already is one)."""
+    if hasattr(a, "to_numpy") and not isinstance(a, np.ndarray):  # pyarrow Array / ChunkedArray
+        a = a.to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(a, dtype=dtype)

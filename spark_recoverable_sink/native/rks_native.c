@@ -1,15 +1,17 @@
 /*
  * _rks_native: the native produce path of spark_recoverable_sink.
  *
- * This file holds
- *   - load(path): resolves librdkafka's public C API at run time (dlopen/dlsym)
- *     from the copy shipped with confluent-kafka; nothing is linked at build time;
- *   - Producer: a librdkafka producer owned by this module that produces one
- *     chunk of Arrow rows per produce_chunk() call (loop in C, GIL released)
- *     and counts delivery reports per "round" in C; Python objects are made
- *     only for failed rows, in take_results();
- *   - fingerprints_into(): per-row 64-bit fingerprints (XXH64 per column,
- *     folded), written into a caller-supplied uint64 buffer.
+ * The extension is three C files compiled together (shared declarations in
+ * rks_internal.h, librdkafka's in rks_rdkafka.h):
+ *   rks_native.c    this file: load(path), which resolves librdkafka's public
+ *                   C API at run time (dlopen/dlsym) from the copy shipped with
+ *                   confluent-kafka (nothing is linked at build time); Arrow
+ *                   column parsing and bounds checks; typed-array checks; the
+ *                   module table;
+ *   rks_producer.c  Producer: produce_chunk (one chunk of Arrow rows per call,
+ *                   loop in C, GIL released), delivery reports counted per
+ *                   round in C, transactions;
+ *   rks_hash.c      xxh64, fingerprints_into, unit_digest, Occurrences.
  *
  * Arrow columns arrive already split into buffers by native_engine.py, as
  * tuples (length, offset, validity|None, buf1|None, buf2|None, width):
@@ -19,46 +21,17 @@
  *   struct:        validity only
  * Every buffer is held through the buffer protocol and bounds-checked before
  * any row is read; malformed input raises ValueError.
- *
- * Threading: one Python thread at a time may call into a Producer (the
- * wrapper holds a lock).  A second concurrent call, or a call made from one
- * of the Producer's own callbacks, raises RuntimeError instead of racing.
- * Delivery reports are served only inside rd_kafka_poll/flush called by the
- * thread in the Producer, so the round table needs no lock.
- *
- * Exceptions raised by error_cb/stats_cb/log_cb are reported with
- * PyErr_WriteUnraisable (sys.unraisablehook) and never interrupt a produce
- * or poll; an exception raised by oauth_cb becomes
- * rd_kafka_oauthbearer_set_token_failure(<exception text>).
  */
-#define PY_SSIZE_T_CLEAN
-#ifndef Py_LIMITED_API
-#define Py_LIMITED_API 0x030B0000 /* stable ABI: one build serves CPython 3.11+ */
-#endif
-#include <Python.h>
+#include "rks_internal.h"
+
 #include <dlfcn.h>
-#include <limits.h>
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "rks_rdkafka.h"
-
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "_rks_native supports little-endian hosts only (Arrow buffers are read in place)"
-#endif
-_Static_assert(sizeof(void *) == 8, "msg_opaque packs 64 bits into a pointer");
 
 /* ------------------------------------------------------------------------ */
 /* librdkafka functions, resolved by load()                                 */
 
-#define RKS_DECL_FN(name, ret, args) ret(*name) args;
-static struct { RKS_FN_LIST(RKS_DECL_FN) } rk_api;
-static void *rk_lib; /* dlopen handle, kept for the life of the process */
-
-#define RK(name) (rk_api.name)
+struct rks_api rk_api;
+void *rk_lib; /* kept for the life of the process */
 
 static PyObject *mod_load(PyObject *m, PyObject *args) {
     const char *path;
@@ -93,15 +66,8 @@ static PyObject *mod_load(PyObject *m, PyObject *args) {
     return NULL;
 }
 
-/* Raise ValueError(fmt, ...) and jump to the cleanup label. */
-#define BAD(label, ...)                                                                            \
-    do {                                                                                           \
-        PyErr_Format(PyExc_ValueError, __VA_ARGS__);                                               \
-        goto label;                                                                                \
-    } while (0)
 
-/* Text from librdkafka as str, never failing on bad UTF-8. */
-static PyObject *ustr(const char *s, Py_ssize_t n) {
+PyObject *ustr(const char *s, Py_ssize_t n) {
     if (!s) s = "", n = 0;
     if (n < 0) n = (Py_ssize_t)strlen(s);
     return PyUnicode_DecodeUTF8(s, n, "replace");
@@ -110,26 +76,14 @@ static PyObject *ustr(const char *s, Py_ssize_t n) {
 /* ------------------------------------------------------------------------ */
 /* Arrow columns                                                            */
 
-enum { K_BIN, K_INT, K_LIST, K_STRUCT };
-static const char EMPTY[1] = "";
+const char EMPTY[1] = "";
 
-typedef struct {
-    int present;
-    Py_ssize_t len, off;
-    const uint8_t *valid, *b1, *b2;
-    Py_ssize_t vlen, b1len, b2len;
-    int width;
-    int64_t last; /* K_BIN/K_LIST: offsets[off+len] */
-    Py_buffer views[3];
-    int nviews;
-} col_t;
-
-static void col_release(col_t *c) {
+void col_release(col_t *c) {
     for (int i = 0; i < c->nviews; i++) PyBuffer_Release(&c->views[i]);
     c->nviews = 0;
 }
 
-static int getbuf(col_t *c, PyObject *o, const uint8_t **p, Py_ssize_t *n) {
+int getbuf(col_t *c, PyObject *o, const uint8_t **p, Py_ssize_t *n) {
     *p = NULL;
     *n = 0;
     if (o == Py_None) return 0;
@@ -141,37 +95,8 @@ static int getbuf(col_t *c, PyObject *o, const uint8_t **p, Py_ssize_t *n) {
     return 0;
 }
 
-static inline int64_t ld_off(const uint8_t *p, int w, Py_ssize_t k) {
-    if (w == 4) {
-        int32_t v;
-        memcpy(&v, p + 4 * k, 4);
-        return v;
-    }
-    int64_t v;
-    memcpy(&v, p + 8 * k, 8);
-    return v;
-}
-
-static inline int col_null(const col_t *c, Py_ssize_t i) {
-    if (!c->valid) return 0;
-    Py_ssize_t j = c->off + i;
-    return !((c->valid[j >> 3] >> (j & 7)) & 1);
-}
-
-/* Bytes of row i of a K_BIN column (call only for a non-null row). */
-static inline const char *col_bin(const col_t *c, Py_ssize_t i, size_t *n) {
-    Py_ssize_t k = c->off + i;
-    int64_t a = ld_off(c->b1, c->width, k), b = ld_off(c->b1, c->width, k + 1);
-    *n = (size_t)(b - a);
-    return c->b2 ? (const char *)c->b2 + a : EMPTY;
-}
-
-static inline int64_t col_int(const col_t *c, Py_ssize_t i) {
-    return ld_off(c->b1, c->width, c->off + i);
-}
-
 /* Parse and bounds-check one column tuple; None -> absent.  `what` names it in errors. */
-static int col_parse(PyObject *o, col_t *c, int kind, const char *what) {
+int col_parse(PyObject *o, col_t *c, int kind, const char *what) {
     memset(c, 0, sizeof *c);
     if (o == Py_None) return 0;
     PyObject *vo, *b1o, *b2o;
@@ -218,17 +143,12 @@ fail:
     return -1;
 }
 
-/* A headers column: list<struct<key: string, value: binary>>. */
-typedef struct {
-    col_t list, st, key, val;
-    int present;
-} hcol_t;
 
-static void hcol_release(hcol_t *h) {
+void hcol_release(hcol_t *h) {
     col_release(&h->list), col_release(&h->st), col_release(&h->key), col_release(&h->val);
 }
 
-static int hcol_parse(PyObject *o, hcol_t *h) {
+int hcol_parse(PyObject *o, hcol_t *h) {
     memset(h, 0, sizeof *h);
     if (o == Py_None) return 0;
     PyObject *lo, *so, *ko, *vo;
@@ -254,13 +174,7 @@ fail:
     return -1;
 }
 
-static inline void hcol_range(const hcol_t *h, Py_ssize_t i, int64_t *a, int64_t *b) {
-    Py_ssize_t k = h->list.off + i;
-    *a = ld_off(h->list.b1, h->list.width, k);
-    *b = ld_off(h->list.b1, h->list.width, k + 1);
-}
-
-static int check_len(const col_t *c, Py_ssize_t n, const char *what) {
+int check_len(const col_t *c, Py_ssize_t n, const char *what) {
     if (c->present && c->len != n) {
         PyErr_Format(PyExc_ValueError, "%s has %zd rows, expected %zd", what, c->len, n);
         return -1;
@@ -268,972 +182,86 @@ static int check_len(const col_t *c, Py_ssize_t n, const char *what) {
     return 0;
 }
 
+
 /* ------------------------------------------------------------------------ */
-/* XXH64 (from the xxHash specification) and row fingerprints              */
+/* Typed arrays                                                             */
 
-#define XP1 0x9E3779B185EBCA87ULL
-#define XP2 0xC2B2AE3D27D4EB4FULL
-#define XP3 0x165667B19E3779F9ULL
-#define XP4 0x85EBCA77C2B2AE63ULL
-#define XP5 0x27D4EB2F165667C5ULL
-#define GOLDEN 0x9E3779B97F4A7C15ULL
-
-static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static inline uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static inline uint64_t xround(uint64_t acc, uint64_t lane) {
-    return rotl64(acc + lane * XP2, 31) * XP1;
-}
-static inline uint64_t xmerge(uint64_t acc, uint64_t v) { return (acc ^ xround(0, v)) * XP1 + XP4; }
-static inline uint64_t xavalanche(uint64_t h) {
-    h ^= h >> 33;
-    h *= XP2;
-    h ^= h >> 29;
-    h *= XP3;
-    return h ^ (h >> 32);
-}
-
-static uint64_t xxh64(const void *data, size_t len, uint64_t seed) {
-    const uint8_t *p = len ? (const uint8_t *)data : (const uint8_t *)EMPTY, *end = p + len;
-    uint64_t h;
-    if (len >= 32) {
-        uint64_t a1 = seed + XP1 + XP2, a2 = seed + XP2, a3 = seed, a4 = seed - XP1;
-        do {
-            a1 = xround(a1, rd64(p));
-            a2 = xround(a2, rd64(p + 8));
-            a3 = xround(a3, rd64(p + 16));
-            a4 = xround(a4, rd64(p + 24));
-            p += 32;
-        } while (end - p >= 32);
-        h = rotl64(a1, 1) + rotl64(a2, 7) + rotl64(a3, 12) + rotl64(a4, 18);
-        h = xmerge(xmerge(xmerge(xmerge(h, a1), a2), a3), a4);
-    } else {
-        h = seed + XP5;
-    }
-    h += (uint64_t)len;
-    for (; end - p >= 8; p += 8) h = rotl64(h ^ xround(0, rd64(p)), 27) * XP1 + XP4;
-    if (end - p >= 4) {
-        h = rotl64(h ^ ((uint64_t)rd32(p) * XP1), 23) * XP2 + XP3;
-        p += 4;
-    }
-    for (; p < end; p++) h = rotl64(h ^ ((uint64_t)*p * XP5), 11) * XP1;
-    return xavalanche(h);
-}
-
-static inline uint64_t fold(uint64_t acc, uint64_t h) {
-    return rotl64(acc ^ (h * XP2), 31) * GOLDEN + XP4;
-}
-
-/* Canonical bytes of row i's headers, into a growing scratch buffer. */
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} scratch_t;
-
-static int scratch_put(scratch_t *s, const void *d, size_t n) {
-    if (s->n + n > s->cap) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->n + n) cap *= 2;
-        uint8_t *q = realloc(s->p, cap);
-        if (!q) return -1;
-        s->p = q;
-        s->cap = cap;
-    }
-    if (n) memcpy(s->p + s->n, d, n);
-    s->n += n;
-    return 0;
-}
-
-static int headers_canonical(const hcol_t *h, Py_ssize_t i, scratch_t *s) {
-    int64_t a, b;
-    hcol_range(h, i, &a, &b);
-    s->n = 0;
-    for (int64_t j = a; j < b; j++) {
-        if (col_null(&h->st, j)) continue;
-        size_t kn = 0, vn = 0;
-        const char *k = col_null(&h->key, j) ? EMPTY : col_bin(&h->key, j, &kn);
-        uint32_t kl = (uint32_t)kn;
-        if (scratch_put(s, &kl, 4) < 0 || scratch_put(s, k, kn) < 0) return -1;
-        if (col_null(&h->val, j)) {
-            int32_t m1 = -1;
-            if (scratch_put(s, &m1, 4) < 0) return -1;
-        } else {
-            const char *v = col_bin(&h->val, j, &vn);
-            int32_t vl = (int32_t)vn;
-            if (scratch_put(s, &vl, 4) < 0 || scratch_put(s, v, vn) < 0) return -1;
+int get_uint_array(PyObject *o, Py_buffer *v, int itemsize, int writable, Py_ssize_t nrows,
+                   const char *what) {
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(o, v, flags) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
+            PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a contiguous%s 1-d uint%d array", what,
+                         writable ? ", writable" : "", itemsize * 8);
         }
+        return -1;
+    }
+    const char *f = v->format ? v->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') f++; /* native or little-endian order */
+    if (v->ndim != 1 || v->itemsize != itemsize || !f[0] || f[1] || !strchr("HILQ", f[0])) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous 1-d uint%d array (got format %s, "
+                     "itemsize %zd, ndim %d)", what, itemsize * 8, v->format ? v->format : "B",
+                     v->itemsize, v->ndim);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    if (nrows >= 0 && v->len != nrows * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s has %zd rows, expected %zd", what, v->len / itemsize,
+                     nrows);
+        PyBuffer_Release(v);
+        return -1;
     }
     return 0;
 }
 
-static void fp_column(uint64_t *acc, Py_ssize_t n, const col_t *c, int is_int, uint64_t seed) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t h;
-        if (col_null(c, i)) {
-            h = GOLDEN ^ seed;
-        } else if (is_int) {
-            int64_t v = col_int(c, i);
-            h = xxh64(&v, 8, seed);
-        } else {
-            size_t len;
-            const char *p = col_bin(c, i, &len);
-            h = xxh64(p, len, seed);
-        }
-        acc[i] = fold(acc[i], h);
+PyObject *numpy_empty(Py_ssize_t n, const char *dtype) {
+    static PyObject *empty; /* numpy.empty, kept for the life of the process */
+    if (!empty) {
+        PyObject *np = PyImport_ImportModule("numpy");
+        if (!np) return NULL;
+        empty = PyObject_GetAttrString(np, "empty");
+        Py_DECREF(np);
+        if (!empty) return NULL;
     }
-}
-
-static PyObject *mod_fingerprints_into(PyObject *m, PyObject *args) {
-    PyObject *out_o, *vo, *ko, *to, *po, *tso, *ho;
-    if (!PyArg_ParseTuple(args, "OOOOOOO:fingerprints_into", &out_o, &vo, &ko, &to, &po, &tso, &ho))
-        return NULL;
-    col_t val = {0}, key = {0}, top = {0}, part = {0}, ts = {0};
-    hcol_t hd = {0};
-    Py_buffer out = {0};
-    PyObject *ret = NULL;
-    if (PyObject_GetBuffer(out_o, &out, PyBUF_WRITABLE) < 0) return NULL;
-    if (col_parse(vo, &val, K_BIN, "values") < 0 || col_parse(ko, &key, K_BIN, "keys") < 0 ||
-        col_parse(to, &top, K_BIN, "topics") < 0 || col_parse(po, &part, K_INT, "partitions") < 0 ||
-        col_parse(tso, &ts, K_INT, "timestamps") < 0 || hcol_parse(ho, &hd) < 0)
-        goto done;
-    Py_ssize_t n = val.present ? val.len : key.present ? key.len : top.present ? top.len
-                 : part.present ? part.len : ts.present ? ts.len : hd.present ? hd.list.len : -1;
-    if (n < 0) BAD(done, "fingerprints: no column given");
-    if (check_len(&val, n, "values") < 0 || check_len(&key, n, "keys") < 0 ||
-        check_len(&top, n, "topics") < 0 || check_len(&part, n, "partitions") < 0 ||
-        check_len(&ts, n, "timestamps") < 0 || check_len(&hd.list, n, "headers") < 0)
-        goto done;
-    if (out.len != n * 8)
-        BAD(done, "fingerprints: output buffer is %zd bytes, expected %zd", out.len, n * 8);
-    uint64_t *acc = (uint64_t *)out.buf; /* numpy buffers are 8-byte aligned */
-    if (((uintptr_t)acc & 7) != 0) BAD(done, "fingerprints: output buffer is not 8-byte aligned");
-    int oom = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) acc[i] = XP5;
-    if (top.present) fp_column(acc, n, &top, 0, 1);
-    if (part.present) fp_column(acc, n, &part, 1, 2);
-    if (key.present) fp_column(acc, n, &key, 0, 3);
-    if (val.present) fp_column(acc, n, &val, 0, 4);
-    if (hd.present) {
-        scratch_t s = {0};
-        for (Py_ssize_t i = 0; i < n && !oom; i++) {
-            uint64_t h;
-            if (col_null(&hd.list, i)) {
-                h = GOLDEN ^ 5;
-            } else if (headers_canonical(&hd, i, &s) < 0) {
-                oom = 1;
-                break;
-            } else {
-                h = xxh64(s.p, s.n, 5);
-            }
-            acc[i] = fold(acc[i], h);
-        }
-        free(s.p);
-    }
-    if (ts.present) fp_column(acc, n, &ts, 1, 6);
-    for (Py_ssize_t i = 0; i < n; i++) acc[i] = xavalanche(acc[i]);
-    Py_END_ALLOW_THREADS
-    ret = oom ? PyErr_NoMemory() : Py_NewRef(Py_None);
-done:
-    col_release(&val), col_release(&key), col_release(&top), col_release(&part), col_release(&ts);
-    hcol_release(&hd);
-    PyBuffer_Release(&out);
-    return ret;
+    return PyObject_CallFunction(empty, "ns", n, dtype);
 }
 
 /* ------------------------------------------------------------------------ */
-/* Producer                                                                 */
-
-typedef struct {
-    int64_t row;
-    int32_t code;
-} fail_t;
-
-typedef struct {
-    fail_t *v;
-    size_t n, cap;
-} fails_t;
-
-static int fails_push(fails_t *f, int64_t row, int32_t code) {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        fail_t *q = realloc(f->v, cap * sizeof *q);
-        if (!q) return -1;
-        f->v = q;
-        f->cap = cap;
-    }
-    f->v[f->n].row = row;
-    f->v[f->n].code = code;
-    f->n++;
-    return 0;
-}
-
-/* One round slot.  msg_opaque = gen << 48 | slot << 32 | row. */
-#define MAX_SLOTS 65536
-typedef struct {
-    int64_t round_id;
-    uint16_t gen;
-    uint8_t used, dirty;
-    int64_t acked, reported; /* since the last take_results() */
-    int64_t outstanding;     /* produced, not yet reported */
-    fails_t fails;
-} slot_t;
-
-typedef struct {
-    char *name;
-    size_t len;
-    rd_kafka_topic_t *rkt;
-} topic_ent_t;
-#define MAX_TOPICS 4096
-
-typedef struct {
-    PyObject_HEAD
-    rd_kafka_t *rk;
-    int busy;
-    PyObject *error_cb, *stats_cb, *log_cb, *oauth_cb;
-    slot_t *slots;
-    size_t nslots;
-    topic_ent_t *topics;
-    size_t ntopics, last_topic;
-    int64_t dropped_reports; /* reports for forgotten rounds */
-    int64_t lost_failures;   /* failed reports whose row could not be recorded (out of memory) */
-} Producer;
-
-static const char QF_TEXT[] = "client queue stayed full past the bound; retried from the WAL";
-
-/* --- callbacks served by rd_kafka_poll/flush on the calling thread --- */
-
-static void on_dr(rd_kafka_t *rk, const rks_message_t *m, void *opaque) {
-    Producer *self = (Producer *)opaque;
-    uint64_t op = (uint64_t)(uintptr_t)m->_private;
-    size_t si = (size_t)((op >> 32) & 0xFFFF);
-    uint16_t gen = (uint16_t)(op >> 48);
-    if (!self || si >= self->nslots) return;
-    slot_t *s = &self->slots[si];
-    if (!s->used || s->gen != gen) {
-        self->dropped_reports++;
-        return;
-    }
-    s->reported++;
-    s->outstanding--;
-    s->dirty = 1;
-    if (m->err == RKS_ERR_NO_ERROR)
-        s->acked++;
-    else if (fails_push(&s->fails, (int64_t)(op & 0xFFFFFFFFu), m->err) < 0)
-        self->lost_failures++;
-}
-
-static void call_py(PyObject *cb, PyObject *args) {
-    /* GIL held; steals args */
-    if (!args) {
-        PyErr_WriteUnraisable(cb);
-        return;
-    }
-    PyObject *r = PyObject_CallObject(cb, args);
-    Py_DECREF(args);
-    if (!r)
-        PyErr_WriteUnraisable(cb);
-    else
-        Py_DECREF(r);
-}
-
-static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
-    Producer *self = (Producer *)opaque;
-    if (!self || !self->error_cb) return;
-    char buf[512];
-    int fatal = 0;
-    if (err == RKS_ERR__FATAL) {
-        buf[0] = 0;
-        int real = RK(rd_kafka_fatal_error)(rk, buf, sizeof buf);
-        if (real) {
-            fatal = 1;
-            err = real;
-            reason = buf;
-        }
-    }
-    const char *name = RK(rd_kafka_err2name)(err);
-    PyGILState_STATE g = PyGILState_Ensure();
-    call_py(self->error_cb,
-            Py_BuildValue("(iNNO)", err, ustr(name, -1), ustr(reason, -1), fatal ? Py_True : Py_False));
-    PyGILState_Release(g);
-}
-
-static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
-    Producer *self = (Producer *)opaque;
-    if (!self || !self->stats_cb) return 0;
-    PyGILState_STATE g = PyGILState_Ensure();
-    call_py(self->stats_cb, Py_BuildValue("(N)", ustr(json, (Py_ssize_t)len)));
-    PyGILState_Release(g);
-    return 0; /* librdkafka frees json */
-}
-
-static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
-    Producer *self = (Producer *)RK(rd_kafka_opaque)(rk);
-    if (!self || !self->log_cb) return;
-    PyGILState_STATE g = PyGILState_Ensure();
-    call_py(self->log_cb, Py_BuildValue("(iNN)", level, ustr(fac, -1), ustr(buf, -1)));
-    PyGILState_Release(g);
-}
-
-static const char *utf8(PyObject *o) {
-    return PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, NULL) : NULL;
-}
-
-/* The text of the current exception (GIL held); clears it. */
-static void exc_text(char *buf, size_t size) {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    PyObject *s = v ? PyObject_Str(v) : NULL;
-    const char *u = s ? utf8(s) : NULL;
-    if (u && !*u) { /* no message: the exception's repr, e.g. RuntimeError() */
-        Py_DECREF(s);
-        u = (s = PyObject_Repr(v)) ? utf8(s) : NULL;
-    }
-    snprintf(buf, size, "%s", u ? u : "oauth_cb failed");
-    PyErr_Clear();
-    Py_XDECREF(s), Py_XDECREF(t), Py_XDECREF(v), Py_XDECREF(tb);
-}
-
-static void on_oauth(rd_kafka_t *rk, const char *config, void *opaque) {
-    Producer *self = (Producer *)opaque;
-    if (!self || !self->oauth_cb) return;
-    char err[512];
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *r = PyObject_CallFunction(self->oauth_cb, "N", ustr(config, -1));
-    const char *token, *principal = "";
-    double expiry;
-    PyObject *ext = Py_None, *k, *v;
-    const char **exts = NULL;
-    Py_ssize_t next = 0;
-#define OFAIL(msg) do { PyErr_Clear(); snprintf(err, sizeof err, "%s", msg); goto failed; } while (0)
-    if (!r) {
-        exc_text(err, sizeof err);
-        goto failed;
-    }
-    if (!PyTuple_Check(r) || !PyArg_ParseTuple(r, "sd|sO", &token, &expiry, &principal, &ext))
-        OFAIL("oauth_cb must return (token, expiry_s[, principal[, extensions]])");
-    if (ext != Py_None) {
-        Py_ssize_t pos = 0;
-        if (!PyDict_Check(ext)) OFAIL("oauth_cb extensions must be a dict of str to str");
-        if (!(exts = PyMem_Calloc((size_t)PyDict_Size(ext) * 2 + 1, sizeof *exts))) OFAIL("out of memory");
-        while (PyDict_Next(ext, &pos, &k, &v)) { /* the strings live as long as r */
-            exts[next] = utf8(k);
-            exts[next + 1] = utf8(v);
-            if (!exts[next] || !exts[next + 1]) OFAIL("oauth_cb extensions must be a dict of str to str");
-            next += 2;
-        }
-    }
-#undef OFAIL
-    err[0] = 0;
-    int64_t ms = (int64_t)(expiry * 1000.0);
-    if (RK(rd_kafka_oauthbearer_set_token)(rk, token, ms, principal, exts, (size_t)next, err,
-                                           sizeof err) == RKS_ERR_NO_ERROR)
-        goto out;
-    if (!err[0]) snprintf(err, sizeof err, "rd_kafka_oauthbearer_set_token failed");
-failed:
-    RK(rd_kafka_oauthbearer_set_token_failure)(rk, err);
-out:
-    PyMem_Free(exts);
-    Py_XDECREF(r);
-    PyGILState_Release(g);
-}
-
-/* --- entry/exit guard --- */
-
-static int enter(Producer *self, int need_rk) {
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Producer is in use by another call (calls must be serialised; "
-                        "callbacks must not call back into their Producer)");
-        return -1;
-    }
-    if (need_rk && !self->rk) {
-        PyErr_SetString(PyExc_RuntimeError, "Producer is closed");
-        return -1;
-    }
-    self->busy = 1;
-    return 0;
-}
-#define LEAVE(self) ((self)->busy = 0)
-
-static int ms_of(double s) {
-    if (s != s || s < 0) return -1; /* NaN or negative: wait forever */
-    double ms = ceil(s * 1000.0);
-    return ms > (double)INT_MAX ? INT_MAX : (int)ms;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* --- lifecycle --- */
-
-static void destroy_handle(Producer *self) {
-    /* GIL held, busy set or object unreachable */
-    rd_kafka_t *rk = self->rk;
-    topic_ent_t *topics = self->topics;
-    size_t nt = self->ntopics;
-    self->rk = NULL; /* before the GIL is released: len() from another thread sees it closed */
-    self->topics = NULL;
-    self->ntopics = self->last_topic = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < nt; i++) {
-        RK(rd_kafka_topic_destroy)(topics[i].rkt);
-        free(topics[i].name);
-    }
-    if (rk) RK(rd_kafka_destroy)(rk);
-    Py_END_ALLOW_THREADS
-    free(topics);
-}
-
-static int Producer_traverse(Producer *self, visitproc visit, void *arg) {
-    Py_VISIT(Py_TYPE((PyObject *)self));
-    Py_VISIT(self->error_cb);
-    Py_VISIT(self->stats_cb);
-    Py_VISIT(self->log_cb);
-    Py_VISIT(self->oauth_cb);
-    return 0;
-}
-
-static int Producer_clear(Producer *self) {
-    Py_CLEAR(self->error_cb);
-    Py_CLEAR(self->stats_cb);
-    Py_CLEAR(self->log_cb);
-    Py_CLEAR(self->oauth_cb);
-    return 0;
-}
-
-static void Producer_dealloc(Producer *self) {
-    PyObject_GC_UnTrack(self);
-    if (self->rk) {
-        self->busy = 1;
-        destroy_handle(self); /* before the callbacks go: destroy may still serve some */
-    }
-    Producer_clear(self);
-    for (size_t i = 0; i < self->nslots; i++) free(self->slots[i].fails.v);
-    free(self->slots);
-    PyTypeObject *tp = Py_TYPE((PyObject *)self);
-    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-    Py_DECREF(tp);
-}
-
-static int set_cb(PyObject **slot, PyObject *cb, const char *name) {
-    if (cb == Py_None) return 0;
-    if (!PyCallable_Check(cb)) {
-        PyErr_Format(PyExc_TypeError, "%s must be callable", name);
-        return -1;
-    }
-    Py_INCREF(cb);
-    *slot = cb;
-    return 0;
-}
-
-static int Producer_init(Producer *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"conf", "error_cb", "stats_cb", "log_cb", "oauth_cb", NULL};
-    PyObject *conf, *ecb = Py_None, *scb = Py_None, *lcb = Py_None, *ocb = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OOOO:Producer", kwlist, &PyDict_Type, &conf,
-                                     &ecb, &scb, &lcb, &ocb))
-        return -1;
-    if (!rk_lib) {
-        PyErr_SetString(PyExc_RuntimeError, "_rks_native.load(path) must be called first");
-        return -1;
-    }
-    if (self->rk || self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "Producer is already initialised");
-        return -1;
-    }
-    Producer_clear(self);
-    if (set_cb(&self->error_cb, ecb, "error_cb") < 0 || set_cb(&self->stats_cb, scb, "stats_cb") < 0 ||
-        set_cb(&self->log_cb, lcb, "log_cb") < 0 || set_cb(&self->oauth_cb, ocb, "oauth_cb") < 0)
-        return -1;
-    char errstr[512];
-    rd_kafka_conf_t *c = RK(rd_kafka_conf_new)();
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(conf, &pos, &k, &v)) {
-        if (!PyUnicode_Check(k) || !PyUnicode_Check(v)) {
-            PyErr_SetString(PyExc_TypeError, "conf keys and values must be str");
-            goto fail;
-        }
-        const char *ks = utf8(k), *vs = utf8(v);
-        if (!ks || !vs) goto fail;
-        errstr[0] = 0;
-        if (RK(rd_kafka_conf_set)(c, ks, vs, errstr, sizeof errstr) != RKS_CONF_OK)
-            BAD(fail, "%s", errstr[0] ? errstr : "invalid configuration");
-    }
-    if (self->log_cb) {
-        if (RK(rd_kafka_conf_set)(c, "log.queue", "true", errstr, sizeof errstr) != RKS_CONF_OK)
-            BAD(fail, "%s", errstr);
-        RK(rd_kafka_conf_set_log_cb)(c, on_log);
-    }
-    RK(rd_kafka_conf_set_opaque)(c, self);
-    RK(rd_kafka_conf_set_dr_msg_cb)(c, on_dr);
-    if (self->error_cb) RK(rd_kafka_conf_set_error_cb)(c, on_error);
-    if (self->stats_cb) RK(rd_kafka_conf_set_stats_cb)(c, on_stats);
-    if (self->oauth_cb) RK(rd_kafka_conf_set_oauthbearer_token_refresh_cb)(c, on_oauth);
-    rd_kafka_t *rk;
-    self->busy = 1;
-    errstr[0] = 0;
-    Py_BEGIN_ALLOW_THREADS
-    rk = RK(rd_kafka_new)(RKS_PRODUCER, c, errstr, sizeof errstr);
-    Py_END_ALLOW_THREADS
-    self->busy = 0;
-    if (!rk) BAD(fail, "%s", errstr[0] ? errstr : "rd_kafka_new failed"); /* conf still ours */
-    self->rk = rk; /* conf now owned by rk */
-    if (self->log_cb) {
-        int e = RK(rd_kafka_set_log_queue)(rk, NULL); /* NULL: the main queue, served by poll */
-        if (e) {
-            PyErr_Format(PyExc_RuntimeError, "rd_kafka_set_log_queue: %s", RK(rd_kafka_err2str)(e));
-            self->busy = 1;
-            destroy_handle(self);
-            self->busy = 0;
-            return -1;
-        }
-    }
-    return 0;
-fail:
-    RK(rd_kafka_conf_destroy)(c);
-    return -1;
-}
-
-/* --- rounds --- */
-
-static void slot_free(slot_t *s) {
-    free(s->fails.v);
-    uint16_t gen = (uint16_t)(s->gen + 1);
-    memset(s, 0, sizeof *s);
-    s->gen = gen;
-}
-
-static Py_ssize_t slot_for(Producer *self, int64_t round_id) {
-    Py_ssize_t free_i = -1;
-    for (size_t i = 0; i < self->nslots; i++) {
-        if (self->slots[i].used && self->slots[i].round_id == round_id) return (Py_ssize_t)i;
-        if (!self->slots[i].used && free_i < 0) free_i = (Py_ssize_t)i;
-    }
-    if (free_i < 0) {
-        if (self->nslots >= MAX_SLOTS) {
-            PyErr_SetString(PyExc_RuntimeError, "too many rounds in flight (65536)");
-            return -1;
-        }
-        size_t n = self->nslots ? self->nslots * 2 : 16;
-        if (n > MAX_SLOTS) n = MAX_SLOTS;
-        slot_t *q = realloc(self->slots, n * sizeof *q);
-        if (!q) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        memset(q + self->nslots, 0, (n - self->nslots) * sizeof *q);
-        free_i = (Py_ssize_t)self->nslots;
-        self->slots = q;
-        self->nslots = n;
-    }
-    slot_t *s = &self->slots[free_i];
-    s->used = 1;
-    s->round_id = round_id;
-    return free_i;
-}
-
-/* Cached topic handle for a name (len bytes, not NUL-terminated); NULL + *err on failure. */
-static rd_kafka_topic_t *topic_get(Producer *self, const char *name, size_t len, int *err) {
-    if (self->ntopics) {
-        topic_ent_t *t = &self->topics[self->last_topic];
-        if (t->len == len && memcmp(t->name, name, len) == 0) return t->rkt;
-        for (size_t i = 0; i < self->ntopics; i++) {
-            t = &self->topics[i];
-            if (t->len == len && memcmp(t->name, name, len) == 0) {
-                self->last_topic = i;
-                return t->rkt;
-            }
-        }
-    }
-    if (len == 0 || memchr(name, 0, len)) {
-        *err = RKS_ERR__INVALID_ARG;
-        return NULL;
-    }
-    if (self->ntopics >= MAX_TOPICS) {
-        *err = RKS_ERR__INVALID_ARG; /* more distinct topics than handles kept */
-        return NULL;
-    }
-    char *copy = malloc(len + 1);
-    topic_ent_t *q = realloc(self->topics, (self->ntopics + 1) * sizeof *q);
-    if (q) self->topics = q;
-    if (!copy || !q) {
-        free(copy);
-        *err = RKS_ERR__INVALID_ARG;
-        return NULL;
-    }
-    memcpy(copy, name, len);
-    copy[len] = 0;
-    rd_kafka_topic_t *rkt = RK(rd_kafka_topic_new)(self->rk, copy, NULL);
-    if (!rkt) {
-        int e = RK(rd_kafka_last_error)();
-        *err = e ? e : RKS_ERR__INVALID_ARG;
-        free(copy);
-        return NULL;
-    }
-    self->topics[self->ntopics] = (topic_ent_t){copy, len, rkt};
-    self->last_topic = self->ntopics++;
-    return rkt;
-}
-
-/* [(row, code, text)]; text from rd_kafka_err2str now, or the queue-full bound's own text. */
-static PyObject *fails_list(const fails_t *f, int sync) {
-    PyObject *l = PyList_New((Py_ssize_t)f->n);
-    if (!l) return NULL;
-    for (size_t i = 0; i < f->n; i++) {
-        int code = f->v[i].code;
-        const char *text = (sync && code == RKS_ERR__QUEUE_FULL) ? QF_TEXT : RK(rd_kafka_err2str)(code);
-        PyObject *t = Py_BuildValue("(LiN)", (long long)f->v[i].row, code, ustr(text, -1));
-        if (!t) {
-            Py_DECREF(l);
-            return NULL;
-        }
-        PyList_SetItem(l, (Py_ssize_t)i, t);
-    }
-    return l;
-}
-
-static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
-    long long round_id;
-    PyObject *topic_o, *vo, *ko, *to, *po, *tso, *ho, *io, *idx_o;
-    const char *idh;
-    Py_ssize_t idh_len;
-    double block_s;
-    if (!PyArg_ParseTuple(args, "LOOOOOOOOy#Od:produce_chunk", &round_id, &topic_o, &vo, &ko, &to,
-                          &po, &tso, &ho, &io, &idh, &idh_len, &idx_o, &block_s))
-        return NULL;
-    if (enter(self, 1) < 0) return NULL;
-    col_t val = {0}, key = {0}, top = {0}, part = {0}, ts = {0}, ids = {0}, idx = {0};
-    hcol_t hd = {0};
-    fails_t sync = {0};
-    PyObject *ret = NULL;
-    const char *dtopic = NULL;
-    Py_ssize_t dtopic_len = 0;
-    if (topic_o != Py_None) {
-        if (!PyUnicode_Check(topic_o)) {
-            PyErr_SetString(PyExc_TypeError, "topic must be str or None");
-            goto done;
-        }
-        if (!(dtopic = PyUnicode_AsUTF8AndSize(topic_o, &dtopic_len))) goto done;
-    }
-    if (vo == Py_None || io == Py_None) BAD(done, "values and ids are required");
-    if (col_parse(vo, &val, K_BIN, "values") < 0 || col_parse(ko, &key, K_BIN, "keys") < 0 ||
-        col_parse(to, &top, K_BIN, "topics") < 0 || col_parse(po, &part, K_INT, "partitions") < 0 ||
-        col_parse(tso, &ts, K_INT, "timestamps") < 0 || hcol_parse(ho, &hd) < 0 ||
-        col_parse(io, &ids, K_BIN, "ids") < 0)
-        goto done;
-    Py_ssize_t n = val.len;
-    if (check_len(&key, n, "keys") < 0 || check_len(&top, n, "topics") < 0 ||
-        check_len(&part, n, "partitions") < 0 || check_len(&ts, n, "timestamps") < 0 ||
-        check_len(&hd.list, n, "headers") < 0 || check_len(&ids, n, "ids") < 0)
-        goto done;
-    if (n > (Py_ssize_t)UINT32_MAX) BAD(done, "a chunk holds at most 2**32 rows");
-    if (!top.present && !dtopic) BAD(done, "a topic or a topics column is required");
-    const int64_t *rows = NULL;
-    Py_ssize_t count = n;
-    if (idx_o != Py_None) {
-        if (getbuf(&idx, idx_o, (const uint8_t **)&rows, &count) < 0) goto done;
-        if (count % 8 != 0 || ((uintptr_t)rows & 7) != 0)
-            BAD(done, "indices must be an aligned int64 array");
-        count /= 8;
-        for (Py_ssize_t k = 0; k < count; k++)
-            if (rows[k] < 0 || rows[k] >= n)
-                BAD(done, "indices[%zd] = %lld is out of range [0, %zd)", k, (long long)rows[k], n);
-    }
-    Py_ssize_t si = slot_for(self, round_id);
-    if (si < 0) goto done;
-    rd_kafka_topic_t *drkt = NULL;
-    int derr = 0;
-    if (dtopic && !(drkt = topic_get(self, dtopic, (size_t)dtopic_len, &derr)))
-        BAD(done_slot, "topic %s: %s", dtopic, RK(rd_kafka_err2str)(derr));
-    uint64_t opaque_hi = ((uint64_t)self->slots[si].gen << 48) | ((uint64_t)si << 32);
-    int64_t produced = 0;
-    int oom = 0;
-    rd_kafka_t *rk = self->rk;
-    Py_BEGIN_ALLOW_THREADS
-    double deadline = -1;
-    for (Py_ssize_t k = 0; k < count; k++) {
-        Py_ssize_t i = rows ? (Py_ssize_t)rows[k] : k;
-        if ((k & 1023) == 1023) RK(rd_kafka_poll)(rk, 0);
-        rd_kafka_topic_t *rkt = drkt;
-        int err = 0;
-        if (top.present && !col_null(&top, i)) {
-            size_t tl;
-            const char *tn = col_bin(&top, i, &tl);
-            rkt = topic_get(self, tn, tl, &err);
-        } else if (!drkt) {
-            err = RKS_ERR__UNKNOWN_TOPIC;
-        }
-        if (!rkt) {
-            if (fails_push(&sync, i, err) < 0) oom = 1;
-            continue;
-        }
-        int32_t p = (part.present && !col_null(&part, i)) ? (int32_t)col_int(&part, i) : RKS_PARTITION_UA;
-        int64_t t = (ts.present && !col_null(&ts, i)) ? col_int(&ts, i) : 0;
-        size_t vl = 0, kl = 0, il = 0;
-        const char *vp = col_null(&val, i) ? NULL : col_bin(&val, i, &vl);
-        const char *kp = (key.present && !col_null(&key, i)) ? col_bin(&key, i, &kl) : NULL;
-        const char *ip = col_null(&ids, i) ? NULL : col_bin(&ids, i, &il);
-        int64_t ha = 0, hb = 0;
-        if (hd.present && !col_null(&hd.list, i)) hcol_range(&hd, i, &ha, &hb);
-        rd_kafka_headers_t *hdrs = RK(rd_kafka_headers_new)((size_t)(1 + hb - ha));
-        RK(rd_kafka_header_add)(hdrs, idh, idh_len, ip, ip ? (ssize_t)il : 0);
-        for (int64_t j = ha; j < hb; j++) {
-            if (col_null(&hd.st, j)) continue;
-            size_t hkl = 0, hvl = 0;
-            const char *hk = col_null(&hd.key, j) ? EMPTY : col_bin(&hd.key, j, &hkl);
-            const char *hv = col_null(&hd.val, j) ? NULL : col_bin(&hd.val, j, &hvl);
-            RK(rd_kafka_header_add)(hdrs, hk, (ssize_t)hkl, hv, hv ? (ssize_t)hvl : 0);
-        }
-        void *op = (void *)(uintptr_t)(opaque_hi | (uint64_t)(uint32_t)i);
-        for (int attempt = 0;; attempt++) {
-            err = RK(rd_kafka_producev)(rk, RKS_VTYPE_RKT, rkt, RKS_VTYPE_PARTITION, p,
-                                        RKS_VTYPE_VALUE, (void *)vp, vl, RKS_VTYPE_KEY,
-                                        (const void *)kp, kl, RKS_VTYPE_MSGFLAGS, RKS_MSG_F_COPY,
-                                        RKS_VTYPE_TIMESTAMP, t, RKS_VTYPE_HEADERS, hdrs,
-                                        RKS_VTYPE_OPAQUE, op, RKS_VTYPE_END);
-            if (err != RKS_ERR__QUEUE_FULL) break;
-            double now = now_s();
-            if (deadline < 0) deadline = now + (block_s > 0 ? block_s : 0);
-            if (now >= deadline) {
-                if (attempt > 0) break; /* past the bound: one quick retry only */
-                RK(rd_kafka_poll)(rk, 0);
-                continue;
-            }
-            int ms = (int)ceil((deadline - now) * 1000.0);
-            RK(rd_kafka_poll)(rk, ms < 50 ? ms : 50);
-        }
-        if (err) {
-            RK(rd_kafka_headers_destroy)(hdrs); /* not taken over by a failed producev */
-            if (fails_push(&sync, i, err) < 0) oom = 1;
-        } else {
-            produced++;
-            self->slots[si].outstanding++;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    PyObject *fl = oom ? PyErr_NoMemory() : fails_list(&sync, 1);
-    if (fl) ret = Py_BuildValue("(LN)", (long long)produced, fl);
-done_slot:
-    if (!self->slots[si].outstanding && !self->slots[si].dirty) slot_free(&self->slots[si]);
-done:
-    col_release(&val), col_release(&key), col_release(&top), col_release(&part);
-    col_release(&ts), col_release(&ids), col_release(&idx);
-    hcol_release(&hd);
-    free(sync.v);
-    LEAVE(self);
-    return ret;
-}
-
-static PyObject *Producer_take_results(Producer *self, PyObject *noargs) {
-    if (enter(self, 0) < 0) return NULL;
-    PyObject *out = PyList_New(0);
-    for (size_t i = 0; out && i < self->nslots; i++) { /* build everything first: nothing is lost */
-        slot_t *s = &self->slots[i];
-        if (!s->used || !s->dirty) continue;
-        PyObject *fl = fails_list(&s->fails, 0), *t = NULL;
-        if (fl) t = Py_BuildValue("(LLLN)", (long long)s->round_id, (long long)s->acked,
-                                  (long long)s->reported, fl);
-        if (!t || PyList_Append(out, t) < 0) Py_CLEAR(out);
-        Py_XDECREF(t);
-    }
-    for (size_t i = 0; out && i < self->nslots; i++) { /* then reset the deltas */
-        slot_t *s = &self->slots[i];
-        if (!s->used || !s->dirty) continue;
-        s->acked = s->reported = 0;
-        s->fails.n = 0;
-        s->dirty = 0;
-        if (s->outstanding <= 0) slot_free(s);
-    }
-    LEAVE(self);
-    return out;
-}
-
-static PyObject *Producer_forget_round(Producer *self, PyObject *arg) {
-    long long rid = PyLong_AsLongLong(arg);
-    if (rid == -1 && PyErr_Occurred()) return NULL;
-    if (enter(self, 0) < 0) return NULL;
-    for (size_t i = 0; i < self->nslots; i++)
-        if (self->slots[i].used && self->slots[i].round_id == rid) slot_free(&self->slots[i]);
-    LEAVE(self);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Producer_poll(Producer *self, PyObject *args) {
-    double s = 0;
-    if (!PyArg_ParseTuple(args, "|d:poll", &s)) return NULL;
-    if (enter(self, 1) < 0) return NULL;
-    int n, ms = ms_of(s);
-    Py_BEGIN_ALLOW_THREADS
-    n = RK(rd_kafka_poll)(self->rk, ms);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
-    return PyLong_FromLong(n);
-}
-
-static PyObject *Producer_flush(Producer *self, PyObject *args) {
-    double s = -1;
-    if (!PyArg_ParseTuple(args, "|d:flush", &s)) return NULL;
-    if (enter(self, 1) < 0) return NULL;
-    int n, ms = ms_of(s);
-    Py_BEGIN_ALLOW_THREADS
-    RK(rd_kafka_flush)(self->rk, ms);
-    n = RK(rd_kafka_outq_len)(self->rk);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
-    return PyLong_FromLong(n);
-}
-
-static Py_ssize_t Producer_len(Producer *self) {
-    return self->rk ? RK(rd_kafka_outq_len)(self->rk) : 0;
-}
-
-static PyObject *Producer_purge(Producer *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"in_queue", "in_flight", NULL};
-    int q = 1, f = 1, e;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pp:purge", kwlist, &q, &f)) return NULL;
-    if (enter(self, 1) < 0) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    e = RK(rd_kafka_purge)(self->rk, (q ? RKS_PURGE_F_QUEUE : 0) | (f ? RKS_PURGE_F_INFLIGHT : 0));
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
-    if (e) return PyErr_Format(PyExc_RuntimeError, "purge: %s", RK(rd_kafka_err2str)(e));
-    Py_RETURN_NONE;
-}
-
-static PyObject *Producer_close(Producer *self, PyObject *noargs) {
-    if (!self->rk) Py_RETURN_NONE;
-    if (enter(self, 1) < 0) return NULL;
-    destroy_handle(self);
-    LEAVE(self);
-    Py_RETURN_NONE;
-}
-
-/* Transactions: None on success, else (code, name, text, fatal, retriable, txn_requires_abort). */
-enum { TX_INIT, TX_BEGIN, TX_COMMIT, TX_ABORT };
-
-static PyObject *txn_call(Producer *self, PyObject *args, int op) {
-    double s = -1;
-    if (op != TX_BEGIN && !PyArg_ParseTuple(args, "|d", &s)) return NULL;
-    if (enter(self, 1) < 0) return NULL;
-    int ms = ms_of(s);
-    rd_kafka_error_t *e = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    switch (op) {
-    case TX_INIT: e = RK(rd_kafka_init_transactions)(self->rk, ms); break;
-    case TX_BEGIN: e = RK(rd_kafka_begin_transaction)(self->rk); break;
-    case TX_COMMIT: e = RK(rd_kafka_commit_transaction)(self->rk, ms); break;
-    default: e = RK(rd_kafka_abort_transaction)(self->rk, ms); break;
-    }
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
-    if (!e) Py_RETURN_NONE;
-    PyObject *r = Py_BuildValue("(iNNOOO)", (int)RK(rd_kafka_error_code)(e),
-                                ustr(RK(rd_kafka_error_name)(e), -1),
-                                ustr(RK(rd_kafka_error_string)(e), -1),
-                                RK(rd_kafka_error_is_fatal)(e) ? Py_True : Py_False,
-                                RK(rd_kafka_error_is_retriable)(e) ? Py_True : Py_False,
-                                RK(rd_kafka_error_txn_requires_abort)(e) ? Py_True : Py_False);
-    RK(rd_kafka_error_destroy)(e);
-    return r;
-}
-
-static PyObject *Producer_init_transactions(Producer *self, PyObject *a) { return txn_call(self, a, TX_INIT); }
-static PyObject *Producer_begin_transaction(Producer *self, PyObject *a) { return txn_call(self, a, TX_BEGIN); }
-static PyObject *Producer_commit_transaction(Producer *self, PyObject *a) { return txn_call(self, a, TX_COMMIT); }
-static PyObject *Producer_abort_transaction(Producer *self, PyObject *a) { return txn_call(self, a, TX_ABORT); }
-
-/* Raise a fatal error on purpose (librdkafka's test hook), to exercise the fatal path. */
-static PyObject *Producer_test_fatal_error(Producer *self, PyObject *args) {
-    int code;
-    const char *reason;
-    if (!PyArg_ParseTuple(args, "is", &code, &reason) || enter(self, 1) < 0) return NULL;
-    int e = RK(rd_kafka_test_fatal_error)(self->rk, code, reason);
-    LEAVE(self);
-    return PyLong_FromLong(e);
-}
-
-static PyObject *Producer_stats(Producer *self, PyObject *noargs) {
-    if (enter(self, 0) < 0) return NULL;
-    LEAVE(self);
-    int64_t outstanding = 0;
-    size_t live = 0;
-    for (size_t i = 0; i < self->nslots; i++)
-        if (self->slots[i].used) live++, outstanding += self->slots[i].outstanding;
-    return Py_BuildValue("{s:n,s:L,s:L,s:L,s:n}", "live_rounds", (Py_ssize_t)live, "outstanding",
-                         (long long)outstanding, "dropped_reports", (long long)self->dropped_reports,
-                         "lost_failures", (long long)self->lost_failures, "topic_handles",
-                         (Py_ssize_t)self->ntopics);
-}
-
-static PyMethodDef Producer_methods[] = {
-    {"produce_chunk", (PyCFunction)Producer_produce_chunk, METH_VARARGS,
-     "produce_chunk(round_id, topic, values, keys, topics, partitions, timestamps, headers, ids, "
-     "id_header, indices, block_s) -> (produced, [(row, code, text)])"},
-    {"take_results", (PyCFunction)Producer_take_results, METH_NOARGS,
-     "take_results() -> [(round_id, acked, reported, [(row, code, text)])] since the last call"},
-    {"forget_round", (PyCFunction)Producer_forget_round, METH_O,
-     "forget_round(round_id): later reports of that round are dropped"},
-    {"poll", (PyCFunction)Producer_poll, METH_VARARGS, "poll(timeout_s=0) -> events served"},
-    {"flush", (PyCFunction)Producer_flush, METH_VARARGS, "flush(timeout_s=-1) -> messages left"},
-    {"purge", (PyCFunction)(void (*)(void))Producer_purge, METH_VARARGS | METH_KEYWORDS,
-     "purge(in_queue=True, in_flight=True)"},
-    {"close", (PyCFunction)Producer_close, METH_NOARGS, "close(): destroy the handle (idempotent)"},
-    {"init_transactions", (PyCFunction)Producer_init_transactions, METH_VARARGS, NULL},
-    {"begin_transaction", (PyCFunction)Producer_begin_transaction, METH_NOARGS, NULL},
-    {"commit_transaction", (PyCFunction)Producer_commit_transaction, METH_VARARGS, NULL},
-    {"abort_transaction", (PyCFunction)Producer_abort_transaction, METH_VARARGS, NULL},
-    {"_test_fatal_error", (PyCFunction)Producer_test_fatal_error, METH_VARARGS,
-     "_test_fatal_error(code, reason): librdkafka's fatal-error test hook"},
-    {"native_stats", (PyCFunction)Producer_stats, METH_NOARGS,
-     "native_stats() -> dict of round-table counters"},
-    {NULL}};
-
-static PyType_Slot Producer_slots[] = {
-    {Py_tp_doc, (void *)"Producer(conf, error_cb=None, stats_cb=None, log_cb=None, oauth_cb=None)"},
-    {Py_tp_new, (void *)PyType_GenericNew},
-    {Py_tp_init, (void *)Producer_init},
-    {Py_tp_dealloc, (void *)Producer_dealloc},
-    {Py_tp_traverse, (void *)Producer_traverse},
-    {Py_tp_clear, (void *)Producer_clear},
-    {Py_tp_methods, Producer_methods},
-    {Py_sq_length, (void *)Producer_len},
-    {0, NULL}};
-
-static PyType_Spec Producer_spec = {"_rks_native.Producer", sizeof(Producer), 0,
-                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, Producer_slots};
-
-static PyObject *mod_xxh64(PyObject *m, PyObject *args) {
-    Py_buffer b;
-    unsigned long long seed = 0;
-    if (!PyArg_ParseTuple(args, "y*|K:xxh64", &b, &seed)) return NULL;
-    uint64_t h = xxh64(b.buf, (size_t)b.len, seed);
-    PyBuffer_Release(&b);
-    return PyLong_FromUnsignedLongLong(h);
-}
+/* The module                                                               */
 
 static PyMethodDef mod_methods[] = {
     {"load", mod_load, METH_VARARGS, "load(path) -> librdkafka version string"},
     {"fingerprints_into", mod_fingerprints_into, METH_VARARGS,
      "fingerprints_into(out, values, keys, topics, partitions, timestamps, headers)"},
     {"xxh64", mod_xxh64, METH_VARARGS, "xxh64(data, seed=0) -> int"},
+    {"unit_digest", (PyCFunction)(void (*)(void))mod_unit_digest, METH_VARARGS | METH_KEYWORDS,
+     "unit_digest(fps: uint64 array, occs: uint32 array, seed=0) -> int: (seed + sum of "
+     "avalanche(fp ^ occ * 0x9E3779B97F4A7C15)) mod 2**64, independent of row order"},
     {NULL}};
 
 static struct PyModuleDef rks_module = {PyModuleDef_HEAD_INIT, "_rks_native",
                                         "Native Kafka produce path of spark_recoverable_sink.", -1,
                                         mod_methods};
 
-PyMODINIT_FUNC PyInit__rks_native(void) {
-    PyObject *m = PyModule_Create(&rks_module), *t = m ? PyType_FromSpec(&Producer_spec) : NULL;
-    if (!t || PyModule_AddObject(m, "Producer", t) < 0) {
+static int add_type(PyObject *m, PyType_Spec *spec, const char *name) {
+    PyObject *t = PyType_FromSpec(spec);
+    if (!t || PyModule_AddObject(m, name, t) < 0) {
         Py_XDECREF(t);
-        Py_XDECREF(m);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__rks_native(void) {
+    PyObject *m = PyModule_Create(&rks_module);
+    if (!m) return NULL;
+    if (add_type(m, &Producer_spec, "Producer") < 0 ||
+        add_type(m, &Occurrences_spec, "Occurrences") < 0 ||
+        PyModule_AddIntConstant(m, "QUEUE_FULL", RKS_ERR__QUEUE_FULL) < 0) {
+        Py_DECREF(m);
         return NULL;
     }
-    PyModule_AddIntConstant(m, "QUEUE_FULL", RKS_ERR__QUEUE_FULL);
     return m;
 }

@@ -23,6 +23,7 @@ typedef struct rd_kafka_topic_conf_s rd_kafka_topic_conf_t;
 typedef struct rd_kafka_queue_s rd_kafka_queue_t;
 typedef struct rd_kafka_error_s rd_kafka_error_t;
 typedef struct rd_kafka_headers_s rd_kafka_headers_t;
+typedef struct rd_kafka_consumer_group_metadata_s rd_kafka_consumer_group_metadata_t;
 
 /* Error codes are a plain int enum in librdkafka; only the values used here. */
 typedef int rd_kafka_resp_err_t;
@@ -68,6 +69,20 @@ typedef struct rks_message_s {
     int64_t offset;
     void *_private; /* producer: the msg_opaque given to producev */
 } rks_message_t;
+
+/* One entry of a topic-partition list (public struct layout); filled through
+ * rd_kafka_topic_partition_list_add(), which returns a pointer to it. */
+typedef struct rks_topic_partition_s {
+    char *topic;
+    int32_t partition;
+    int64_t offset;
+    void *metadata;
+    size_t metadata_size;
+    void *opaque;
+    rd_kafka_resp_err_t err;
+    void *_private;
+} rks_topic_partition_t;
+typedef struct rd_kafka_topic_partition_list_s rd_kafka_topic_partition_list_t; /* used opaquely */
 
 /* Callback types. */
 typedef void (*rks_dr_msg_cb_t)(rd_kafka_t *, const rks_message_t *, void *);
@@ -124,6 +139,17 @@ typedef void (*rks_oauth_cb_t)(rd_kafka_t *, const char *, void *);
     X(rd_kafka_begin_transaction, rd_kafka_error_t *, (rd_kafka_t *))                   \
     X(rd_kafka_commit_transaction, rd_kafka_error_t *, (rd_kafka_t *, int))             \
     X(rd_kafka_abort_transaction, rd_kafka_error_t *, (rd_kafka_t *, int))              \
+    X(rd_kafka_send_offsets_to_transaction, rd_kafka_error_t *,                         \
+      (rd_kafka_t *, const rd_kafka_topic_partition_list_t *,                           \
+       const rd_kafka_consumer_group_metadata_t *, int))                                \
+    X(rd_kafka_consumer_group_metadata_new, rd_kafka_consumer_group_metadata_t *,       \
+      (const char *))                                                                   \
+    X(rd_kafka_consumer_group_metadata_destroy, void,                                   \
+      (rd_kafka_consumer_group_metadata_t *))                                           \
+    X(rd_kafka_topic_partition_list_new, rd_kafka_topic_partition_list_t *, (int))      \
+    X(rd_kafka_topic_partition_list_add, rks_topic_partition_t *,                       \
+      (rd_kafka_topic_partition_list_t *, const char *, int32_t))                       \
+    X(rd_kafka_topic_partition_list_destroy, void, (rd_kafka_topic_partition_list_t *)) \
     X(rd_kafka_error_code, rd_kafka_resp_err_t, (const rd_kafka_error_t *))             \
     X(rd_kafka_error_name, const char *, (const rd_kafka_error_t *))                    \
     X(rd_kafka_error_string, const char *, (const rd_kafka_error_t *))                  \
