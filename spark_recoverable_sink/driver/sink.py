@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
 from ..delivery.contact import remember_reached
-from ..errors import RecoverableSinkError
+from ..delivery.exactly_once.markers import MAX_BATCH
+from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
@@ -200,6 +201,9 @@ class RecoverableKafkaSink:
 
     def _run(self, df: "DataFrame", batch_id: int, run: str, streaming: bool = False) -> BatchReport:
         t0 = time.monotonic()
+        if self.config.guarantee == EXACTLY_ONCE and not 0 <= batch_id <= MAX_BATCH:
+            raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
+                                          f"got {batch_id}")
         columns = validate_spark_schema(df.schema, self.config.topic)
         with self._lock:
             confirmed = self._dead.confirmed()

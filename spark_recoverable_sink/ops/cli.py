@@ -32,7 +32,7 @@ from .common import (
     scrubber,
 )
 from .dead_letters import held_slots, letter_json, resend
-from .inspect import inspect_wal
+from .inspect import chunks_set_aside, inspect_wal
 from .replay import replay_sink
 
 __all__ = ["main", "EXIT_OK", "EXIT_PARTIAL", "EXIT_FAILED"]
@@ -115,14 +115,18 @@ def inspect(wal_dir: str, sink: str | None, as_json: bool) -> None:
     """Every slot: owner alive, pending / uncommitted records, dead letters, bytes, oldest pending age."""
     with _failing():
         rows = inspect_wal(wal_dir, sink)
+        aside = chunks_set_aside(wal_dir, sink)
     if as_json:
-        click.echo(json.dumps({"wal_dir": wal_dir, "slots": [r.as_dict() for r in rows]}, indent=2))
+        click.echo(json.dumps({"wal_dir": wal_dir, "slots": [r.as_dict() for r in rows], "chunks_set_aside": aside},
+                              indent=2))
     else:
         out = render.console()
         out.print(render.slots_table(rows))
         live = [r for r in rows if r.pending_records is not None]
         out.print(f"pending records: {sum(r.pending_records or 0 for r in live):,} in slots of dead owners; "
                   f"slots owned by live processes: {sum(r.owner_alive for r in rows)}")
+        for c in aside:
+            out.print(f"chunk set aside (damaged) sink={c['sink']} file={c['file']}: {c['why']}")
     bad = [r for r in rows if r.error]
     for r in bad:
         render.error(f"slot {r.slot} of sink {r.sink} cannot be read: {r.error}")

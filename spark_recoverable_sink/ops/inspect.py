@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass
 from ..config import DEFAULT_MAX_WAL_BYTES
 from ..errors import WalError
 from ..wal.log import Wal, map_size_for
+from ..wal.quarantine import quarantined_chunks
 from ..wal.slots import SlotLock, list_slots
 from .common import find_sinks, lock_owner
 
-__all__ = ["SlotRow", "inspect_wal", "describe_slot", "bytes_on_disk"]
+__all__ = ["SlotRow", "inspect_wal", "chunks_set_aside", "describe_slot", "bytes_on_disk"]
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +140,13 @@ def inspect_wal(wal_dir: str, sink: str | None = None) -> list[SlotRow]:
                      name, index, r.owner_alive, r.pending_records, r.error is not None)
             rows.append(r)
     return rows
+
+
+def chunks_set_aside(wal_dir: str, sink: str | None = None) -> list[dict[str, str]]:
+    """Chunks recovery set aside (damaged), per sink: ``{"sink", "file", "why"}`` (their bytes are in ``file``).
+
+    Raises:
+        OpsError: ``wal_dir`` is not a WAL directory, or ``sink`` has no slots there.
+    """
+    return [{"sink": name, "file": path, "why": why}
+            for name, sdir in find_sinks(wal_dir, sink) for path, why in quarantined_chunks(sdir)]
