@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install test test-unit test-broker test-spark demo bench bench-quick soak clean
+.PHONY: install test test-fast test-unit test-broker test-spark demo bench bench-quick soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -ra tests
+
+# Every test that needs no Spark (pure tests and tests against the real broker): run it every few minutes
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -ra -m "not spark" tests
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -ra tests/unit
@@ -44,7 +48,7 @@ bench-quick: $(STAMP)
 # A bounded, seeded soak run with random faults (not in CI); SEED=n replays a run
 SEED ?= 1
 soak: $(STAMP)
-	$(PY) -m tests.faults.soak --minutes 3 --seed $(SEED)
+	$(PY) -m tests.programs.soak --minutes 3 --seed $(SEED)
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache build *.egg-info

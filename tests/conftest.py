@@ -2,6 +2,15 @@
 
 Three tiers: ``tests/unit`` (pure), ``tests/broker`` (real broker, no Spark),
 ``tests/spark`` (real Spark and the real broker). No broker mock anywhere.
+``tests/faults`` mixes the last two (see its modules); ``tests/programs`` holds
+the programs the tests start as separate processes.
+
+Every test that needs Spark carries the ``spark`` marker, so that
+``-m "not spark"`` (``make test-fast``) runs every test that does not: a test
+using the ``spark`` fixture (directly or through another fixture) gets it from
+:func:`pytest_collection_modifyitems`; a test that starts Spark itself
+(spark-submit, ``local-cluster``, Spark Connect, a subprocess running Spark)
+is marked in its module (``pytestmark = pytest.mark.spark``).
 """
 
 from __future__ import annotations
@@ -88,3 +97,10 @@ def spark() -> Iterator[Any]:
     print(f"SparkSession up in {time.monotonic() - t:.1f}s", file=sys.stderr)
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``spark`` every test that uses the ``spark`` fixture, directly or through another fixture."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)

@@ -1,6 +1,6 @@
 """Tier 2: the ``rks`` operator CLI against real WALs and the real broker (no Spark).
 
-WALs are made by real processes (tests/broker/cli_writer.py) writing through
+WALs are made by real processes (tests/programs/cli_writer.py) writing through
 ``write_partition``: a *dead* slot is one whose writer committed its records
 with no broker to reach (``127.0.0.1:1``) and ended with ``os._exit``; a
 *live* slot is one whose writer is parked at ``task.after_commit`` (tests/hooks.py)
@@ -26,7 +26,7 @@ from spark_recoverable_sink.task.runtime import reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import header_dict, read_topic
-from .cli_writer import expected
+from .rows import expected
 
 pytestmark = pytest.mark.broker
 
@@ -39,7 +39,7 @@ def _writer(wal_dir: str, name: str, topic: str, batch: int, partition: int, row
             **sink_options: object) -> subprocess.Popen:
     opts = {"name": name, "kafka_conf": {"bootstrap.servers": NOWHERE}, "wal_dir": wal_dir,
             "ack_timeout_s": 0, "records_topic": topic, **sink_options}
-    return subprocess.Popen([sys.executable, "-m", "tests.broker.cli_writer", json.dumps(opts), str(batch),
+    return subprocess.Popen([sys.executable, "-m", "tests.programs.cli_writer", json.dumps(opts), str(batch),
                              str(partition), str(rows)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
@@ -250,7 +250,7 @@ def test_replay_exactly_once_commits_units_in_their_lane(broker, topic, tmp_path
     wal, name = str(tmp_path / "wal"), "cli6"
     opts = {"name": name, "kafka_conf": {"bootstrap.servers": NOWHERE}, "wal_dir": wal, "ack_timeout_s": 1,
             "records_topic": topic, "topic": topic, "guarantee": "exactly_once"}
-    proc = subprocess.run([sys.executable, "-m", "tests.broker.cli_writer", json.dumps(opts), "5", "0", "300"],
+    proc = subprocess.run([sys.executable, "-m", "tests.programs.cli_writer", json.dumps(opts), "5", "0", "300"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert _slots(wal)[0]["pending_records"] == 300

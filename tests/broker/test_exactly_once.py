@@ -24,15 +24,19 @@ from spark_recoverable_sink.delivery.exactly_once.lanes import (
     sink_lanes,
 )
 from spark_recoverable_sink.delivery.exactly_once.markers import (
-    decode_marker,
-    encode_marker,
+    MAX_BATCH,
+    decode_offset,
+    decode_record,
+    encode_offset,
+    encode_record,
     lane_id,
 )
-from spark_recoverable_sink.task.runtime import get_runtime
+from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic, read_topic
-from .writer_proc import batches
+from ..record_ids import ids_of
+from .rows import batches
 
 pytestmark = pytest.mark.broker
 
@@ -55,7 +59,7 @@ def _child(cfg: SinkConfig, batch: int, partition: int, rows: int, run: str, hoo
         from tests.hooks import env_for
 
         env.update(env_for(hook_dir))
-    return subprocess.run([sys.executable, "-m", "tests.broker.writer_proc", json.dumps(opts), str(batch),
+    return subprocess.run([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), str(batch),
                            str(partition), str(rows), "50", die_at], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
@@ -66,23 +70,33 @@ def _spawn(cfg: SinkConfig, batch: int, partition: int, rows: int, run: str, hoo
     from tests.hooks import env_for
 
     env = dict(os.environ, PYTHONPATH=ROOT, **env_for(hook_dir))
-    return subprocess.Popen([sys.executable, "-m", "tests.broker.writer_proc", json.dumps(opts), str(batch),
+    return subprocess.Popen([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), str(batch),
                              str(partition), str(rows), "50", "after_commit"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _assert_exactly(got, cfg: SinkConfig, run: str, units: dict[tuple[int, int], int]) -> None:
-    want = sorted(f"{cfg.name}:{run}:{b}:{p}:{i}" for (b, p), n in units.items() for i in range(n))
+    """The topic holds exactly the ids of ``units``: (batch, partition) -> rows of ``batches(partition, rows, 50)``."""
+    want = sorted(i for (b, p), n in units.items() for i in ids_of(cfg.name, run, b, p, batches(p, n, 50), cfg.topic))
     ids = sorted(r.rid for r in got.records)
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicates"
     assert ids == want, f"got {len(ids)} records, want {len(want)}"
 
 
 def test_marker_encoding_round_trips():
-    assert decode_marker(encode_marker(0, 0)) == (0, 0)
-    assert decode_marker(encode_marker(123456, 10_000)) == (123456, 10_000)
-    assert decode_marker(encode_marker(7, (1 << 24) + 5)) == (7, 5)  # the row count is kept mod 2**24
-    assert decode_marker(-1001) is None and decode_marker(0) is None
+    m = decode_offset(encode_offset(123456, 2**64 - 3))
+    assert (m.batch, m.digest32) == (123456, (2**64 - 3) & 0xFFFFFFFF) and m.proves(123456, 2**64 - 3)
+    assert not m.proves(123456, 2**64 - 4) and not m.proves(123455, 2**64 - 3)
+    assert decode_offset(encode_offset(0, 0)).batch == 0 and decode_offset(encode_offset(MAX_BATCH, 1)).batch == MAX_BATCH
+    assert decode_offset(-1001) is None and decode_offset(0) is None and decode_offset(None) is None
+    with pytest.raises(ValueError):
+        encode_offset(MAX_BATCH + 1, 0)
+    rec, ms = decode_record(encode_record(7, 500, 2**63 + 9, "run-1", 1700000000123))
+    assert (rec.batch, rec.rows, rec.full_digest, ms, rec.source) == (7, 500, 2**63 + 9, 1700000000123, "record")
+    assert rec.proves(7, 2**63 + 9) and not rec.proves(7, 9)  # a record checks all 64 bits
+    raw = bytearray(encode_record(7, 500, 9, "r", 1))
+    raw[10] ^= 1
+    assert decode_record(bytes(raw)) is None and decode_record(b"RKSM") is None  # never trusted blindly
     assert lane_id("orders", "3ffbea5019c44624", 4) == "rks-eo.orders.3ffbea5019c44624.4"
 
 
@@ -95,20 +109,24 @@ def test_clean_units_are_visible_once_and_their_lanes_marked(broker, topic, tmp_
             assert (rep.rows, rep.acked, rep.pending) == (700, 700, 0)
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=2800, isolation=RC), cfg, run,
                     {(b, p): 700 for b in (0, 1) for p in (0, 1)})
-    assert lane_markers(cfg, run, [0, 1, 2]) == {0: (1, 700), 1: (1, 700), 2: None}
+    markers = lane_markers(cfg, run, [0, 1, 2])
+    assert markers[0].batch == markers[1].batch == 1 and markers[2] is None
     s = get_runtime(cfg).wal.stats()
     assert (s.chunks, s.attempts) == (0, 0), s.as_dict()  # pruned once committed
 
 
-def test_a_rerun_of_a_committed_unit_is_skipped_and_a_different_one_refused(broker, topic, tmp_path):
+def test_a_rerun_of_a_committed_unit_is_skipped_and_a_different_one_refused(broker, topic, tmp_path, caplog):
     cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
     assert write_partition(cfg, 5, 0, 0, batches(0, 500, 50), run="r").acked == 500
-    again = write_partition(cfg, 5, 0, 1, batches(0, 500, 50), run="r")  # the same rows again: skipped
-    assert (again.acked, again.pending) == (500, 0)
+    backwards = reversed(list(batches(0, 500, 50, chunk=70)))  # the same rows in another order and other batches
+    with caplog.at_level("WARNING"):
+        again = write_partition(cfg, 5, 0, 1, backwards, run="r")  # skipped: proven by the digest of its ids
+    assert (again.acked, again.skipped, again.pending) == (0, 500, 0)
+    assert "skipped, not published again" in caplog.text
     with pytest.raises(ExactlyOnceMismatchError) as e:
         write_partition(cfg, 5, 0, 2, batches(0, 499, 50), run="r")  # a re-run with other rows
-    assert (e.value.batch, e.value.partition, e.value.rows, e.value.committed_rows) == (5, 0, 499, 500)
-    assert "same rows in the same Spark partitions" in str(e.value)
+    assert (e.value.batch, e.value.partition, e.value.rows, e.value.committed_batch, e.value.run) == (5, 0, 499, 5, "r")
+    assert "another digest" in str(e.value) and "same records" in str(e.value)
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=500, isolation=RC), cfg, "r", {(5, 0): 500})
     s = get_runtime(cfg).wal.stats()
     assert (s.chunks, s.attempts) == (0, 0), s.as_dict()  # the refused attempt is not kept either
@@ -171,6 +189,7 @@ def test_broker_down_keeps_the_unit_pending_then_commits_it_once(own_broker, tmp
                                                guarantee="exactly_once", ack_timeout_s=2.0), 1, 0, 0,
                               batches(0, 300, 50), run="r")
         assert (rep.acked, rep.pending) == (0, 300)
+        assert any("not committed after" in p and "batch=1" in p for p in rep.problems), rep.problems
         pending_rt = get_runtime(SinkConfig.build(cfg2.name, dict(cfg2.kafka_conf_items), cfg2.wal_dir,
                                                   topic=cfg2.topic, guarantee="exactly_once", ack_timeout_s=2.0))
         pending_rt.publisher.checkpoint()  # what the poller thread does every second: it must not touch the unit
@@ -200,3 +219,92 @@ def test_abort_lingering_initialises_every_lane_of_the_sink(broker, topic, tmp_p
                     {(b, p): 10 for b in (0, 1) for p in (0, 1)})
     with pytest.raises(ValueError):
         abort_lingering(cfg, ["rks-eo.other.rr.0"])
+
+
+def test_a_run_id_reused_for_new_data_fails_instead_of_reporting_it_acked(broker, topic, tmp_path):
+    """write(run_id="job") for batches 0-3, then new data under the same run id: never "already in Kafka"."""
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
+    for b in range(4):
+        assert write_partition(cfg, b, 0, 0, batches(0, 100 + b, 50), run="job").acked == 100 + b
+    for b, n in ((0, 100), (1, 777)):  # batch 0 with its row count unchanged, batch 1 with another
+        with pytest.raises(ExactlyOnceMismatchError) as e:
+            write_partition(cfg, b, 0, 0, batches(0, n, 60), run="job")  # new values
+        assert e.value.run == "job" and e.value.committed_batch == 3 and "was used before" in str(e.value)
+        assert "new run id" in str(e.value)
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=406, isolation=RC), cfg, "job",
+                    {(b, 0): 100 + b for b in range(4)})
+
+
+def test_a_marker_outlives_its_expired_offset(broker, topic, tmp_path, caplog):
+    from confluent_kafka.admin import AdminClient
+
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30, offsets_retention_s=1.0)
+    assert write_partition(cfg, 9, 1, 0, batches(1, 300, 50), run="r").acked == 300
+    lid = lane_id(cfg.name, "r", 1)
+    reset_runtimes()  # the worker goes away; its lane's offset then expires (deleted here, as the broker does)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for _g, fut in admin.delete_consumer_groups([lid], request_timeout=30).items():
+        fut.result(60)
+    assert lane_markers(cfg, "r", [1]) == {1: None}
+    time.sleep(1.5)  # older than offsets_retention_s: the compacted marker record stands in for the offset
+    with caplog.at_level("WARNING"):
+        again = write_partition(cfg, 9, 1, 1, batches(1, 300, 50), run="r")  # the batch re-run after a restart
+    assert (again.acked, again.skipped) == (0, 300) and "marker offset expired" in caplog.text
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=300, isolation=RC), cfg, "r", {(9, 1): 300})
+
+
+def test_a_unit_longer_than_its_window_resumes_and_commits(own_broker, tmp_path):
+    """Each try may only run a second; the unit needs several: it resumes where the last try stopped."""
+    create_topic(own_broker.bootstrap, "eo-long", partitions=1)
+    cfg = _eo(own_broker.bootstrap, str(tmp_path), "eo-long", ack_timeout_s=2.0)
+    own_broker.pause()  # the task commits its unit to the WAL; nothing reaches Kafka
+    try:
+        done = _child(cfg, 0, 0, 200_000, "r")
+        assert done.returncode == 0, done.stderr[-2000:]
+    finally:
+        own_broker.resume()
+    short = SinkConfig.build(cfg.name, dict(cfg.kafka_conf_items), cfg.wal_dir, topic=cfg.topic,
+                             guarantee="exactly_once", ack_timeout_s=1.0)
+    rt = get_runtime(short)  # adopts the unit; every try below gets one second
+    tries = 0
+    with rt.publisher.task():
+        while rt.units.retry_pending(Deadline(1.0)) > 0:
+            tries += 1
+            assert tries < 60, "the unit never committed: each try started it over"
+    got = read_topic(own_broker.bootstrap, "eo-long", expected=200_000, isolation=RC)
+    _assert_exactly(got, cfg, "r", {(0, 0): 200_000})
+
+
+def test_a_record_refused_for_good_refuses_its_unit_instead_of_pending_forever(broker, topic, tmp_path):
+    import pyarrow as pa
+
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=20, kafka_conf={"message.max.bytes": 20_000})
+    rows = [{"key": b"k%d" % i, "value": b"v" * (50_000 if i == 137 else 20)} for i in range(300)]
+    rep = write_partition(cfg, 2, 0, 0, iter([pa.RecordBatch.from_pylist(rows)]), run="r")
+    assert (rep.acked, rep.pending, rep.dead_lettered) == (0, 0, 300), rep
+    big = ids_of(cfg.name, "r", 2, 0, [pa.RecordBatch.from_pylist(rows)], topic)[137]
+    first_rid, first_err, _token = rep.dead_letters[0]
+    assert first_rid == big and "too large" in first_err.lower(), rep.dead_letters[0]
+    assert all("was refused for good" in e for _r, e, _t in rep.dead_letters[1:])
+    assert read_topic(broker.bootstrap, topic, idle_s=1.0, timeout_s=5, isolation=RC).records == []
+    stored = get_runtime(cfg).wal.dead_letters()
+    assert len(stored) == 300 and get_runtime(cfg).wal.stats().chunks == 0  # every record kept, as a dead letter
+
+
+def test_a_lane_that_moved_to_another_worker_is_reinitialised_before_its_inline_transaction(
+        broker, topic, tmp_path, monkeypatch, caplog):
+    from spark_recoverable_sink.delivery.exactly_once.transactions import Committer
+
+    cfg = _eo(broker.bootstrap, str(tmp_path / "a"), topic, ack_timeout_s=30)
+    assert write_partition(cfg, 0, 0, 0, batches(0, 100, 50), run="r").acked == 100
+    other = _eo(broker.bootstrap, str(tmp_path / "b"), topic, ack_timeout_s=30, name=cfg.name)
+    assert _child(other, 1, 0, 100, "r").returncode == 0  # another worker commits the lane's next batch
+    from_wal = []
+    real = Committer._produce
+    monkeypatch.setattr(Committer, "_produce", lambda self, *a: (from_wal.append(1), real(self, *a))[1])
+    with caplog.at_level("INFO"):
+        assert write_partition(cfg, 2, 0, 0, batches(0, 100, 50), run="r").acked == 100
+    assert from_wal == [], "the fenced producer's inline transaction failed: the unit was produced again from the WAL"
+    assert "re-initialised" in caplog.text
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=300, isolation=RC), cfg, "r",
+                    {(b, 0): 100 for b in range(3)})

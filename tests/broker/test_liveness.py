@@ -24,8 +24,8 @@ from spark_recoverable_sink.wal.slots import SlotLock
 
 from ..kafka_helpers import create_topic, read_topic
 from .fake_clients import BlackHoleFirst
+from .rows import batches
 from .test_publisher import _config, _wait_wal_empty
-from .writer_proc import batches
 
 pytestmark = pytest.mark.broker
 

@@ -15,7 +15,7 @@ from spark_recoverable_sink.driver import metrics
 from spark_recoverable_sink.report import BatchReport
 from spark_recoverable_sink.task.writer import write_partition
 
-from .writer_proc import batches
+from .rows import batches
 
 pytestmark = pytest.mark.broker
 

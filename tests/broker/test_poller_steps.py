@@ -37,9 +37,9 @@ def test_exception_in_a_poller_step_then_crash_loses_nothing(broker, topic, tmp_
     fired = tmp_path / "fired"
     opts = {"name": cfg.name, "kafka_conf": dict(cfg.kafka_conf_items), "wal_dir": cfg.wal_dir, "topic": cfg.topic,
             "ack_timeout_s": cfg.ack_timeout_s, "checkpoint_interval_s": cfg.checkpoint_interval_s}
-    env = dict(os.environ, PYTHONPATH=ROOT, RKS_TEST_HOOKS="tests.broker.raise_once", RKS_RAISE_AT=step,
+    env = dict(os.environ, PYTHONPATH=ROOT, RKS_TEST_HOOKS="tests.programs.raise_once", RKS_RAISE_AT=step,
                RKS_RAISE_FIRED=str(fired))
-    proc = subprocess.run([sys.executable, "-m", "tests.broker.writer_proc", json.dumps(opts), "4", "1",
+    proc = subprocess.run([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), "4", "1",
                            str(ROWS), "40", "settled"], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

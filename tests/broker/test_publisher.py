@@ -23,7 +23,7 @@ from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic, header_dict, read_topic
-from .writer_proc import batches
+from .rows import batches
 
 pytestmark = pytest.mark.broker
 
@@ -44,7 +44,7 @@ def _run_child(cfg: SinkConfig, batch: int, partition: int, rows: int, die_at: s
         from tests.hooks import env_for
 
         env.update(env_for(fault_dir))
-    return subprocess.run([sys.executable, "-m", "tests.broker.writer_proc", json.dumps(opts), str(batch),
+    return subprocess.run([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), str(batch),
                            str(partition), str(rows), str(size), die_at], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 

@@ -18,7 +18,7 @@ from spark_recoverable_sink.wal.records import OPEN, AttemptState
 from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 
 from ..kafka_helpers import read_topic
-from .writer_proc import batches
+from .rows import batches
 
 pytestmark = pytest.mark.broker
 

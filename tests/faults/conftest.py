@@ -15,7 +15,8 @@ import pytest
 
 from tests.kafka_helpers import create_topic
 
-from .harness import S3Server, ScenarioRow, TansuBroker, record_result
+from .brokers import S3Server, TansuBroker
+from .scenario_results import ScenarioRow, record_result
 
 
 @pytest.hookimpl(hookwrapper=True)

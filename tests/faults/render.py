@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tests.faults.harness import results_path
+from tests.faults.scenario_results import results_path
 
 START, END = "<!-- fault-results:start -->", "<!-- fault-results:end -->"
 

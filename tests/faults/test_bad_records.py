@@ -17,14 +17,8 @@ from spark_recoverable_sink import RecoverableKafkaSink, SchemaError
 from tests.kafka_helpers import header_dict, read_topic
 
 from .conftest import new_topic, sink_name
-from .harness import (
-    BatchProbe,
-    LiveReader,
-    partition_reports,
-    read_back,
-    start_stream,
-    write_source,
-)
+from .readback import LiveReader, read_back
+from .streams import BatchProbe, partition_reports, start_stream, write_source
 
 pytestmark = pytest.mark.spark
 

@@ -13,18 +13,11 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink
 
+from .brokers import TansuBroker
 from .conftest import new_topic, sink_name
-from .harness import (
-    SINK_CLIENT_ID,
-    BatchProbe,
-    LiveReader,
-    TansuBroker,
-    keys_of,
-    partition_reports,
-    read_back,
-    start_stream,
-    write_source,
-)
+from .proxy import SINK_CLIENT_ID
+from .readback import LiveReader, keys_of, read_back
+from .streams import BatchProbe, partition_reports, start_stream, write_source
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,9 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaSink
 
 from .conftest import new_topic, sink_name
-from .harness import SINK_CLIENT_ID, BatchProbe, read_back, start_stream, write_source
+from .proxy import SINK_CLIENT_ID
+from .readback import read_back
+from .streams import BatchProbe, start_stream, write_source
 
 pytestmark = pytest.mark.spark
 

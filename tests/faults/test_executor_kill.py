@@ -1,7 +1,7 @@
 """Scenario 3: an executor JVM is SIGKILLed mid-batch in ``local-cluster[2,1,1024]`` mode.
 
-The Spark app runs in a subprocess (``cluster_app``) so it does not clash
-with the session's local SparkSession. The executor to kill is the
+The Spark app runs in a subprocess (``tests/programs/cluster_app.py``) so it
+does not clash with the session's local SparkSession. The executor to kill is the
 ``CoarseGrainedExecutorBackend`` JVM whose Python worker holds a WAL slot with
 an open task attempt. Its Python daemon and workers die with it (stdin EOF ->
 SIGHUP), Spark's standalone master launches a replacement executor, the lost
@@ -21,19 +21,10 @@ import pytest
 from spark_recoverable_sink.wal.log import Wal
 
 from .conftest import new_topic, sink_name
-from .harness import (
-    REPO,
-    LiveReader,
-    executor_jvms,
-    keys_of,
-    kill9,
-    ppid,
-    read_back,
-    slot_attempts,
-    slot_holders,
-    wait_dead,
-    write_source,
-)
+from .procs import REPO, executor_jvms, kill9, ppid, wait_dead
+from .readback import LiveReader, keys_of, read_back
+from .slots import slot_attempts, slot_holders
+from .streams import write_source
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +60,7 @@ def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scena
     env = {**os.environ, "PYTHONPATH": REPO}  # keeps RKS_TEST_HOOKS / RKS_HOOK_DIR: executors inherit them
     parked = hooks.park(point, batch__ge=1)
     log = open(tmp_path / "app.log", "wb")
-    app = subprocess.Popen([sys.executable, "-m", "tests.faults.cluster_app", json.dumps(args)], cwd=REPO, env=env,
+    app = subprocess.Popen([sys.executable, "-m", "tests.programs.cluster_app", json.dumps(args)], cwd=REPO, env=env,
                            stdout=log, stderr=subprocess.STDOUT)
     reader = LiveReader(broker.bootstrap, topic).start()
     killed = None

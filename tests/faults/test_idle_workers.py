@@ -2,7 +2,7 @@
 
 Spark closes a Python worker that stayed idle for a minute (``PythonWorkerFactory``,
 ``IDLE_WORKER_TIMEOUT_NS``: one minute, not configurable in Spark 4.3), and its
-background thread goes with it. ``tests/faults/idle_worker.py`` measures that for
+background thread goes with it. ``tests/programs/idle_worker.py`` measures that for
 real (3-minute broker outage); here the close is done from outside (kill -9 of the
 workers holding the sink's slots: what is left is the same, no process holds the
 records) so that the scenario runs in seconds. Checked: the driver says how many
@@ -21,16 +21,11 @@ from spark_recoverable_sink import RecoverableKafkaSink
 from tests.kafka_helpers import read_topic
 
 from .conftest import new_topic, sink_name
-from .harness import (
-    SINK_CLIENT_ID,
-    BatchProbe,
-    kill9,
-    read_back,
-    slot_holders,
-    start_stream,
-    wait_dead,
-    write_source,
-)
+from .procs import kill9, wait_dead
+from .proxy import SINK_CLIENT_ID
+from .readback import read_back
+from .slots import slot_holders
+from .streams import BatchProbe, start_stream, write_source
 
 pytestmark = pytest.mark.spark
 

@@ -1,6 +1,6 @@
 """Scenario 11: four writer processes on one wal_dir, crashing at random points, restarted until done.
 
-No Spark: each writer is ``python -m tests.faults.writer_cli writer`` calling
+No Spark: each writer is ``python -m tests.programs.writer_cli writer`` calling
 ``write_partition`` directly for its own (batch, partition) units. Each launch
 either arms a timer that calls ``os._exit`` or is SIGKILLed by this test at a
 random moment (seeded). At the end a drain process adopts whatever orphans
@@ -24,16 +24,9 @@ from spark_recoverable_sink.wal.format import decode_chunk
 from spark_recoverable_sink.wal.log import Wal, map_size_for
 
 from .conftest import new_topic, sink_name
-from .harness import (
-    REPO,
-    LiveReader,
-    alive,
-    keys_of,
-    kill9,
-    read_back,
-    run_cli,
-    slot_holders,
-)
+from .procs import REPO, alive, kill9, run_cli
+from .readback import LiveReader, keys_of, read_back
+from .slots import slot_holders
 
 SEED = int(os.environ.get("RKS_FAULT_SEED", "11"))
 WRITERS, UNITS, ROWS = 4, 8, 2500
@@ -117,7 +110,7 @@ def test_11_four_crashing_writers_share_one_wal_dir(broker, tmp_path, scenario):
                 kill_at = time.time() + rng.uniform(0.6, 2.5)  # from the launch, imports included
         launches[w] += 1
         stats["launches"] += 1
-        p = subprocess.Popen([sys.executable, "-m", "tests.faults.writer_cli", "writer", json.dumps(a)],
+        p = subprocess.Popen([sys.executable, "-m", "tests.programs.writer_cli", "writer", json.dumps(a)],
                              env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(log_dir, f"w{w}-{launches[w] - 1}.err"), "wb"))
         procs[w] = (p, kill_at)

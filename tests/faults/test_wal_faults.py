@@ -2,7 +2,8 @@
 
 8 runs through Spark (local[2,3] session fixture); 9 and 10 call the WAL and
 ``write_partition`` directly (in this process, or in a subprocess through
-``writer_cli`` so that a damaged slot can do no harm to the test process).
+``tests/programs/writer_cli.py`` so that a damaged slot can do no harm to the
+test process).
 """
 
 from __future__ import annotations
@@ -32,18 +33,9 @@ from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 from tests.kafka_helpers import read_topic
 
 from .conftest import new_topic, sink_name
-from .harness import (
-    BatchProbe,
-    LiveReader,
-    keys_of,
-    read_back,
-    row_value,
-    run_cli,
-    start_stream,
-    tally,
-    write_source,
-)
-from .writer_cli import unit_batches
+from .procs import run_cli
+from .readback import LiveReader, keys_of, read_back, tally
+from .streams import BatchProbe, row_value, start_stream, unit_batches, write_source
 
 MIB = 1024 * 1024
 

@@ -13,18 +13,10 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaSink
 
 from .conftest import new_topic, sink_name
-from .harness import (
-    BatchProbe,
-    LiveReader,
-    alive,
-    explain_missing,
-    keys_of,
-    kill9,
-    partition_reports,
-    read_back,
-    start_stream,
-    write_source,
-)
+from .procs import alive, kill9
+from .readback import LiveReader, keys_of, read_back
+from .slots import explain_missing
+from .streams import BatchProbe, partition_reports, start_stream, write_source
 
 pytestmark = pytest.mark.spark
 

@@ -1,6 +1,6 @@
 """Tier 3: the data source ``recoverable-kafka`` and Spark Connect, against the real broker.
 
-The entry-point runs go through tests/spark/entry_points_app.py in a process
+The entry-point runs go through tests/programs/entry_points_app.py in a process
 of their own: a fresh session shows that Spark finds the data source without
 a registration call, and Spark Connect starts its own local server there.
 """
@@ -29,7 +29,7 @@ _REPORT = re.compile(r"sink=(\S+) entry=recoverable-kafka batch_id=(\d+) run=(\S
 
 def _run_app(broker, topic: str, work: str, mode: str) -> tuple[dict, list[tuple[str, int, str, int, int]]]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    p = subprocess.run([sys.executable, "-m", "tests.spark.entry_points_app", broker.bootstrap, topic, work,
+    p = subprocess.run([sys.executable, "-m", "tests.programs.entry_points_app", broker.bootstrap, topic, work,
                         str(ROWS), mode], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])

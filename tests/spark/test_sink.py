@@ -261,7 +261,7 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
 
     from spark_recoverable_sink import DeadLetterError
 
-    from ..faults.harness import slot_holders
+    from ..faults.slots import slot_holders
 
     gate = str(tmp_path / "gate.lock")
     open(gate, "w").close()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.faults.harness import explain_missing, tally
+from tests.faults.readback import tally
+from tests.faults.slots import explain_missing
 from tests.kafka_helpers import Record, TopicContents
 
 

@@ -1,6 +1,6 @@
 """Bounded, seeded soak run: a streaming query under random faults for a few minutes, then a full count.
 
-    python -m tests.faults.soak [--seed 1] [--minutes 3] [--rows-per-second 1000] [--results PATH]
+    python -m tests.programs.soak [--seed 1] [--minutes 3] [--rows-per-second 1000] [--results PATH]
 
 A feeder writes a parquet file every second; a processing-time query writes
 it through the sink to a Tansu broker of its own behind the TcpProxy. Every
@@ -57,20 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_recoverable_sink import RecoverableKafkaSink
-    from tests.faults.harness import (
-        SINK_CLIENT_ID,
-        BatchProbe,
-        LiveReader,
-        ScenarioRow,
-        TansuBroker,
-        keys_of,
-        kill9,
-        print_table,
-        read_back,
-        record_result,
-        start_stream,
-        write_source,
-    )
+    from tests.faults.brokers import TansuBroker
+    from tests.faults.procs import kill9
+    from tests.faults.proxy import SINK_CLIENT_ID
+    from tests.faults.readback import LiveReader, keys_of, read_back
+    from tests.faults.scenario_results import ScenarioRow, print_table, record_result
+    from tests.faults.streams import BatchProbe, start_stream, write_source
     from tests.hooks import Hooks
     from tests.kafka_helpers import create_topic
 

@@ -1,6 +1,6 @@
 """Measure what happens to records pending in async mode when Spark closes idle Python workers.
 
-    python -m tests.faults.idle_worker [--outage-s 180] [--rows 20000] [--out PATH]
+    python -m tests.programs.idle_worker [--outage-s 180] [--rows 20000] [--out PATH]
 
 Not in CI (it takes ``outage + 2`` minutes). A bounded ``availableNow`` query
 writes ``--rows`` rows with ``ack_timeout_s=0`` while the sink's connections
@@ -44,17 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_recoverable_sink import RecoverableKafkaSink
-    from tests.faults.harness import (
-        SINK_CLIENT_ID,
-        BatchProbe,
-        TansuBroker,
-        alive,
-        slot_holders,
-        slot_row_keys,
-        spark_python_workers,
-        start_stream,
-        write_source,
-    )
+    from tests.faults.brokers import TansuBroker
+    from tests.faults.procs import alive, spark_python_workers
+    from tests.faults.proxy import SINK_CLIENT_ID
+    from tests.faults.slots import slot_holders, slot_row_keys
+    from tests.faults.streams import BatchProbe, start_stream, write_source
     from tests.kafka_helpers import create_topic, read_topic
 
     work = tempfile.mkdtemp(prefix="rks-idle-")

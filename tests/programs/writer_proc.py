@@ -1,6 +1,6 @@
 """A worker process for crash tests: writes one partition, then dies without cleanup.
 
-Usage: python -m tests.broker.writer_proc CONFIG_JSON BATCH PARTITION ROWS VALUE_SIZE DIE_AT
+Usage: python -m tests.programs.writer_proc CONFIG_JSON BATCH PARTITION ROWS VALUE_SIZE DIE_AT
 DIE_AT: "after_commit" (os._exit right after write_partition returns, acks or not)
 or "mid_task:<rows>" (the test hook ends the process once <rows> rows are in the WAL),
 or "settled" (waits, at most 60 s, until the publisher holds nothing, then os._exit without close).
@@ -12,17 +12,7 @@ import json
 import os
 import sys
 
-import pyarrow as pa
-
-
-def batches(partition: int, rows: int, size: int, chunk: int = 1000):
-    for start in range(0, rows, chunk):
-        n = min(chunk, rows - start)
-        ids = range(start, start + n)
-        yield pa.RecordBatch.from_pydict({
-            "key": [f"{partition}-{i}".encode() for i in ids],
-            "value": [(f"{partition}-{i}-".encode() + b"x" * size)[:max(size, 1)] for i in ids],
-        })
+from tests.broker.rows import batches
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Subprocess entry points that call ``write_partition`` without Spark (scenarios 10 and 11).
 
-Usage: ``python -m tests.faults.writer_cli COMMAND ARGS_JSON``
+Usage: ``python -m tests.programs.writer_cli COMMAND ARGS_JSON``
 
 * ``task``   -- run ``write_partition`` for each unit of ``units``; print one JSON line per unit
                (the report, or the exception's type and message); exit 0.
@@ -10,7 +10,7 @@ Usage: ``python -m tests.faults.writer_cli COMMAND ARGS_JSON``
 * ``drain``  -- adopt every orphan slot and wait until every slot of the sink is empty.
 
 A unit is ``[batch, partition, first_row, rows]``; record key = row number,
-value = padded bytes (see harness.row_value). Log lines carry ``time.time()``
+value = padded bytes (see tests/faults/streams.py). Log lines carry ``time.time()``
 so the parent can check slot ownership across processes.
 """
 
@@ -23,18 +23,7 @@ import sys
 import threading
 import time
 
-import pyarrow as pa
-
-from tests.faults.harness import row_value
-
-
-def unit_batches(first: int, rows: int, value_size: int, chunk: int = 1000):
-    for lo in range(first, first + rows, chunk):
-        hi = min(first + rows, lo + chunk)
-        yield pa.RecordBatch.from_pydict({
-            "key": pa.array([str(i).encode() for i in range(lo, hi)], pa.binary()),
-            "value": pa.array([row_value(i, value_size) for i in range(lo, hi)], pa.binary()),
-        })
+from tests.faults.streams import unit_batches
 
 
 def _config(a: dict):

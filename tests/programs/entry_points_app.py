@@ -10,7 +10,7 @@
 
 Prints one JSON line of results on stdout.
 
-Usage: python -m tests.spark.entry_points_app BOOTSTRAP TOPIC WORK_DIR ROWS classic|connect
+Usage: python -m tests.programs.entry_points_app BOOTSTRAP TOPIC WORK_DIR ROWS classic|connect
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Test hook (``RKS_TEST_HOOKS=tests.broker.raise_once``): raise once at the point named by ``RKS_RAISE_AT``.
+"""Test hook (``RKS_TEST_HOOKS=tests.programs.raise_once``): raise once at the point named by ``RKS_RAISE_AT``.
 
 When it fires it creates the file named by ``RKS_RAISE_FIRED`` (so the test
 knows the step really ran and really failed).

@@ -5,7 +5,7 @@ disk survives the executor). It writes ``start <batch> <time>`` /
 ``end <batch> <time>`` lines to a status file as batches run, and at the end a
 JSON file with the sink's partition reports and the query's exception.
 
-Usage: ``python -m tests.faults.cluster_app ARGS_JSON``
+Usage: ``python -m tests.programs.cluster_app ARGS_JSON``
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     from spark_recoverable_sink import RecoverableKafkaSink
-    from tests.faults.harness import start_stream
+    from tests.faults.streams import start_stream
 
     status = open(a["status"], "a", buffering=1)
     t0 = time.time()

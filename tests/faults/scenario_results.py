@@ -1,0 +1,76 @@
+"""Scenario results: the row each fault scenario records in the results JSON, and the table printed from it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from .readback import Tally
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_RESULTS = os.path.join(HERE, "results", "last_run.json")
+
+
+def results_path() -> str:
+    return os.environ.get("RKS_FAULT_RESULTS") or DEFAULT_RESULTS
+
+
+@dataclass
+class ScenarioRow:
+    scenario: str
+    title: str
+    status: str = "running"  # passed / failed / skipped
+    rows_sent: int | None = None
+    records_read: int | None = None
+    distinct_ids: int | None = None
+    lost: int | None = None
+    duplicates: int | None = None
+    recovery_s: float | None = None  # fault injected -> every row visible to a consumer
+    fault: str = ""
+    notes: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    seconds: float | None = None
+    finished_at: str = ""
+    failure: str = ""
+
+    def apply(self, t: Tally) -> None:
+        self.rows_sent, self.records_read, self.distinct_ids = t.rows_sent, t.records_read, t.distinct_ids
+        self.lost, self.duplicates = t.lost, t.duplicates
+        if t.lost:
+            self.notes.append(f"lost sample: {t.lost_sample}")
+
+    def recovery(self, fault_at: float | None, full_at: float | None) -> None:
+        if fault_at is not None and full_at is not None:
+            self.recovery_s = round(max(0.0, full_at - fault_at), 2)
+
+
+def record_result(row: ScenarioRow, path: str | None = None) -> None:
+    """Replace this scenario's row in the results JSON (other scenarios' rows are kept)."""
+    path = path or results_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data: dict[str, Any] = {"scenarios": {}}
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        with open(path) as f:
+            data = json.load(f)
+    data.setdefault("scenarios", {})[row.scenario] = asdict(row)
+    data["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    data["machine"] = f"{os.cpu_count()} cores, python {sys.version.split()[0]}"
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def print_table(rows: Iterable[dict[str, Any]], out: Any = None) -> None:
+    out = out or sys.stdout
+    cols = ["scenario", "status", "rows_sent", "distinct_ids", "lost", "duplicates", "recovery_s"]
+    lines = [cols] + [[str(r.get(c, "")) if r.get(c) is not None else "-" for c in cols] for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
+    for line in lines:
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths)), file=out)
