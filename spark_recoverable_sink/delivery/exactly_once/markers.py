@@ -41,6 +41,7 @@ MAX_BATCH = (1 << 31) - 2  # the largest batch id an offset marker holds
 _RECORD = struct.Struct(">4sHqQQqH")
 _RECORD_MAGIC = b"RKSM"
 _RECORD_VERSION = 1
+_SCAN_S = 60.0  # the longest one read of the marker topic to its end may take (a step of its own)
 
 
 def lane_id(sink: str, run: str, partition: int) -> str:
@@ -115,7 +116,8 @@ class MarkerReader:
     """Reads lanes' markers: the offset first, the compacted record when the offset expired.
 
     Records are read incrementally, from where the last read stopped, into
-    the latest record per lane (one reader per process and sink is enough).
+    the latest record per lane, once per process and again every half
+    ``offsets_retention_s`` (one reader per process and sink is enough).
     """
 
     def __init__(self, config: SinkConfig) -> None:
@@ -123,6 +125,7 @@ class MarkerReader:
         self._records: dict[str, tuple[Marker, int]] = {}
         self._next = 0  # the next offset of the marker topic's partition 0 to read
         self._consumer: Any = None
+        self._read_at: float | None = None  # monotonic time of the last read to the end
 
     def from_offset(self, consumer: Any, timeout_s: float) -> Marker | None:
         """The marker the lane's group offset holds (``consumer`` is a member of the lane's group).
@@ -146,7 +149,11 @@ class MarkerReader:
         marker = self.from_offset(consumer, timeout_s)
         if marker is not None:
             return marker
-        self._read_records(timeout_s)
+        # Only a record older than offsets_retention_s counts, and a lane committed after the last read
+        # has its offset for that long: one read per process, again every half retention, is enough.
+        if self._read_at is None or time.monotonic() - self._read_at > self.config.offsets_retention_s / 2:
+            self._read_records(max(timeout_s, _SCAN_S))
+            self._read_at = time.monotonic()
         found = self._records.get(lane)
         if found is None:
             return None

@@ -318,9 +318,18 @@ class _Decided(Exception):
         self.outcome = outcome
 
 
+_STEP_S = 2.0  # the least time one step gets: the deadline is checked between steps, a step is not cut short
+
+
 def left(deadline: Deadline, what: str) -> float:
-    """Seconds left for one client call; ``_Timeout`` when none (the unit stays pending)."""
+    """The timeout of one step (client call): what is left, at least ``_STEP_S``; ``_Timeout`` when none is left.
+
+    The deadline is checked before a step starts, never in the middle of one,
+    so a unit longer than any one window still progresses step by step (each
+    try resumes where the last one stopped) and a try ends at most one step
+    after its deadline.
+    """
     rest = deadline.remaining()
     if rest is not None and rest <= 0:
-        raise _Timeout(f"no time left for {what}")
-    return 30.0 if rest is None else max(0.05, rest)
+        raise _Timeout(f"no time left for {what} (resumed later)")
+    return 30.0 if rest is None else max(_STEP_S, rest)
