@@ -30,6 +30,7 @@ __all__ = [
     "AT_LEAST_ONCE",
     "EXACTLY_ONCE",
     "WAL_SYNC_MODES",
+    "DELIVERY_ENGINES",
     "DEFAULT_MAX_WAL_BYTES",
     "DEFAULT_WAL_DIR",
     "redact",
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
 WAL_SYNC_MODES = ("commit", "none")
+DELIVERY_ENGINES = ("auto", "native", "python")
 DEFAULT_MAX_WAL_BYTES = 20 * 1024**3
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -133,6 +135,8 @@ class SinkConfig:
         offsets_retention_s: Exactly-once: the brokers' ``offsets.retention.minutes``
             in seconds (7 days by default): a marker record stands in for an
             expired marker offset only once it is older than this.
+        delivery_engine: ``"auto"`` (native where the extension loads, else
+            Python), ``"native"`` or ``"python"`` (see :mod:`.delivery.engine`).
         settle_timeout_s: Driver only, exactly-once: how long a batch may wait
             for its lanes' transactions before it fails with
             :class:`.SettleTimeoutError` naming every lane still pending.
@@ -157,6 +161,7 @@ class SinkConfig:
     marker_topic: str = "rks-markers"
     offsets_retention_s: float = 7 * 24 * 3600.0
     settle_timeout_s: float = field(default=600.0, compare=False)  # driver only
+    delivery_engine: str = "auto"
 
     @classmethod
     def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
@@ -217,6 +222,8 @@ class SinkConfig:
             raise ConfigError("retry_backoff_max_s", "must be >= retry_backoff_s")
         if self.wal_sync not in WAL_SYNC_MODES:
             raise ConfigError("wal_sync", f"must be one of {WAL_SYNC_MODES}, got {self.wal_sync!r}")
+        if self.delivery_engine not in DELIVERY_ENGINES:
+            raise ConfigError("delivery_engine", f"must be one of {DELIVERY_ENGINES}, got {self.delivery_engine!r}")
         if self.guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
             raise ConfigError("guarantee", f"must be {AT_LEAST_ONCE!r} or {EXACTLY_ONCE!r}, got {self.guarantee!r}")
         if self.guarantee == EXACTLY_ONCE:

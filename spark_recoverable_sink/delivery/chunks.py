@@ -152,7 +152,7 @@ class ChunkTracker:
         return iter(range(self.rows) if r is None else r)
 
     def resolve_failures(self, topics: list[str], keys: list[bytes | None], values: list[bytes | None]) -> None:
-        """Turn this round's failed delivery reports into record indices.
+        """Turn this round's failed delivery reports (Python engine: no index) into record indices.
 
         Every record of the round with the failed content (topic, key, value)
         is taken as failed: exact unless a chunk repeats a record's content, in
@@ -168,17 +168,32 @@ class ChunkTracker:
             c = (topics[i], keys[i], values[i])
             if c in wanted:
                 by_content.setdefault(c, []).append(i)
+        found = []
+        for err, t, k, v in rnd.failed_raw:
+            rows = by_content.get((t, k, v))
+            if not rows:  # cannot tell which record failed: send the whole round again
+                rows = [i for i in self._round_rows() if i not in self.skip]
+                by_content[(t, k, v)] = rows
+            found.append((err, rows))
+        self._classify(found, len(rnd.failed_raw))
+        rnd.failed_raw = []
+
+    def resolve_exact(self) -> None:
+        """Turn this round's failures attributed by the engine (native: each with its row) into record fates."""
+        rnd = self.round
+        self._classify([(err, [i]) for i, err in rnd.failed_at], len(rnd.failed_at))
+        rnd.failed_at = []
+
+    def _classify(self, found: list[tuple[Any, list[int]]], reported: int) -> None:
+        """Failed (retried), isolated (a permanent error not proven alone yet) or dead, per record."""
+        rnd = self.round
         alone = rnd.indices is not None and len(rnd.indices) == 1
         dead: dict[int, Any] = {}
         failed: dict[int, Any] = {}
-        for err, t, k, v in rnd.failed_raw:
-            found = by_content.get((t, k, v))
-            if not found:  # cannot tell which record failed: send the whole round again
-                found = [i for i in self._round_rows() if i not in self.skip]
-                by_content[(t, k, v)] = found
+        for err, rows in found:
             permanent = err.code() in NON_RETRIABLE
-            for i in found:
-                if permanent and (alone or (len(found) == 1 and err.code() not in BATCH_LEVEL)):
+            for i in rows:
+                if permanent and (alone or (len(rows) == 1 and err.code() not in BATCH_LEVEL)):
                     dead[i] = err
                 elif permanent:
                     self.isolate[i] = err  # shared fate: proven alone first
@@ -189,8 +204,7 @@ class ChunkTracker:
             failed.pop(i, None)
             self.isolate.pop(i, None)
         # records now counted failed or dead that the round had counted acked
-        rnd.acked -= (len(dead) + len(failed)) - len(rnd.failed_raw)
-        rnd.failed_raw = []
+        rnd.acked -= (len(dead) + len(failed)) - reported
         self.dead.extend((i, e.code(), e.str()) for i, e in sorted(dead.items()))
         self.failed.extend(sorted(failed.items()))
 
@@ -226,6 +240,8 @@ class ChunkTracker:
         group = rnd.indices if self.isolating and rnd.indices is not None else []
         for i in group:
             self.isolate.pop(i, None)
+        if rnd.failed_at:
+            self.resolve_exact()
         if rnd.failed_raw:
             if columns is None:
                 self.fail_round()

@@ -136,7 +136,7 @@ class DeadLetterRouter:
                 self.stored(wal, dkey, d)
 
     def forward(self, producer: Any) -> None:
-        """Produce pending dead letters to the dead-letter topic (called under the poll lock)."""
+        """Produce pending dead letters to the dead-letter topic through ``producer`` (an engine; under the poll lock)."""
         from confluent_kafka import KafkaException
 
         while self._pending:
@@ -153,8 +153,8 @@ class DeadLetterRouter:
             self._token += 1
             token = self._token
             try:
-                producer.produce(self.config.dead_letter_topic, value, d.key, headers=headers,
-                                 on_delivery=partial(self._delivered, token))
+                producer.produce_one(self.config.dead_letter_topic, value, d.key, -1, headers,
+                                     partial(self._delivered, token))
             except BufferError:
                 self._pending.appendleft((wal, dkey, d, omit))
                 return

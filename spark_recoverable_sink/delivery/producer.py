@@ -1,9 +1,8 @@
-"""The Kafka client of a publisher: created lazily, replaced after fatal errors, old ones purged.
+"""The Kafka client of a publisher (an :class:`.engine.Engine`): created lazily, replaced after fatal errors, old ones purged.
 
 With ``statistics.interval.ms`` in the user's configuration, every producer
 gets a ``stats_cb`` that keeps the latest summary for the task reports
-(:mod:`.stats`); users cannot pass callables themselves (the configuration
-is shipped to executors).
+(:mod:`.stats`).
 
 A replaced producer (a *zombie*) is never polled for the chunks it held (they
 were re-sent on the new one); it is purged (``purge()`` and a bounded
@@ -17,7 +16,8 @@ from typing import Any, Callable
 
 from ..config import SinkConfig
 from ..errors import ProducerError
-from .stats import install_stats_cb
+from .engine import Engine, PythonEngine, open_engine
+from .stats import stats_callback
 
 __all__ = ["ProducerSlot", "message_timeout_s"]
 
@@ -63,15 +63,19 @@ class ProducerSlot:
             self._producer = self._new()
         return self._producer
 
-    def _new(self) -> Any:
-        from confluent_kafka import KafkaException, Producer
+    def _new(self) -> Engine:
+        from confluent_kafka import KafkaException
 
         conf: dict[str, Any] = dict(self.config.producer_conf())
-        conf["error_cb"] = self._on_error
-        install_stats_cb(conf, self.config.name)
+        stats_cb = stats_callback(conf, self.config.name)
         try:
-            return (self._factory or Producer)(conf)
-        except (KafkaException, ValueError, TypeError) as exc:
+            if self._factory is not None:  # tests: a confluent-kafka-like client on the Python engine
+                conf["error_cb"] = self._on_error
+                if stats_cb is not None:
+                    conf["stats_cb"] = stats_cb
+                return PythonEngine.around(self._factory(conf))
+            return open_engine(self.config, conf, error_cb=self._on_error, stats_cb=stats_cb)
+        except (KafkaException, ValueError, TypeError, ImportError) as exc:
             raise ProducerError(
                 f"sink={self.config.name} cannot create the Kafka producer: {self.config.scrub(str(exc))}",
                 kafka_error=exc.args[0] if exc.args else None,

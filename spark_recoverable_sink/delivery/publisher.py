@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
@@ -43,7 +44,6 @@ from .dead_letters import DeadLetterRouter
 from .explain import PartitionCounts
 from .poller import Poller
 from .producer import ProducerSlot, message_timeout_s
-from .rows import produce_rows
 from .steps import retry_due, settle_rounds, watchdog
 
 __all__ = ["Publisher"]
@@ -87,6 +87,8 @@ class Publisher:
         self.block_s = max(1.0, min(config.max_block_s, message_timeout_s(conf)))
         self._last_ckpt = clock()
         self._last_replace = -1e9
+        self._next_rid = 0
+        self._rounds: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # live rounds by id
         self.retried_records = 0
         self.step_errors = 0
 
@@ -135,14 +137,18 @@ class Publisher:
         chunk waits for a retry from the WAL and the error propagates.
         """
         with self._lock:
-            producer = self._slot.get()
+            engine = self._slot.get()
             rnd = t.start_round(None if indices is None else list(indices), self._slot.epoch, self._clock())
             self._book.move(t, State.IN_FLIGHT)
+            self._next_rid += 1
+            rnd.rid = self._next_rid
+            self._rounds[rnd.rid] = rnd  # the native engine's reports come back by round id
             ck = t.key
             try:
-                produced, sync_failed = produce_rows(
-                    producer, rnd.on_delivery, t.rows, batch, indices, self.config.topic, self.config.id_header,
-                    record_id_prefix(self.config.name, ck.batch, ck.partition, chunk_run(batch)), ck.first_seq, self.block_s)
+                produced, sync_failed = engine.produce_chunk(
+                    rnd.rid, rnd.on_delivery, batch, indices, self.config.topic, self.config.id_header,
+                    record_id_prefix(self.config.name, ck.batch, ck.partition, chunk_run(batch)), ck.first_seq,
+                    self.block_s)
             except BaseException:
                 t.abandon_round()
                 self._book.move(t, State.RETRY_WAIT)
@@ -244,7 +250,10 @@ class Publisher:
     def _poll(self, timeout_s: float) -> None:
         if self._slot.replace_reason is not None and self._clock() - self._last_replace >= 1.0:
             self._replace_producer()
-        self._slot.get().poll(timeout_s)
+        for rid, acked, reported, failures in self._slot.get().poll(timeout_s):
+            rnd = self._rounds.get(rid)
+            if rnd is not None:  # else: a round abandoned since (its chunk went again)
+                rnd.add_reports(acked, reported, failures)
 
     def _replace_producer(self) -> None:
         reason = self._slot.replace_reason

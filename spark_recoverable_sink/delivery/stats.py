@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["KafkaStatsSummary", "KafkaStats", "summarize", "stats_enabled", "install_stats_cb",
+__all__ = ["KafkaStatsSummary", "KafkaStats", "summarize", "stats_enabled", "install_stats_cb", "stats_callback",
            "latest_summary", "UNKNOWN"]
 
 log = logging.getLogger(__name__)
@@ -132,10 +132,16 @@ def _board(sink_name: str) -> KafkaStats:
         return holder
 
 
+def stats_callback(conf: Mapping[str, Any], sink_name: str) -> Any:
+    """The summarising ``stats_cb`` for a producer of ``conf``, or ``None`` when statistics are not enabled."""
+    return _board(sink_name).on_stats if stats_enabled(conf) else None
+
+
 def install_stats_cb(conf: dict[str, Any], sink_name: str) -> None:
     """Add the summarising ``stats_cb`` to a producer ``conf`` when statistics are enabled (in place)."""
-    if stats_enabled(conf):
-        conf["stats_cb"] = _board(sink_name).on_stats
+    cb = stats_callback(conf, sink_name)
+    if cb is not None:
+        conf["stats_cb"] = cb
 
 
 def latest_summary(sink_name: str) -> KafkaStatsSummary | None:

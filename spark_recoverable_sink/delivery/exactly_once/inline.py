@@ -16,7 +16,6 @@ from ... import _points
 from ...config import SinkConfig
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey
-from ..rows import produce_rows
 from .lanes import Lane, on_delivery
 
 __all__ = ["InlineTransaction"]
@@ -44,8 +43,10 @@ class InlineTransaction:
         cfg = self._config
         lane = self._lane
         try:
-            _n, sync_failed = produce_rows(lane.producer, partial(on_delivery, lane, lane.chunks_in), batch.num_rows,
-                                           batch, None, cfg.topic, cfg.id_header, self._prefix, first_seq, block_s)
+            _n, sync_failed = lane.producer.produce_chunk(
+                lane.round_for(lane.chunks_in), partial(on_delivery, lane, lane.chunks_in), batch, None, cfg.topic,
+                cfg.id_header, self._prefix, first_seq, block_s)
+            lane.collect(lane.producer.poll(0))
         except KafkaException as exc:
             self._note_error(self._lid, exc.args[0])
             self.broken = True

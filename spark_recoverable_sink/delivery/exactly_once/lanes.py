@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 
 from ...config import SinkConfig
 from ...wal.format import AttemptKey
+from ..engine import open_engine
 from .markers import Marker, MarkerReader, client_conf, lane_id
 
 __all__ = ["Lane", "LanePool", "on_delivery", "ensure_marker_topic", "lane_markers", "sink_lanes", "abort_lingering"]
@@ -43,6 +44,21 @@ class Lane:
         self.must_abort = False
         #: delivery failures inside the open transaction: (error, record index or (topic, key, value), chunk)
         self.failures: list[tuple[Any, Any, int]] = []
+        self._rids: dict[int, int] = {}  # the engine's round id -> chunk of the open transaction (-1: the marker)
+        self._next_rid = 0
+
+    def round_for(self, chunk: int) -> int:
+        """A fresh round id for a chunk (``-1``: the marker record) of the open transaction."""
+        self._next_rid += 1
+        self._rids[self._next_rid] = chunk
+        return self._next_rid
+
+    def collect(self, results: Any) -> None:
+        """Failures the native engine counted (its :meth:`.Engine.poll` results) into :attr:`failures`."""
+        for rid, _acked, _reported, failed in results:
+            chunk = self._rids.get(rid)
+            if chunk is not None:
+                self.failures.extend((err, row, chunk) for row, err in failed)
 
     def mark_produced(self, ident: Any) -> None:
         """Every record of ``ident``'s unit is in the open transaction: only the marker and the commit are left."""
@@ -51,6 +67,7 @@ class Lane:
 
     def reset(self) -> None:
         self.open, self.chunks_in, self.produced, self.offsets_sent, self.must_abort = None, 0, False, False, False
+        self._rids = {}
 
     def close(self) -> None:
         try:
@@ -121,17 +138,16 @@ class LanePool:
         if not self._topic_ready:
             ensure_marker_topic(self.config, timeout_s)
             self._topic_ready = True
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Consumer
 
         conf = self.config.producer_conf()
         conf.update({"transactional.id": lid, "enable.idempotence": "true", "acks": "all"})
-        if self._on_error is not None:
-            conf["error_cb"] = self._on_error
+        producer = open_engine(self.config, conf, error_cb=self._on_error)
         cconf = client_conf(self.config)
         if self._on_error is not None:
             cconf["error_cb"] = self._on_error
         cconf.update({"group.id": lid, "enable.auto.commit": "false", "isolation.level": "read_committed"})
-        lane = Lane(Producer(conf), Consumer(cconf))
+        lane = Lane(producer, Consumer(cconf))
         self._lanes[lid] = lane
         while len(self._lanes) > self._max_lanes:  # idle lanes go; a new owner re-initialises (and fences)
             old_id, old = self._lanes.popitem(last=False)

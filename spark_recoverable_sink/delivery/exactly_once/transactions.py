@@ -37,13 +37,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from ... import _points
 from ...config import SinkConfig
 from ...deadline import Deadline
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
 from ..codes import NON_RETRIABLE, PRODUCER_RESET
-from ..rows import produce_rows
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, on_delivery
 from .markers import Marker, encode_offset, encode_record, lane_id
@@ -232,14 +233,16 @@ class Committer:
             self._produce(lane, unit, deadline)
             lane.produced = True
         if not lane.offsets_sent:  # Step 4
-            from confluent_kafka import TopicPartition
-
             record = encode_record(unit.batch, unit.rows, unit.digest, unit.run, int(time.time() * 1000))
-            p.produce(self.config.marker_topic, record, lid.encode(), partition=0,
-                      on_delivery=partial(on_delivery, lane, -1))
-            md = lane.consumer.consumer_group_metadata()
-            tp = TopicPartition(self.config.marker_topic, 0, encode_offset(unit.batch, unit.digest))
-            p.send_offsets_to_transaction([tp], md, left(deadline, "send_offsets_to_transaction"))
+            marker = pa.RecordBatch.from_pydict({"value": pa.array([record], pa.binary()),
+                                                 "key": pa.array([lid.encode()], pa.binary()),
+                                                 "partition": pa.array([0], pa.int32())})
+            _n, failed = p.produce_chunk(lane.round_for(-1), partial(on_delivery, lane, -1), marker, None,
+                                         self.config.marker_topic, self.config.id_header, f"{lid}:".encode(), 0,
+                                         left(deadline, "marker"))
+            lane.failures.extend((e, j, -1) for j, e in failed)
+            p.send_offsets(lid, lane.consumer, [(self.config.marker_topic, 0, encode_offset(unit.batch, unit.digest))],
+                           left(deadline, "send_offsets_to_transaction"))
             lane.offsets_sent = True
         p.commit_transaction(left(deadline, "commit_transaction"))  # a commit that timed out is retried as it is
         lane.known = Marker(unit.batch, encode_offset(unit.batch, unit.digest) & 0xFFFFFFFF)
@@ -262,11 +265,11 @@ class Committer:
             if raw is None:
                 raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
             batch = decode_chunk(raw)
-            _n, sync_failed = produce_rows(lane.producer, partial(on_delivery, lane, i), batch.num_rows, batch,
-                                           None, self.config.topic, self.config.id_header, prefix, ck.first_seq,
-                                           max(0.5, deadline.cap(30.0)))
+            _n, sync_failed = lane.producer.produce_chunk(
+                lane.round_for(i), partial(on_delivery, lane, i), batch, None, self.config.topic,
+                self.config.id_header, prefix, ck.first_seq, max(0.5, deadline.cap(30.0)))
             lane.failures.extend((e, j, i) for j, e in sync_failed)
-            lane.producer.poll(0)
+            lane.collect(lane.producer.poll(0))
             if not lane.failures:
                 lane.chunks_in = i + 1
             _points.point("eo.produced_chunk", batch=unit.batch, partition=unit.partition, rows=ck.first_seq + _n)
@@ -279,7 +282,10 @@ class Committer:
     def _refused(self, lid: str, unit: Unit) -> str | None:
         """After a failure: ``REFUSED`` (``unit.refused`` filled) if a record of it was refused for good."""
         lane = self.lanes.known(lid)
-        if lane is None or not lane.failures:
+        if lane is None:
+            return None
+        lane.collect(lane.producer.poll(0))  # the native engine's counts of the failed transaction
+        if not lane.failures:
             return None
         permanent = [(e, msg, i) for e, msg, i in lane.failures if e.code() in NON_RETRIABLE and i >= 0]
         if not permanent:

@@ -1,0 +1,279 @@
+"""The delivery engine: one narrow interface over the producer, native (C) or Python (confluent-kafka).
+
+Every producer the sink uses (a publisher's, an exactly-once lane's) is an
+:class:`Engine`. Both implementations open a librdkafka producer from the
+sink's Kafka configuration and take whole chunks (a normalised Arrow batch,
+its id prefix and first sequence):
+
+* :class:`NativeEngine` (``delivery_engine="native"``): the loop over the
+  Arrow buffers runs in C with the GIL released (``native/``), the id header
+  is formatted in C from the chunk's fingerprints and occurrences, and
+  delivery reports are counted per chunk in C: :meth:`Engine.poll` returns,
+  per round, the acks and the exact (row index, error) of each failure; no
+  Python object per record. Every chunk shape goes this way, the row's own
+  ``headers`` column included;
+* :class:`PythonEngine` (``"python"``): confluent-kafka's ``produce`` per
+  record (positional arguments) with the round's callback (:mod:`.rows`);
+  failures are matched to records by content when the round settles.
+
+``"auto"`` (the default) takes the native engine where the extension loads
+(:func:`choose`) and says once, at INFO, which engine runs and why. Both run
+the same callbacks: ``error_cb`` (broker contact, fatal errors),
+``stats_cb`` (:mod:`.stats`), librdkafka's log lines through the
+``spark_recoverable_sink.librdkafka`` logger (secrets scrubbed, native
+engine), and the queue-full wait bounded by ``block_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+
+from ..config import SinkConfig
+from ..ids import FP_COLUMN, OCC_COLUMN, has_ids, record_ids
+from ..native import library
+from ..schema import TOPIC_META
+from .rows import produce_rows
+
+__all__ = ["Engine", "PythonEngine", "NativeEngine", "choose", "open_engine", "Results"]
+
+log = logging.getLogger(__name__)
+rdlog = logging.getLogger("spark_recoverable_sink.librdkafka")
+
+#: What :meth:`Engine.poll` returns: per round id, (acked, reported, [(row index, KafkaError)]).
+Results = list[tuple[int, int, int, list[tuple[int, Any]]]]
+
+_SAID: set[str] = set()
+_SAID_LOCK = threading.Lock()
+
+
+def choose(config: SinkConfig) -> tuple[str, str]:
+    """``(engine, why)`` for a configuration; says it once per sink and process at INFO.
+
+    Raises:
+        ImportError: ``delivery_engine="native"`` and the extension cannot load (the reason).
+    """
+    want = config.delivery_engine
+    if want == "python":
+        name, why = "python", "delivery_engine='python'"
+    elif library.available():
+        name, why = "native", f"the native extension loaded librdkafka {library.load()}"
+    elif want == "native":
+        raise ImportError(f"delivery_engine='native' but the native extension cannot load: "
+                          f"{library.why_unavailable()}")
+    else:
+        name, why = "python", f"the native extension cannot load ({library.why_unavailable()})"
+    with _SAID_LOCK:
+        if config.name not in _SAID:
+            _SAID.add(config.name)
+            log.info("sink=%s delivery_engine=%s because %s", config.name, name, why)
+    return name, why
+
+
+def open_engine(config: SinkConfig, conf: dict[str, Any], error_cb: Callable[[Any], None] | None = None,
+                stats_cb: Callable[[Any], None] | None = None) -> "Engine":
+    """A producer of the chosen engine for ``conf`` (the sink's producer configuration, maybe transactional).
+
+    Raises:
+        ValueError / KafkaException: the configuration was refused (callers scrub the message).
+        ImportError: ``delivery_engine="native"`` and the extension cannot load.
+    """
+    name, _why = choose(config)
+    cls = NativeEngine if name == "native" else PythonEngine
+    return cls(config, conf, error_cb, stats_cb)
+
+
+class Engine:
+    """What the delivery code asks of a producer (see the module docstring). One thread at a time."""
+
+    name = ""
+
+    def produce_chunk(self, rid: int, cb: Callable[[Any, Any], None], batch: pa.RecordBatch,
+                      indices: Sequence[int] | None, topic: str | None, id_header: str, prefix: bytes,
+                      first_seq: int, block_s: float) -> tuple[int, list[tuple[int, Any]]]:
+        """Produce ``indices`` (or every row) of a chunk as round ``rid``; ``(produced, [(index, error)])``.
+
+        The Python engine reports each delivery to ``cb(err, msg)``; the
+        native one keeps them for :meth:`poll` under ``rid``.
+        """
+        raise NotImplementedError
+
+    def poll(self, timeout_s: float) -> Results:
+        """Serve callbacks; the native engine's delivery reports since the last call, per round."""
+        raise NotImplementedError
+
+    def forget(self, rid: int) -> None:
+        """Reports of round ``rid`` arriving later are dropped (the round was abandoned)."""
+
+    def produce_one(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                    headers: list[tuple[str, bytes | None]] | None, on_delivery: Callable[[Any, Any], None]) -> None:
+        """One record outside any chunk and transaction (dead letters): confluent-kafka's ``produce`` contract.
+
+        ``partition`` -1: the partitioner's choice.
+        """
+        raise NotImplementedError
+
+    def send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[str, int, int]], timeout_s: float) -> None:
+        """``send_offsets_to_transaction`` for group ``group_id`` (``consumer`` is a member of it)."""
+        raise NotImplementedError
+
+
+class PythonEngine(Engine):
+    """confluent-kafka's producer: one ``produce`` call per record (:mod:`.rows`)."""
+
+    name = "python"
+
+    def __init__(self, config: SinkConfig, conf: dict[str, Any], error_cb: Callable[[Any], None] | None,
+                 stats_cb: Callable[[Any], None] | None) -> None:
+        from confluent_kafka import Producer
+
+        conf = dict(conf)
+        if error_cb is not None:
+            conf["error_cb"] = error_cb
+        if stats_cb is not None:
+            conf["stats_cb"] = stats_cb
+        self.producer = Producer(conf)
+
+    @classmethod
+    def around(cls, producer: Any) -> "PythonEngine":
+        """An engine over a confluent-kafka-like producer made elsewhere (test doubles)."""
+        engine = cls.__new__(cls)
+        engine.producer = producer
+        return engine
+
+    def produce_chunk(self, rid, cb, batch, indices, topic, id_header, prefix, first_seq, block_s):
+        return produce_rows(self.producer, cb, batch.num_rows, batch, indices, topic, id_header, prefix, first_seq,
+                            block_s)
+
+    def poll(self, timeout_s: float) -> Results:
+        self.producer.poll(timeout_s)
+        return []
+
+    def produce_one(self, topic, value, key, partition, headers, on_delivery):
+        self.producer.produce(topic, value, key, partition, on_delivery, None, 0, headers)
+
+    def send_offsets(self, group_id, consumer, offsets, timeout_s):
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(t, p, o) for t, p, o in offsets]
+        self.producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), timeout_s)
+
+    def __getattr__(self, name: str) -> Any:  # flush, purge, __len__'s target, transactions, list_topics
+        return getattr(self.producer, name)
+
+    def __len__(self) -> int:
+        return len(self.producer)
+
+    def close(self) -> None:
+        self.producer = None
+
+
+class NativeEngine(Engine):
+    """The native producer (:mod:`..native.producer`): chunks produced and their reports counted in C."""
+
+    name = "native"
+
+    def __init__(self, config: SinkConfig, conf: dict[str, Any], error_cb: Callable[[Any], None] | None,
+                 stats_cb: Callable[[Any], None] | None) -> None:
+        from ..native.producer import Producer
+
+        self.config = config
+        self._error_cb = error_cb
+        conf = {k: v for k, v in conf.items() if not callable(v)}
+        self.producer = Producer(conf, error_cb=self._on_error if error_cb else None, stats_cb=stats_cb,
+                                 log_cb=self._on_log)
+        self._admin: Any = None
+        self._side: Any = None  # a confluent-kafka producer for single records (dead letters), created on need
+
+    def _on_error(self, code: int, _name: str, text: str, fatal: bool) -> None:
+        from confluent_kafka import KafkaError
+
+        assert self._error_cb is not None
+        self._error_cb(KafkaError(code, text, fatal=fatal))
+
+    def _on_log(self, level: int, facility: str, text: str) -> None:
+        lvl = logging.ERROR if level <= 3 else logging.WARNING if level == 4 else logging.INFO if level <= 6 \
+            else logging.DEBUG
+        rdlog.log(lvl, "sink=%s librdkafka facility=%s %s", self.config.name, facility, self.config.scrub(text))
+
+    def produce_chunk(self, rid, cb, batch, indices, topic, id_header, prefix, first_seq, block_s):
+        from confluent_kafka import KafkaError
+
+        names = batch.schema.names
+
+        def col(name: str) -> Any:
+            return batch.column(name) if name in names else None
+
+        meta = batch.schema.metadata or {}
+        chunk_topic = meta.get(TOPIC_META, b"").decode() or topic
+        idx = None if indices is None else list(indices)
+        if has_ids(batch):
+            ids_kw: dict[str, Any] = {"id_prefix": prefix, "fps": batch.column(FP_COLUMN),
+                                      "occs": batch.column(OCC_COLUMN)}
+        else:  # a chunk of an older build: positional ids
+            ids_kw = {"ids": record_ids(prefix, batch, first_seq)}
+        produced, failed = self.producer.produce_chunk(
+            rid, chunk_topic, col("value"), col("key"), col("topic"), col("partition"), col("timestamp"),
+            col("headers"), id_header=id_header, indices=idx, block_s=block_s, **ids_kw)
+        return produced, [(i, KafkaError(code, text)) for i, code, text in failed]
+
+    def poll(self, timeout_s: float) -> Results:
+        from confluent_kafka import KafkaError
+
+        self.producer.poll(timeout_s)
+        if self._side is not None:
+            self._side.poll(0)
+        return [(rid, acked, reported, [(i, KafkaError(code, text)) for i, code, text in failures])
+                for rid, acked, reported, failures in self.producer.take_results()]
+
+    def forget(self, rid: int) -> None:
+        self.producer.forget_round(rid)
+
+    def produce_one(self, topic, value, key, partition, headers, on_delivery):
+        if self._side is None:
+            from confluent_kafka import Producer
+
+            self._side = Producer(self.config.producer_conf())
+        self._side.produce(topic, value, key, partition, on_delivery, None, 0, headers)
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            from .exactly_once.markers import client_conf
+
+            self._admin = AdminClient(client_conf(self.config))
+        return self._admin.list_topics(topic, timeout=timeout)
+
+    def flush(self, timeout_s: float = -1) -> int:
+        left = self.producer.flush(timeout_s)
+        return left + (self._side.flush(max(0.0, timeout_s)) if self._side is not None else 0)
+
+    def purge(self) -> None:
+        self.producer.purge()
+        if self._side is not None:
+            self._side.purge()
+
+    def __len__(self) -> int:
+        return len(self.producer) + (len(self._side) if self._side is not None else 0)
+
+    def init_transactions(self, timeout_s: float) -> None:
+        self.producer.init_transactions(timeout_s)
+
+    def begin_transaction(self) -> None:
+        self.producer.begin_transaction()
+
+    def commit_transaction(self, timeout_s: float) -> None:
+        self.producer.commit_transaction(timeout_s)
+
+    def abort_transaction(self, timeout_s: float) -> None:
+        self.producer.abort_transaction(timeout_s)
+
+    def send_offsets(self, group_id, consumer, offsets, timeout_s):
+        self.producer.send_offsets_to_transaction(group_id, offsets, timeout_s)
+
+    def close(self) -> None:
+        self.producer.close()
