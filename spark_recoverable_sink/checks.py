@@ -68,7 +68,8 @@ def check_wal_dir(wal_dir: Any) -> None:
 _SINK_ONLY_OPTIONS = ("name", "kafka_conf", "history", "drain_on_failure_s", "run_id")
 #: Kafka options whose values are executor-local files or start network activity of their
 #: own: left out of the driver's check (their names are librdkafka's and checked there).
-_NOT_CHECKED_ON_DRIVER = re.compile(r"(\.location$|^sasl\.kerberos\.|^sasl\.oauthbearer\.|^plugin\.library\.paths$)")
+_NOT_CHECKED_ON_DRIVER = re.compile(
+    r"(\.location$|^sasl\.kerberos\.|^sasl\.oauthbearer\.|^plugin\.library\.paths$|^oauth_cb$)")
 _TIMEOUT_OPTIONS = ("message.timeout.ms", "delivery.timeout.ms")
 #: librdkafka's names in its errors -> the alias users usually write.
 _ALIASES = {"queue.buffering.max.ms": "linger.ms", "request.required.acks": "acks",

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from .auth import CALLBACK_OPTIONS, load_callable, with_callbacks
 from .checks import (
     DEFAULT_WAL_DIR,
     check_kafka_conf,
@@ -178,7 +179,12 @@ class SinkConfig:
         for k, v in kafka_conf.items():
             if not isinstance(k, str):
                 raise ConfigError("kafka_conf", f"keys must be strings, got {type(k).__name__}")
-            if callable(v):
+            if k in CALLBACK_OPTIONS:  # a callback by reference: imported here once, as a check
+                if callable(v):
+                    raise ConfigError(f"kafka_conf[{k!r}]", "give the function as 'package.module:function' (a "
+                                                            "value: the executors import it), not the callable")
+                load_callable(k, v)
+            elif callable(v):
                 raise ConfigError(
                     f"kafka_conf[{k!r}]",
                     "callables cannot be shipped to executors; use plain values",
@@ -270,18 +276,19 @@ class SinkConfig:
                 raise ConfigError(f"kafka_conf[{opt!r}]", f"must not exceed transaction.timeout.ms={txn_ms} "
                                                           "with exactly_once (the client refuses it)")
 
-    def producer_conf(self) -> dict[str, str]:
-        """The configuration handed to ``confluent_kafka.Producer``: the user's, plus defaults.
+    def producer_conf(self) -> dict[str, Any]:
+        """The configuration handed to the producer: the user's, plus defaults, callbacks imported.
 
-        Besides the safe defaults, ``partitioner`` is ``murmur2_random`` unless
-        set: keyed records land on the partition the Java client (and so
+        A callback given by reference (``oauth_cb``: :mod:`.auth`) is imported
+        in this process and handed over as the callable. Besides the safe
+        defaults, ``partitioner`` is ``murmur2_random`` unless set: keyed records land on the partition the Java client (and so
         Spark's ``format("kafka")``) picks; librdkafka's own default
         (``consistent_random``, CRC32) would put them elsewhere.
         """
         conf = dict(_SAFE_DEFAULTS)
         conf["partitioner"] = _JAVA_PARTITIONER
         conf.update(self.kafka_conf_items)
-        return conf
+        return with_callbacks(conf)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret value of the Kafka config replaced by ``***``."""

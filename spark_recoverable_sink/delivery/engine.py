@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
+from ..auth import check_files
 from ..config import SinkConfig
 from ..ids import FP_COLUMN, OCC_COLUMN, has_ids, record_ids
 from ..native import library
@@ -81,6 +82,7 @@ def open_engine(config: SinkConfig, conf: dict[str, Any], error_cb: Callable[[An
         ValueError / KafkaException: the configuration was refused (callers scrub the message).
         ImportError: ``delivery_engine="native"`` and the extension cannot load.
     """
+    check_files(conf)  # a certificate file named but missing on this host: said so, with the host
     name, _why = choose(config)
     cls = NativeEngine if name == "native" else PythonEngine
     return cls(config, conf, error_cb, stats_cb)
@@ -182,9 +184,10 @@ class NativeEngine(Engine):
 
         self.config = config
         self._error_cb = error_cb
+        oauth_cb = conf.get("oauth_cb")  # a token provider (auth.py), bridged into the C producer's refresh
         conf = {k: v for k, v in conf.items() if not callable(v)}
         self.producer = Producer(conf, error_cb=self._on_error if error_cb else None, stats_cb=stats_cb,
-                                 log_cb=self._on_log)
+                                 log_cb=self._on_log, oauth_cb=oauth_cb)
         self._admin: Any = None
         self._side: Any = None  # a confluent-kafka producer for single records (dead letters), created on need
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from ..auth import provider_failure
 from ..config import SinkConfig
 from ..errors import ProducerError
 from .engine import Engine, PythonEngine, open_engine
@@ -76,8 +77,10 @@ class ProducerSlot:
                 return PythonEngine.around(self._factory(conf))
             return open_engine(self.config, conf, error_cb=self._on_error, stats_cb=stats_cb)
         except (KafkaException, ValueError, TypeError, ImportError) as exc:
+            provider = provider_failure(dict(self.config.kafka_conf_items))
             raise ProducerError(
-                f"sink={self.config.name} cannot create the Kafka producer: {self.config.scrub(str(exc))}",
+                f"sink={self.config.name} cannot create the Kafka producer: {self.config.scrub(str(exc))}"
+                + (f" ({self.config.scrub(provider)})" if provider else ""),
                 kafka_error=exc.args[0] if exc.args else None,
             ) from None  # the original may quote secret config values
 

@@ -17,7 +17,7 @@ __all__ = ["CLIENT_CONF_PREFIXES", "resolve_client_conf", "producer_conf", "load
 
 #: Producer options other clients (admin, consumer) need too: connection and security.
 CLIENT_CONF_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "client.id", "socket.",
-                        "broker.address.family", "client.dns.lookup")
+                        "broker.address.family", "client.dns.lookup", "oauth_cb")
 
 
 def resolve_client_conf(key: str, conf: Mapping[str, Any], environ: Mapping[str, str] | None = None,

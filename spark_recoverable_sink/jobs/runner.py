@@ -31,6 +31,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..auth import with_callbacks
 from .resolve import CLIENT_CONF_PREFIXES, producer_conf
 from .settings import (
     JobSettings,
@@ -72,7 +73,7 @@ def ensure_topic(kafka: KafkaSettings, conf: Mapping[str, Any], topic: str | Non
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = topic or kafka.topic
-    admin = AdminClient({k: v for k, v in conf.items() if k.startswith(CLIENT_CONF_PREFIXES)})
+    admin = AdminClient(with_callbacks({k: v for k, v in conf.items() if k.startswith(CLIENT_CONF_PREFIXES)}))
     created = False
     if name not in admin.list_topics(timeout=timeout_s).topics:
         new = NewTopic(name, kafka.create_topic_partitions, kafka.create_topic_replication_factor)

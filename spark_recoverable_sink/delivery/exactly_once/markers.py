@@ -104,7 +104,7 @@ def decode_record(raw: bytes) -> tuple[Marker, int] | None:
 
 
 _CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.ssl", "client.", "socket.", "broker.",
-                    "reconnect.", "metadata.", "topic.metadata", "api.version", "log_level")
+                    "reconnect.", "metadata.", "topic.metadata", "api.version", "log_level", "oauth_cb")
 
 
 def client_conf(config: SinkConfig) -> dict[str, str]:

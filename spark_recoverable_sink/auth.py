@@ -1,0 +1,116 @@
+"""Kafka client callbacks named by reference, and client files checked on the host that uses them.
+
+A Kafka configuration is shipped from the driver to every executor, so it
+holds values only. Callbacks are named instead: ``"oauth_cb":
+"package.module:function"`` (confluent-kafka's contract: called with the
+``sasl.oauthbearer.config`` string, returns ``(token, expiry_epoch_seconds[,
+principal[, extensions]])``). The driver imports it once as a check
+(:func:`load_callable`: a missing module or function is a
+:class:`.ConfigError` naming it, before any task runs); every process that
+builds a Kafka client imports it again (:func:`with_callbacks`), so the
+token is made where it is used. Its token never reaches a log, a report or
+an error of this package: a provider that fails is named with its error's
+type, never with what it returned.
+
+Files a configuration names (``ssl.ca.location``, ``ssl.key.location``, ...)
+must exist on every executor; :func:`check_files` says which host lacks which
+one, and that the PEM-as-value options (``ssl.ca.pem``, ``ssl.certificate.pem``,
+``ssl.key.pem``) avoid the files altogether.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+import socket
+from typing import Any, Callable, Mapping
+
+from .errors import ConfigError
+
+__all__ = ["CALLBACK_OPTIONS", "load_callable", "with_callbacks", "check_files", "FILE_OPTIONS", "provider_failure"]
+
+#: Kafka options whose value is a callable, given here as ``"package.module:function"``.
+CALLBACK_OPTIONS = ("oauth_cb",)
+_REF_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+#: Options naming a file a client reads, and the option that takes the file's content instead.
+FILE_OPTIONS = {"ssl.ca.location": "ssl.ca.pem", "ssl.certificate.location": "ssl.certificate.pem",
+                "ssl.key.location": "ssl.key.pem", "ssl.keystore.location": None, "ssl.crl.location": None,
+                "sasl.kerberos.keytab": None}
+
+
+@functools.lru_cache(maxsize=32)
+def load_callable(option: str, ref: str) -> Callable[..., Any]:
+    """Import ``ref`` (``"package.module:function"``) for option ``option``.
+
+    Raises:
+        ConfigError: naming the option and the reference: not a reference,
+            the module cannot be imported, or it has no such callable.
+    """
+    name = f"kafka_conf[{option!r}]"
+    if not isinstance(ref, str) or not _REF_RE.match(ref):
+        raise ConfigError(name, f"must name a function as 'package.module:function' (imported by every executor), "
+                                f"got {ref!r}")
+    module, _, attr = ref.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise ConfigError(name, f"{ref}: module {module} cannot be imported here "
+                                f"({type(exc).__name__}: {exc}); install it on the driver and every executor") from None
+    except AttributeError:
+        raise ConfigError(name, f"{ref}: module {module} has no {attr}") from None
+    if not callable(fn):
+        raise ConfigError(name, f"{ref} is not callable")
+    return fn
+
+
+_FAILURES: dict[str, str] = {}  # reference -> its last failure in this process (for clients that hide it)
+
+
+def _token_provider(ref: str, fn: Callable[[str], Any]) -> Callable[[str], Any]:
+    def oauth_cb(oauthbearer_config: str) -> Any:
+        try:
+            token = fn(oauthbearer_config)
+        except Exception as exc:  # named by reference and error type; what it returns never appears
+            _FAILURES[ref] = why = f"token provider {ref} failed: {type(exc).__name__}: {exc}"
+            raise RuntimeError(why) from None
+        _FAILURES.pop(ref, None)
+        return token
+
+    return oauth_cb
+
+
+def provider_failure(conf: Mapping[str, Any]) -> str:
+    """The last failure of ``conf``'s token provider in this process (``""`` if none): to name it in errors."""
+    ref = conf.get("oauth_cb")
+    return _FAILURES.get(ref, "") if isinstance(ref, str) else ""
+
+
+def with_callbacks(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with every callback reference replaced by the callable it names (imported in this process).
+
+    Raises:
+        ConfigError: a reference cannot be imported here (:func:`load_callable`).
+    """
+    out = dict(conf)
+    ref = out.get("oauth_cb")
+    if isinstance(ref, str):
+        out["oauth_cb"] = _token_provider(ref, load_callable("oauth_cb", ref))
+    return out
+
+
+def check_files(conf: Mapping[str, Any]) -> None:
+    """Refuse a configuration that names a file this host does not have (executors: where clients are built).
+
+    Raises:
+        ConfigError: naming the option, the host and the path, and the PEM option that avoids the file.
+    """
+    for option, pem in FILE_OPTIONS.items():
+        path = conf.get(option)
+        if not path or (option == "ssl.ca.location" and str(path) == "probe"):
+            continue
+        if not os.path.exists(str(path)):
+            instead = f"; or pass the file's content as {pem} (a value, shipped with the configuration)" if pem else ""
+            raise ConfigError(f"kafka_conf[{option!r}]", f"{path} does not exist on host {socket.gethostname()}: "
+                                                          f"install it on every executor{instead}")
