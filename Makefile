@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install test test-fast test-unit test-broker test-spark demo bench bench-quick soak clean
+.PHONY: install test test-fast test-unit test-broker test-spark demo bench bench-quick soak wheels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ bench-quick: $(STAMP)
 SEED ?= 1
 soak: $(STAMP)
 	$(PY) -m tests.programs.soak --minutes 3 --seed $(SEED)
+
+# manylinux2014 wheels (x86_64, aarch64) with the native extension, into dist/, without Docker:
+# zig cross-compiles it, auditwheel checks it; the tools go to build/wheelenv (devtools/build_wheels.sh)
+wheels: $(STAMP)
+	TOOLPY=$(abspath $(PY)) devtools/build_wheels.sh
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache build *.egg-info

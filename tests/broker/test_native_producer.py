@@ -1,0 +1,348 @@
+"""Tier 2: the native producer (:mod:`spark_recoverable_sink.native.producer`) against the real test broker.
+
+Per-row failures come back with their exact row numbers, synchronously or in
+the round's delivery reports; a full client queue is waited on for at most
+``block_s`` per call; transactions (and offsets sent with them) commit and
+abort; librdkafka's callbacks reach Python on the calling thread; ids
+formatted in C are byte for byte those :mod:`spark_recoverable_sink.ids`
+builds with Arrow kernels. Records are read back from the broker and checked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from devtools.devbroker import free_port
+from spark_recoverable_sink.ids import FP_COLUMN, OCC_COLUMN, record_id_at, record_id_prefix, record_ids
+from spark_recoverable_sink.native import library
+from spark_recoverable_sink.native.producer import Producer
+from spark_recoverable_sink.schema import HEADERS_TYPE
+
+from ..kafka_helpers import create_topic, read_topic
+
+pytestmark = [pytest.mark.broker,
+              pytest.mark.skipif(not library.available(),
+                                 reason=f"native extension not built: {library.why_unavailable()}")]
+
+UNKNOWN_PARTITION, QUEUE_FULL, MSG_SIZE_TOO_LARGE = -190, -184, 10
+PURGED = {-152, -151}  # _PURGE_QUEUE, _PURGE_INFLIGHT
+
+
+def conf(broker, **extra):
+    return {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+            **extra}
+
+
+def new_topic(broker, partitions: int = 3) -> str:
+    name = f"native-{uuid.uuid4().hex[:10]}"
+    create_topic(broker.bootstrap, name, partitions)
+    return name
+
+
+def unreachable(**extra) -> dict:
+    return {"bootstrap.servers": f"127.0.0.1:{free_port()}", **extra}  # nothing listens there
+
+
+def drain(p: Producer, produced: int, timeout_s: float = 30.0) -> dict[int, dict]:
+    """Poll until ``produced`` delivery reports are in; per round: acked, reported, failures."""
+    out: dict[int, dict] = {}
+    total, end = 0, time.monotonic() + timeout_s
+    while total < produced and time.monotonic() < end:
+        p.poll(0.05)
+        for rid, acked, reported, fails in p.take_results():
+            r = out.setdefault(rid, {"acked": 0, "reported": 0, "failures": []})
+            r["acked"] += acked
+            r["reported"] += reported
+            r["failures"] += fails
+            total += reported
+    return out
+
+
+def test_per_row_failures_come_back_with_their_exact_rows(broker):
+    ta, tb = new_topic(broker), new_topic(broker)
+    n, bad = 400, {11, 250}
+    topics = [tb if i % 3 == 0 else None if i % 3 == 1 else ta for i in range(n)]  # None: the default topic
+    parts = [7 if i in bad else None if i % 4 == 3 else i % 3 for i in range(n)]  # partition 7 does not exist
+    p = Producer(conf(broker))
+    produced, sync = p.produce_chunk(
+        5, ta, pa.array([b"v%d" % i for i in range(n)]), None, pa.array(topics, pa.string()),
+        pa.array(parts, pa.int32()), None, None, pa.array([b"p-%d" % i for i in range(n)]), b"rks-id", None, 5.0)
+    r = drain(p, produced).get(5, {"acked": 0, "reported": 0, "failures": []})
+    p.close()
+    # an unknown partition fails at produce (its metadata already known) or in its delivery report
+    failures = sync + r["failures"]
+    assert sorted(f[0] for f in failures) == sorted(bad)
+    assert all(f[1] == UNKNOWN_PARTITION for f in failures)
+    assert r["acked"] + len(r["failures"]) == produced == n - len(sync)
+    assert r["acked"] == n - len(bad)
+    got = read_topic(broker.bootstrap, [ta, tb], expected=n - len(bad))
+    assert len(got.records) == n - len(bad)
+    for rec in got.records:
+        i = int(rec.rid.split("-")[1])
+        assert i not in bad and rec.value == b"v%d" % i
+        assert rec.topic == (tb if i % 3 == 0 else ta)
+        if parts[i] is not None:
+            assert rec.partition == parts[i]
+
+
+def test_a_too_large_record_fails_alone_among_good_ones(broker, topic):
+    n = 50
+    values = [b"ok%d" % i for i in range(n)]
+    values[23] = b"x" * 20_000
+    p = Producer(conf(broker, **{"message.max.bytes": 10_000}))
+    produced, fails = p.produce_chunk(4, topic, pa.array(values), None, None, None, None, None,
+                                      pa.array([b"o-%d" % i for i in range(n)]), b"rks-id", None, 5.0)
+    assert produced == n - 1
+    assert [(f[0], f[1]) for f in fails] == [(23, MSG_SIZE_TOO_LARGE)]
+    assert drain(p, produced) == {4: {"acked": n - 1, "reported": n - 1, "failures": []}}
+    p.close()
+    got = read_topic(broker.bootstrap, topic, expected=n - 1)
+    assert sorted(r.value for r in got.records) == sorted(v for i, v in enumerate(values) if i != 23)
+
+
+def test_a_queue_full_past_block_s_fails_the_rest_of_the_call():
+    p = Producer(unreachable(**{"queue.buffering.max.messages": 10, "message.timeout.ms": 60_000}),
+                 log_cb=lambda *_: None)
+    n = 30
+    t0 = time.monotonic()
+    produced, fails = p.produce_chunk(6, "nowhere", pa.array([b"v"] * n), None, None, None, None, None,
+                                      pa.array([b"q-%d" % i for i in range(n)]), b"rks-id", None, 0.5)
+    took = time.monotonic() - t0
+    assert produced == 10
+    assert [f[0] for f in fails] == list(range(10, n))
+    assert all(f[1] == QUEUE_FULL and f[2] == library.QUEUE_FULL_TEXT for f in fails)
+    assert 0.5 <= took < 3.0  # one bound for the whole call, not one per row
+    p.purge()
+    res = drain(p, produced, timeout_s=10)
+    assert res[6]["reported"] == 10 and res[6]["acked"] == 0
+    assert {f[1] for f in res[6]["failures"]} <= PURGED
+    p.close()
+
+
+def test_transactions_commit_is_visible_abort_is_not(broker):
+    topic_c, topic_a = new_topic(broker), new_topic(broker)
+    p = Producer(conf(broker, **{"transactional.id": f"native-tx-{uuid.uuid4().hex}"}))
+    p.init_transactions(30)
+    p.begin_transaction()
+    n = 200
+    produced, _ = p.produce_chunk(10, topic_c, pa.array([b"c%d" % i for i in range(n)]),
+                                  ids=pa.array([b"c-%d" % i for i in range(n)]))
+    p.commit_transaction(30)
+    assert drain(p, produced)[10]["acked"] == n  # the commit flushed: the reports are waiting
+    got = read_topic(broker.bootstrap, topic_c, expected=n, isolation="read_committed")
+    assert sorted(r.value for r in got.records) == sorted(b"c%d" % i for i in range(n))
+
+    p.begin_transaction()
+    p.produce_chunk(11, topic_a, pa.array([b"a"] * 50), ids=pa.array([b"a"] * 50))
+    p.flush(30)
+    p.abort_transaction(30)
+    p.close()
+    got = read_topic(broker.bootstrap, topic_a, idle_s=2.0, isolation="read_committed")
+    if got.records and _broker_shows_aborted_records(broker):
+        pytest.xfail("the test broker (Tansu) shows aborted records to read_committed consumers; "
+                     "confluent-kafka's own abort shows the same")
+    assert got.records == []
+
+
+def _broker_shows_aborted_records(broker) -> bool:
+    """Does an abort by confluent-kafka's own producer leave its records visible (a broker quirk)?"""
+    from confluent_kafka import Producer as CKProducer
+
+    topic = new_topic(broker, 1)
+    p = CKProducer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"ref-{uuid.uuid4().hex}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for _ in range(5):
+        p.produce(topic, b"ref")
+    p.flush(30)
+    p.abort_transaction(30)
+    return bool(read_topic(broker.bootstrap, topic, idle_s=2.0, isolation="read_committed").records)
+
+
+def _committed_offset(broker, group: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "isolation.level": "read_committed",
+                  "enable.auto.commit": False})
+    try:
+        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=30)
+        assert tp.error is None, tp.error
+        return tp.offset
+    finally:
+        c.close()
+
+
+def test_send_offsets_to_transaction_commits_and_aborts_with_it(broker):
+    from confluent_kafka import KafkaException, TopicPartition
+
+    topic, group = new_topic(broker, 1), f"native-grp-{uuid.uuid4().hex}"
+    p = Producer(conf(broker, **{"transactional.id": f"native-txo-{uuid.uuid4().hex}"}))
+    p.init_transactions(30)
+    p.begin_transaction()
+    produced, _ = p.produce_chunk(1, topic, pa.array([b"x"] * 10), ids=pa.array([b"o"] * 10))
+    p.send_offsets_to_transaction(group, [(topic, 0, 1234)], 30)
+    p.commit_transaction(30)
+    assert drain(p, produced)[1]["acked"] == 10
+    assert _committed_offset(broker, group, topic) == 1234
+
+    p.begin_transaction()  # aborted: the group's offset stays 1234
+    p.produce_chunk(2, topic, pa.array([b"y"] * 5), ids=pa.array([b"a"] * 5))
+    p.send_offsets_to_transaction(group, [TopicPartition(topic, 0, 5678)], 30)  # objects work too
+    p.abort_transaction(30)
+    p.close()
+    assert _committed_offset(broker, group, topic) == 1234
+
+    plain = Producer(conf(broker))  # not transactional: a KafkaException, as from confluent-kafka
+    with pytest.raises(KafkaException) as ei:
+        plain.send_offsets_to_transaction("g", [(topic, 0, 1)], 5)
+    assert ei.value.args[0].code() != 0 and ei.value.args[0].str()
+    raw = plain._p
+    for bad in ([(topic, 0)], [(topic, "0", 1)], [(1, 0, 1)], [topic], 5):
+        with pytest.raises(TypeError):
+            raw.send_offsets_to_transaction("g", bad, 1.0)
+    with pytest.raises(ValueError, match="NUL"):
+        raw.send_offsets_to_transaction("g\0h", [(topic, 0, 1)], 1.0)
+    with pytest.raises(ValueError, match="NUL"):
+        raw.send_offsets_to_transaction("g", [("a\0b", 0, 1)], 1.0)
+    with pytest.raises(OverflowError):
+        raw.send_offsets_to_transaction("g", [(topic, 2**31, 1)], 1.0)
+    with pytest.raises(KafkaException):
+        plain.begin_transaction()
+    plain.close()
+
+
+def test_error_cb_on_an_unreachable_broker():
+    seen = []
+    p = Producer(unreachable(), error_cb=lambda *a: seen.append(a), log_cb=lambda *_: None)
+    end = time.monotonic() + 15
+    while not seen and time.monotonic() < end:
+        p.poll(0.1)
+    p.close()
+    assert seen
+    code, name, text, fatal = seen[0]
+    assert isinstance(code, int) and name.startswith("_") and text and fatal is False
+
+
+def test_stats_cb(broker):
+    seen = []
+    p = Producer(conf(broker, **{"statistics.interval.ms": 100}), stats_cb=seen.append)
+    end = time.monotonic() + 10
+    while len(seen) < 2 and time.monotonic() < end:
+        p.poll(0.1)
+    p.close()
+    assert len(seen) >= 2
+    assert json.loads(seen[0])["type"] == "producer"
+
+
+def test_log_cb_is_served_on_the_calling_thread(broker):
+    seen, threads = [], set()
+
+    def log(level, facility, text):
+        seen.append((level, facility, text))
+        threads.add(threading.get_ident())
+
+    p = Producer(conf(broker, debug="broker"), log_cb=log)
+    end = time.monotonic() + 10
+    while len(seen) < 5 and time.monotonic() < end:
+        p.poll(0.1)
+    p.close()
+    assert len(seen) >= 5
+    assert threads == {threading.get_ident()}
+    assert all(isinstance(lv, int) and isinstance(f, str) and isinstance(t, str) for lv, f, t in seen)
+
+
+def test_a_callback_that_raises_or_reenters_goes_to_unraisablehook(broker, monkeypatch):
+    import sys
+
+    caught = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: caught.append(u.exc_value))
+    holder = {}
+
+    def stats(_js):
+        holder["p"].poll(0)  # re-entering its own producer: refused, not raced
+
+    p = Producer(conf(broker, **{"statistics.interval.ms": 100}), stats_cb=stats)
+    holder["p"] = p
+    end = time.monotonic() + 10
+    while not caught and time.monotonic() < end:
+        p.poll(0.1)
+    p.close()
+    holder.clear()
+    assert caught and isinstance(caught[0], RuntimeError) and "in use" in str(caught[0])
+
+
+def test_conf_errors_and_lifecycle():
+    with pytest.raises(ValueError, match="No such configuration property"):
+        Producer({"no.such.property": "1"})
+    p = Producer(unreachable(), log_cb=lambda *_: None)
+    p.close()
+    p.close()  # idempotent
+    assert len(p) == 0 and p.take_results() == []
+    with pytest.raises(RuntimeError, match="closed"):
+        p.poll(0)
+    with pytest.raises(RuntimeError, match="closed"):
+        p.produce_chunk(1, "t", pa.array([b"a"]), ids=pa.array([b"a"]))
+
+
+def test_ids_formatted_in_c_are_the_ids_of_the_package(broker, topic):
+    """ids=None with the prefix, fingerprints and occurrences: each record's id header equals ids.record_ids'."""
+    n = 3000
+    values = [b"v%05d-%s" % (i, b"x" * (i % 17)) for i in range(n)]
+    values[3], values[5] = b"", None  # an empty value, a tombstone
+    keys = [None if i % 5 == 0 else b"" if i % 5 == 1 else b"k%d" % i for i in range(n)]
+    stamps = [None if i % 7 == 0 else 1_700_000_000_000 + i for i in range(n)]
+    headers = [[None, [], [{"key": "h1", "value": b"x%d" % i}, {"key": "h2", "value": None}],
+                [{"key": "e", "value": b""}]][i % 4] for i in range(n)]
+    cols = {"values": pa.array(values, pa.binary()), "keys": pa.array(keys, pa.binary()),
+            "timestamps": pa.array(stamps, pa.int64()), "headers": pa.array(headers, HEADERS_TYPE)}
+    rng = np.random.default_rng(3)
+    pool = np.concatenate([np.array([0, 2**64 - 1, 1, 2**63], np.uint64),
+                           rng.integers(0, 2**64 - 1, 400, dtype=np.uint64, endpoint=True)])
+    fps = rng.choice(pool, n)
+    occs = library.module().Occurrences().number(fps)
+    occs[:3] = [2**32 - 1, 0, 10**9]  # the widest decimal too
+    prefix = record_id_prefix("sink", 7, 3, "run-1")
+    batch = pa.RecordBatch.from_arrays([pa.array(fps, pa.uint64()), pa.array(occs, pa.uint32())],
+                                       names=[FP_COLUMN, OCC_COLUMN])
+    want = record_ids(prefix, batch, 0).to_pylist()
+    assert want[0] == prefix + b"%016x-4294967295" % int(fps[0]) == record_id_at(prefix, batch, 0, 0).encode()
+    assert len(set(want)) > n // 2
+
+    p = Producer(conf(broker))
+    produced, fails = p.produce_chunk(1, topic, cols["values"], cols["keys"], None, None, cols["timestamps"],
+                                      cols["headers"], id_prefix=prefix, fps=fps, occs=occs)
+    assert (produced, fails) == (n, [])
+    retry = np.array([n - 1, 0, 17], np.int64)  # a retry of some rows: Arrow fps/occs, a str prefix
+    produced2, fails2 = p.produce_chunk(2, topic, cols["values"], cols["keys"], None, None, cols["timestamps"],
+                                        cols["headers"], None, b"rks-id", retry, 5.0, id_prefix=prefix.decode(),
+                                        fps=batch.column(FP_COLUMN), occs=batch.column(OCC_COLUMN))
+    assert (produced2, fails2) == (3, [])
+    res = drain(p, n + 3)
+    p.close()
+    assert res[1]["acked"] == n and res[2]["acked"] == 3
+
+    got = read_topic(broker.bootstrap, topic, expected=n + 3)
+    assert len(got.records) == n + 3
+    by_value: dict[bytes | None, list] = {}
+    for r in got.records:
+        by_value.setdefault(r.value, []).append(r)
+    for i in range(n):
+        recs = by_value[values[i]]
+        if values[i] is None:  # the tombstone
+            assert [r.headers[0] for r in recs] == [("rks-id", want[i])]
+            continue
+        assert len(recs) == (2 if i in retry else 1)
+        for r in recs:
+            assert r.key == keys[i]
+            assert r.headers == [("rks-id", want[i])] + [(h["key"], h["value"]) for h in headers[i] or []]
+            if stamps[i] is not None:
+                assert r.timestamp == stamps[i]
+            else:
+                assert abs(r.timestamp - time.time() * 1000) < 600_000  # "now"
