@@ -17,7 +17,7 @@ TOKEN = "tok-7f3c9e1b2a-never-printed"
 def token(oauthbearer_config: str) -> tuple[str, float]:
     where = os.environ.get("RKS_TOKEN_LOG") or os.environ.get("RKS_HOOK_DIR")
     if where:
-        label = "".join(c for c in oauthbearer_config if c.isalnum())[:40]
+        label = "".join(c for c in (oauthbearer_config or "") if c.isalnum())[:40]  # None when not set
         with open(os.path.join(where, f"call-{os.getpid()}-{label}"), "a") as f:
             f.write("called\n")
     return TOKEN, time.time() + 3600

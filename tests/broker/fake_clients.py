@@ -1,4 +1,9 @@
-"""Producers wrapping the real one, for failures the test broker (Tansu) cannot produce.
+"""Producers wrapping the real one, for failures the test broker (Tansu) cannot produce (the Python engine).
+
+Tests using them run the sink with ``delivery_engine="python"``: the native
+engine's producer is not confluent-kafka's and cannot be wrapped; it shares
+the classification of failures (retry, isolate, dead-letter) with the Python
+one, and its exact per-row reports are tested in test_native_producer.py.
 
 Tansu accepts every record: it enforces neither a topic's ``max.message.bytes``
 nor compaction's key rule (checked: a 5 MB record to a topic with
@@ -15,6 +20,7 @@ import confluent_kafka
 from confluent_kafka import KafkaError
 
 _RealProducer = confluent_kafka.Producer
+_ARGS = ("topic", "value", "key", "partition", "on_delivery", "callback", "timestamp", "headers")
 
 
 class Msg:
@@ -45,12 +51,19 @@ class Wrapped:
             type(self).instances.append(self)
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
+        # confluent-kafka's order; the sink's Python engine passes them positionally
+        call = dict(zip(_ARGS, args))
+        call.update(kwargs)
         # The real client converts the headers during produce (the sink reuses
         # its header dict): a deferred call keeps a copy, as the client does.
-        hs = kwargs.get("headers")
+        hs = call.get("headers")
         if hs is not None:
-            kwargs["headers"] = dict(hs) if isinstance(hs, dict) else list(hs)
-        self._window.append((args, kwargs))
+            call["headers"] = dict(hs) if isinstance(hs, dict) else list(hs)
+        if call.get("callback") is not None and call.get("on_delivery") is None:
+            call["on_delivery"] = call.pop("callback")
+        call.pop("callback", None)
+        topic, value, key = call.pop("topic"), call.pop("value", None), call.pop("key", None)
+        self._window.append(((topic, value, key), call))
 
     def release(self, window: list[tuple[tuple, dict[str, Any]]]) -> None:
         for args, kwargs in window:

@@ -26,7 +26,8 @@ from spark_recoverable_sink.task.runtime import reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import header_dict, read_topic
-from .rows import expected
+from ..record_ids import ids_of
+from .rows import cli_batches, expected
 
 pytestmark = pytest.mark.broker
 
@@ -92,9 +93,12 @@ def test_inspect_and_replay_take_dead_slots_and_leave_the_live_one(broker, topic
         assert f"slot 0 of sink {name} skipped: owned by a live process (pid={owner['pid']}" in r.stderr
         got = read_topic(broker.bootstrap, topic, expected=1200)
         assert got.duplicates() == 0
-        assert got.distinct_ids() == {f"{name}:r1:2:1:{i}" for i in range(1200)}  # none of the live writer's
+        want_ids = ids_of(name, "r1", 2, 1, cli_batches(topic, 1, 1200), None)
+        row_of = {rid: i for i, rid in enumerate(want_ids)}
+        assert len(row_of) == 1200
+        assert got.distinct_ids() == set(want_ids)  # none of the live writer's
         for rid, rec in got.by_id().items():
-            want = expected(topic, 1, int(rid.rsplit(":", 1)[1]))
+            want = expected(topic, 1, row_of[rid])
             assert (rec.partition, rec.key, rec.value, rec.timestamp) == (
                 want["partition"], want["key"], want["value"], want["timestamp"])
             assert header_dict(rec)["h"] == want["headers"][0][1]
@@ -122,7 +126,9 @@ def test_replay_without_broker_fails_with_a_count_and_keeps_every_record(broker,
     assert proc.returncode == 0, proc.stderr
     assert "records=600 delivered=600" in proc.stdout and SECRET not in proc.stdout + proc.stderr
     got = read_topic(broker.bootstrap, topic, expected=600)
-    assert got.distinct_ids() == {f"{name}:r1:4:2:{i}" for i in range(600)} and got.duplicates() == 0
+    want_ids = ids_of(name, "r1", 4, 2, cli_batches(topic, 2, 600), None)
+    assert len(set(want_ids)) == 600
+    assert got.distinct_ids() == set(want_ids) and got.duplicates() == 0
 
 
 def test_replay_puts_ids_in_the_sinks_own_id_header(broker, topic, tmp_path):
@@ -133,7 +139,7 @@ def test_replay_puts_ids_in_the_sinks_own_id_header(broker, topic, tmp_path):
     assert r.exit_code == 0, r.stderr
     got = read_topic(broker.bootstrap, topic, expected=50)
     ids = sorted(dict(rec.headers)["my-id"].decode() for rec in got.records)
-    assert ids == sorted(f"{name}:r1:2:0:{i}" for i in range(50))
+    assert ids == sorted(ids_of(name, "r1", 2, 0, cli_batches(topic, 0, 50), None)) and len(set(ids)) == 50
     assert got.distinct_ids() == set()  # nothing under the default header
 
 
@@ -149,28 +155,32 @@ def test_dead_letters_list_export_and_resend(broker, topic, tmp_path):
                                         "partition": pa.array(parts, pa.int32())})
     report = write_partition(cfg, 1, 0, 0, iter([batch]), run="dl")
     assert (report.acked, report.dead_lettered) == (8, 2)
+    row_ids = ids_of(name, "dl", 1, 0, [batch], topic)
+    id3, id6 = row_ids[3], row_ids[6]
+    assert len(set(row_ids)) == 10
     reset_runtimes()  # the writer goes away: its slot has a dead owner now
 
     listed = _rks("dead-letters", wal, "--sink", name)
     assert listed.exit_code == 0, listed.stderr
-    assert f"{name}:dl:1:0:3" in listed.stdout and f"{name}:dl:1:0:6" in listed.stdout and "count=2" in listed.stdout
+    assert id3 in listed.stdout and id6 in listed.stdout and "count=2" in listed.stdout
     out = tmp_path / "dead.jsonl"
     exported = _rks("dead-letters", wal, "--sink", name, "--export", str(out))
     assert exported.exit_code == 0, exported.stderr
     lines = {j["record_id"]: j for j in map(json.loads, out.read_text().splitlines())}
-    assert set(lines) == {f"{name}:dl:1:0:3", f"{name}:dl:1:0:6"}
-    assert base64.b64decode(lines[f"{name}:dl:1:0:3"]["value_b64"]) == values[3]
-    assert lines[f"{name}:dl:1:0:6"]["partition"] == 7 and lines[f"{name}:dl:1:0:6"]["error"]
+    assert set(lines) == {id3, id6}
+    assert base64.b64decode(lines[id3]["value_b64"]) == values[3]
+    assert lines[id6]["partition"] == 7 and lines[id6]["error"]
     assert oct(out.stat().st_mode & 0o777) == "0o600"
 
     r = _rks("dead-letters", wal, "--sink", name, "--resend", "--kafka-conf", _conf(tmp_path, "good", broker.bootstrap))
     assert r.exit_code == 1  # one of the two is refused again
     assert "sent=2 acked=1 removed=1 failed=1" in r.stdout
-    assert f"1 dead letters not re-sent (kept in the store); first: {name}:dl:1:0:6" in r.stderr
+    assert f"1 dead letters not re-sent (kept in the store); first: {id6}" in r.stderr
     got = read_topic(broker.bootstrap, topic, expected=9)
-    assert got.duplicates() == 0 and got.by_id()[f"{name}:dl:1:0:3"].value == values[3]
+    assert got.duplicates() == 0 and got.by_id()[id3].value == values[3]
+    assert got.distinct_ids() == {rid for i, rid in enumerate(row_ids) if i != 6}
     again = _rks("dead-letters", wal, "--sink", name)
-    assert "count=1" in again.stdout and f"{name}:dl:1:0:6" in again.stdout and f"{name}:dl:1:0:3" not in again.stdout
+    assert "count=1" in again.stdout and id6 in again.stdout and id3 not in again.stdout
 
 
 def test_quarantine_refuses_a_live_owner_then_moves_the_slot(broker, topic, tmp_path):
@@ -259,7 +269,9 @@ def test_replay_exactly_once_commits_units_in_their_lane(broker, topic, tmp_path
     assert r.exit_code == 0, r.stderr
     assert "records=300 delivered=300 dead_lettered=0 pending=0" in r.stdout
     got = read_topic(broker.bootstrap, topic, expected=300, isolation="read_committed")
-    assert got.distinct_ids() == {f"{name}:r1:5:0:{i}" for i in range(300)} and got.duplicates() == 0
+    want_ids = ids_of(name, "r1", 5, 0, cli_batches(topic, 0, 300), topic)
+    assert len(set(want_ids)) == 300
+    assert got.distinct_ids() == set(want_ids) and got.duplicates() == 0
     assert _slots(wal)[0]["pending_records"] == 0
     again = _rks("replay", wal, "--sink", name, "--kafka-conf", good, "--exactly-once", "--topic", topic)
     assert again.exit_code == 0 and "records=0" in again.stdout  # nothing left to publish twice

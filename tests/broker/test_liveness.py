@@ -23,6 +23,7 @@ from spark_recoverable_sink.wal.records import DeadLetter
 from spark_recoverable_sink.wal.slots import SlotLock
 
 from ..kafka_helpers import create_topic, read_topic
+from ..record_ids import ids_of
 from .fake_clients import BlackHoleFirst
 from .rows import batches
 from .test_publisher import _config, _wait_wal_empty
@@ -41,7 +42,7 @@ def _tick_until(rt, done, timeout_s: float = 30.0) -> None:
 def test_round_without_reports_is_abandoned_and_retried_on_a_fresh_producer(broker, topic, tmp_path, monkeypatch):
     BlackHoleFirst.instances = []
     monkeypatch.setattr(confluent_kafka, "Producer", BlackHoleFirst)
-    cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=0.2, name="wd")
+    cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=0.2, name="wd", delivery_engine="python")
     report = write_partition(cfg, 1, 0, 0, batches(0, 50, 10))
     assert report.pending == 50  # the wedged client took them and never answered
     rt = get_runtime(cfg)
@@ -52,7 +53,9 @@ def test_round_without_reports_is_abandoned_and_retried_on_a_fresh_producer(brok
     _tick_until(rt, lambda: pub.in_flight() == 0)
     assert BlackHoleFirst.instances[0].purged and len(BlackHoleFirst.instances) >= 2
     got = read_topic(broker.bootstrap, topic, expected=50)
-    assert got.distinct_ids() == {f"wd:1:0:{i}" for i in range(50)}
+    want = ids_of("wd", "", 1, 0, batches(0, 50, 10), topic)
+    assert len(set(want)) == 50
+    assert got.distinct_ids() == set(want)
     _wait_wal_empty(cfg)
 
 
@@ -91,7 +94,8 @@ def test_replaced_producer_is_purged_and_its_dead_letters_requeued(broker, topic
     monkeypatch.setattr(confluent_kafka, "Producer", BlackHoleFirst)
     dlt = f"dlt-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, dlt, partitions=1)
-    cfg = _config(broker.bootstrap, str(tmp_path), topic, name="zomb", dead_letter_topic=dlt)
+    cfg = _config(broker.bootstrap, str(tmp_path), topic, name="zomb", dead_letter_topic=dlt,
+                  delivery_engine="python")
     rt = get_runtime(cfg)
     pub = rt.publisher
     d = DeadLetter("zomb:1:0:3", KafkaError.MSG_SIZE_TOO_LARGE, "too large", topic, None, b"k", b"v", (), None)
@@ -113,13 +117,13 @@ def test_new_config_of_a_sink_evicts_the_old_runtime_and_its_records_are_adopted
     BlackHoleFirst.instances = []
     monkeypatch.setattr(confluent_kafka, "Producer", BlackHoleFirst)
     old_cfg = _config(broker.bootstrap, str(tmp_path), topic, name="rot", ack_timeout_s=0.2,
-                      kafka_conf={"client.id": "before-rotation"})
+                      kafka_conf={"client.id": "before-rotation"}, delivery_engine="python")
     report = write_partition(old_cfg, 1, 0, 0, batches(0, 30, 10))
     assert report.pending == 30
     old = get_runtime(old_cfg)
     old_thread, old_index = old.publisher.poller.thread, old.lock.index
     new_cfg = _config(broker.bootstrap, str(tmp_path), topic, name="rot", ack_timeout_s=0.2,
-                      kafka_conf={"client.id": "after-rotation"})
+                      kafka_conf={"client.id": "after-rotation"}, delivery_engine="python")
     new = get_runtime(new_cfg)
     assert old_cfg not in runtime_mod._RUNTIMES and not old_thread.is_alive()
     assert BlackHoleFirst.instances[0].purged  # the old producer stopped sending
@@ -130,7 +134,9 @@ def test_new_config_of_a_sink_evicts_the_old_runtime_and_its_records_are_adopted
             lock.release()
     new.adopt_orphans()
     got = read_topic(broker.bootstrap, topic, expected=30)
-    assert got.distinct_ids() == {f"rot:1:0:{i}" for i in range(30)}
+    want = ids_of("rot", "", 1, 0, batches(0, 30, 10), topic)
+    assert len(set(want)) == 30
+    assert got.distinct_ids() == set(want)
 
 
 def test_failed_construction_leaks_no_poller(broker, topic, tmp_path, monkeypatch):

@@ -20,7 +20,13 @@ import pyarrow as pa
 import pytest
 
 from devtools.devbroker import free_port
-from spark_recoverable_sink.ids import FP_COLUMN, OCC_COLUMN, record_id_at, record_id_prefix, record_ids
+from spark_recoverable_sink.ids import (
+    FP_COLUMN,
+    OCC_COLUMN,
+    record_id_at,
+    record_id_prefix,
+    record_ids,
+)
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.native.producer import Producer
 from spark_recoverable_sink.schema import HEADERS_TYPE

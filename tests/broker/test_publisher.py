@@ -23,6 +23,7 @@ from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic, header_dict, read_topic
+from ..record_ids import ids_of
 from .rows import batches
 
 pytestmark = pytest.mark.broker
@@ -65,10 +66,12 @@ def test_rows_arrive_with_ids_and_wal_is_pruned(broker, topic, tmp_path):
     report = write_partition(cfg, 7, 2, 0, batches(2, 5000, 40))
     assert (report.rows, report.acked, report.pending, report.dead_lettered) == (5000, 5000, 0, 0)
     got = read_topic(broker.bootstrap, topic, expected=5000)
-    assert got.distinct_ids() == {f"t2:7:2:{i}" for i in range(5000)}
+    want = ids_of("t2", "", 7, 2, batches(2, 5000, 40), topic)
+    assert len(set(want)) == 5000
+    assert got.distinct_ids() == set(want)
     assert got.duplicates() == 0
     by_id = got.by_id()
-    assert by_id["t2:7:2:123"].key == b"2-123"
+    assert by_id[want[123]].key == b"2-123"
     _wait_wal_empty(cfg)
 
 
@@ -126,7 +129,9 @@ def test_worker_killed_after_commit_before_acks_is_replayed(own_broker, tmp_path
     report = write_partition(cfg, 6, 0, 0, iter([]))
     assert report.replayed == 12000
     got = read_topic(own_broker.bootstrap, topic, expected=12000)
-    assert got.distinct_ids() == {f"orphan:5:1:{i}" for i in range(12000)}
+    want = ids_of("orphan", "", 5, 1, batches(1, 12000, 50), topic)
+    assert len(set(want)) == 12000
+    assert got.distinct_ids() == set(want)
     _wait_wal_empty(cfg)
 
 
@@ -141,7 +146,9 @@ def test_orphan_adopted_while_own_slot_is_busy(broker, topic, tmp_path):
     report = write_partition(cfg, 3, 0, 0, iter([]))
     assert report.replayed == 3000
     got = read_topic(broker.bootstrap, topic, expected=3010)
-    assert {f"adopt:2:4:{i}" for i in range(3000)} <= got.distinct_ids()
+    want = ids_of("adopt", "", 2, 4, batches(4, 3000, 50), topic)
+    assert len(set(want)) == 3000
+    assert set(want) <= got.distinct_ids()
     rt = get_runtime(cfg)
     end = time.monotonic() + 20
     while rt.adopter.adopted and time.monotonic() < end:  # released once drained
@@ -190,7 +197,9 @@ def test_broker_stall_longer_than_message_timeout_is_retried_from_wal(own_broker
     assert report.retried > 0
     assert report.acked == 4000 and report.pending == 0
     got = read_topic(own_broker.bootstrap, topic, expected=4010)
-    assert {f"stall:1:0:{i}" for i in range(4000)} <= got.distinct_ids()
+    want = ids_of("stall", "", 1, 0, batches(0, 4000, 40), topic)
+    assert len(set(want)) == 4000
+    assert set(want) <= got.distinct_ids()
 
 
 def test_poison_record_dead_lettered_to_topic_with_reason(broker, tmp_path):
@@ -201,14 +210,17 @@ def test_poison_record_dead_lettered_to_topic_with_reason(broker, tmp_path):
                   dead_letter_topic=dlq, kafka_conf={"message.max.bytes": 20000})
     rows = [b"ok-%d" % i for i in range(100)]
     rows[42] = b"x" * 50000
-    report = write_partition(cfg, 3, 0, 0, iter([pa.RecordBatch.from_pydict({"value": rows})]))
+    batch = pa.RecordBatch.from_pydict({"value": rows})
+    report = write_partition(cfg, 3, 0, 0, iter([batch]))
     assert (report.acked, report.dead_lettered, report.pending) == (99, 1, 0)
+    ids = ids_of("poison", "", 3, 0, [batch], topic)
+    assert len(set(ids)) == 100
     got = read_topic(broker.bootstrap, topic, expected=99)
-    assert got.distinct_ids() == {f"poison:3:0:{i}" for i in range(100) if i != 42}
+    assert got.distinct_ids() == {ids[i] for i in range(100) if i != 42}
     dead = read_topic(broker.bootstrap, dlq, expected=1)
     assert len(dead.records) == 1
     h = header_dict(dead.records[0])
-    assert h["rks-id"] == b"poison:3:0:42"
+    assert h["rks-id"] == ids[42].encode()
     assert b"size" in h["rks-error"].lower() and h["rks-topic"] == topic.encode()
     # the payload is what the topic refuses: the DLQ gets id and reason, the WAL keeps the bytes
     assert dead.records[0].value is None and h["rks-payload-omitted"] == b"50000"
@@ -219,7 +231,7 @@ def test_poison_record_dead_lettered_to_topic_with_reason(broker, tmp_path):
         if stored and stored[0][1].forwarded:
             break
         time.sleep(0.1)
-    assert [d.record_id for _k, d in stored] == ["poison:3:0:42"] and stored[0][1].forwarded
+    assert [d.record_id for _k, d in stored] == [ids[42]] and stored[0][1].forwarded
     assert stored[0][1].value == b"x" * 50000
 
 
@@ -227,16 +239,18 @@ def test_poison_without_dead_letter_topic_is_offered_until_the_driver_confirms_i
     cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30, name="poison2",
                   kafka_conf={"message.max.bytes": 20000})
     rows = [b"ok"] * 10 + [b"y" * 30000]
-    report = write_partition(cfg, 1, 0, 0, iter([pa.RecordBatch.from_pydict({"value": rows})]), run="r1")
+    batch = pa.RecordBatch.from_pydict({"value": rows})
+    report = write_partition(cfg, 1, 0, 0, iter([batch]), run="r1")
     assert report.dead_lettered == 1
-    assert [rid for rid, _err, _tok in report.dead_letters] == ["poison2:r1:1:0:10"]
+    poison_id = ids_of("poison2", "r1", 1, 0, [batch], topic)[10]
+    assert [rid for rid, _err, _tok in report.dead_letters] == [poison_id]
     assert "size" in report.dead_letters[0][1].lower()
     # That report may be lost with its job (another task failed it): the next
     # task of this worker offers the dead letter again, still unreported in the WAL.
     again = write_partition(cfg, 2, 0, 0, iter([]), run="r1")
     assert again.dead_letters == report.dead_letters
     stored = [(d.record_id, d.reported) for _k, d in get_runtime(cfg).wal.dead_letters()]
-    assert stored == [("poison2:r1:1:0:10", False)]
+    assert stored == [(poison_id, False)]
     # A worker that dies offers it again from the WAL (here: the runtime is closed and reopened).
     reset_runtimes()
     reopened = write_partition(cfg, 3, 0, 0, iter([]), run="r1")
@@ -245,7 +259,7 @@ def test_poison_without_dead_letter_topic_is_offered_until_the_driver_confirms_i
     token = report.dead_letters[0][2]
     confirmed = write_partition(cfg, 4, 0, 0, iter([]), run="r1", confirmed=(token,))
     assert confirmed.dead_letters == ()
-    assert [(d.record_id, d.reported) for _k, d in get_runtime(cfg).wal.dead_letters()] == [("poison2:r1:1:0:10", True)]
+    assert [(d.record_id, d.reported) for _k, d in get_runtime(cfg).wal.dead_letters()] == [(poison_id, True)]
     reset_runtimes()
     assert write_partition(cfg, 5, 0, 0, iter([]), run="r1").dead_letters == ()
 
@@ -274,7 +288,9 @@ def test_wal_full_blocks_then_raises_and_keeps_what_it_accepted(own_broker, tmp_
     accepted -= 200  # the last batch yielded was refused
     assert accepted > 0
     got = read_topic(own_broker.bootstrap, topic, expected=accepted + 10)
-    assert {f"full:1:0:{i}" for i in range(accepted)} <= got.distinct_ids()
+    want = ids_of("full", "", 1, 0, batches(0, 20000, 1000, chunk=200), topic)[:accepted]
+    assert len(set(want)) == accepted
+    assert set(want) <= got.distinct_ids()
 
 
 def test_secrets_never_logged(broker, topic, tmp_path, caplog):

@@ -8,8 +8,9 @@ import lmdb
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.ops.inspect import inspect_wal
+from spark_recoverable_sink.ops.inspect import chunks_set_aside, inspect_wal
 from spark_recoverable_sink.schema import normalize_batch
+from spark_recoverable_sink.task.runtime import reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
 from spark_recoverable_sink.wal.log import Wal
@@ -45,22 +46,22 @@ def _damaged_slot(wal_dir: str, name: str) -> str:
     return path
 
 
-def test_damaged_own_slot_is_set_aside_named_and_quarantinable(broker, topic, tmp_path):
+def test_a_damaged_chunk_of_its_own_slot_is_set_aside_named_and_the_slot_goes_on(broker, topic, tmp_path):
     name = "damaged"
     bad = _damaged_slot(str(tmp_path), name)
     cfg = SinkConfig.build(name, {"bootstrap.servers": broker.bootstrap}, str(tmp_path), topic=topic)
     report = write_partition(cfg, 2, 0, 0, batches(0, 100, 10))
-    # the task still works, in another slot, and names the damaged one
-    assert report.acked == 100 and report.slot != bad
-    assert any(bad in p and "checksum" in p for p in report.problems)
+    # the damaged chunk is set aside with its bytes; the task works in the same slot and names the chunk
+    assert report.acked == 100 and report.slot == bad
+    [aside] = chunks_set_aside(str(tmp_path), name)
+    assert "checksum" in aside["why"] and any(aside["file"] in p for p in report.problems), report.problems
+    assert os.path.getsize(aside["file"]) > 0  # nothing was dropped: its bytes are kept
     assert len(read_topic(broker.bootstrap, topic, expected=100).distinct_ids()) == 100
+    reset_runtimes()  # the worker goes away: the slot can be inspected and moved aside by an operator
     info = {r.slot: r for r in inspect_wal(str(tmp_path), name)}
-    assert info[0].error is not None and "checksum" in info[0].error
-    # nothing was dropped from the damaged slot: its bytes are still there
+    assert info[0].error is None  # the slot itself is clean now
     moved = quarantine_slot(str(tmp_path), name, 0)
     assert os.path.exists(os.path.join(moved, "data.mdb")) and not os.path.exists(bad)
-    again = write_partition(cfg, 3, 0, 0, iter([]))
-    assert again.problems == ()
 
 
 def test_quarantine_refuses_a_live_owner(broker, topic, tmp_path):

@@ -15,15 +15,32 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink, SchemaError
 from tests.kafka_helpers import header_dict, read_topic
+from tests.record_ids import ids_of
 
 from .conftest import new_topic, sink_name
 from .readback import LiveReader, read_back
-from .streams import BatchProbe, partition_reports, start_stream, write_source
+from .streams import (
+    BatchProbe,
+    partition_reports,
+    row_value,
+    start_stream,
+    write_source,
+)
 
 pytestmark = pytest.mark.spark
 
 POISON_SIZE = 200_000
 MAX_BYTES = 100_000
+
+
+def _poison_id(name: str, run: str, batch: int, partition: int, lo: int, hi: int, poison: int) -> str:
+    """The id of row ``poison`` of the source file holding rows ``lo..hi-1`` (as :func:`_poison_stream` wrote it)."""
+    import pyarrow as pa
+
+    rows = pa.RecordBatch.from_pydict({
+        "key": pa.array([str(i) for i in range(lo, hi)], pa.string()),
+        "value": pa.array([row_value(i, POISON_SIZE if i == poison else 200) for i in range(lo, hi)], pa.binary())})
+    return ids_of(name, run, batch, partition, [rows], None)[poison - lo]
 
 
 def _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files):
@@ -69,8 +86,9 @@ def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, sc
     h = header_dict(rec)
     scenario.figures["dlq_headers"] = sorted(h)
     assert rec.key == str(poison).encode()
-    rid = h.get("rks-id", b"").decode().split(":")
-    assert rid[0] == name and rid[2] == "1" and len(rid) == 5, h  # sink:run:batch:partition:seq
+    rid = h.get("rks-id", b"").decode()
+    # sink:run:batch:partition:<fingerprint>-<occurrence>: batch 1 of the query's run, from the row's content
+    assert rid == _poison_id(name, q.id.replace("-", "")[:16], 1, int(rid.split(":")[3]), 5000, 10000, poison), h
     assert h.get("rks-error"), "the dead letter carries no error text"
     scenario.figures["dlq_error"] = h["rks-error"].decode()[:200]
     assert len(dead_later.records) == len(dead.records), "the dead letter was forwarded again and again"
@@ -96,7 +114,8 @@ def test_07b_poison_without_dlq_fails_its_own_batch_naming_the_id(spark, broker,
     assert t.lost == 0, f"lost {t.lost} good rows of batch 0, e.g. {t.lost_sample}"
     assert first is not None and len(first.dead_letters) == 1, "batch 0's report does not list the dead letter"
     rid, err = first.dead_letters[0]
-    assert rid.startswith(f"{name}:") and rid.split(":")[2] == "0" and err, rid
+    assert rid == _poison_id(name, q.id.replace("-", "")[:16], 0, int(rid.split(":")[3]), 0, 5000, poison), rid
+    assert err, rid
     assert exc is not None, "the query went on although a record was dead-lettered and no DLQ topic is set"
     assert probe.calls == [0] and probe.errors and probe.errors[0][0] == 0, (probe.calls, probe.errors)
     assert "DeadLetterError" in str(exc) and rid in str(exc), str(exc)[:1000]
@@ -183,9 +202,24 @@ def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, sc
     assert rep.dead_lettered == len(bad)
     assert {int(r.key) for r in dead.records} == bad
     assert "DeadLetterError" in type(ei.value).__name__ or "DeadLetterError" in str(ei.value)
-    assert re.search(rf"{without.name}:[0-9a-f]{{16}}:2:\d+:\d+", str(ei.value)), str(ei.value)[:500]
     named = {rid for rid, _e in ei.value.errors.items()} if hasattr(ei.value, "errors") else set()
     assert len(named) == len(bad), named
+    # each out-of-range row named by its id (run of that write, batch 2, Spark partition 0: rows 0..2999,
+    # 1: rows 3000..5999), computed from the row's content
+    runs = {rid.split(":")[1] for rid in named}
+    assert len(runs) == 1 and re.fullmatch(r"[0-9a-f]{16}", next(iter(runs))), named
+    import pyarrow as pa
+
+    ids = []
+    for p in (0, 1):
+        rows = range(3000 * p, 3000 * (p + 1))
+        part = pa.RecordBatch.from_pydict({
+            "key": pa.array([str(i) for i in rows], pa.string()),
+            "value": pa.array([b"row-%d" % i for i in rows], pa.binary()),
+            "partition": pa.array([7 if i % 1000 == 7 else i % 3 for i in rows], pa.int32())})
+        ids += ids_of(without.name, next(iter(runs)), 2, p, [part], topic)
+    assert named == {ids[i] for i in bad}, named
+    assert any(rid in str(ei.value) for rid in named), str(ei.value)[:500]
 
 
 def test_13d_non_utf8_string_key_passes_through_as_bytes(spark, broker, tmp_path, scenario):

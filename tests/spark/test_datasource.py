@@ -19,6 +19,7 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaDataSource
 
 from ..kafka_helpers import read_topic
+from ..record_ids import id_prefix
 
 pytestmark = pytest.mark.spark
 
@@ -38,10 +39,10 @@ def _run_app(broker, topic: str, work: str, mode: str) -> tuple[dict, list[tuple
 
 
 def _by_sink_batch(ids: Counter) -> dict[tuple[str, str, int], int]:
-    """Records per (sink, run, batch), from ids ``sink:run:batch:partition:seq``."""
+    """Records per (sink, run, batch), from ids ``sink:run:batch:partition:<fingerprint>-<occurrence>``."""
     out: dict[tuple[str, str, int], int] = defaultdict(int)
     for rid, count in ids.items():
-        sink, run, batch, _, _ = rid.split(":")
+        sink, run, batch, _, _ = id_prefix(rid).split(":")  # id_prefix: a content id, or ValueError
         out[(sink, run, int(batch))] += count
     return dict(out)
 

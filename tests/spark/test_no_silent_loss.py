@@ -20,6 +20,7 @@ from spark_recoverable_sink import DeadLetterError, RecoverableKafkaSink
 from spark_recoverable_sink.errors import SettleTimeoutError
 
 from ..kafka_helpers import create_topic, read_topic
+from ..record_ids import ids_of
 
 pytestmark = pytest.mark.spark
 
@@ -80,7 +81,12 @@ def test_a_record_refused_for_good_fails_an_exactly_once_batch_naming_it(spark, 
         sink.write(df.coalesce(1), batch_id=0, run_id="big")
     errors = ei.value.errors
     refused = [rid for rid, err in errors.items() if not err.startswith("not published")]
-    assert len(refused) == 1 and refused[0].startswith(f"{sink.name}:big:0:0:"), errors
+    import pyarrow as pa
+
+    rows = pa.RecordBatch.from_pydict({"key": pa.array([str(i) for i in range(400)], pa.string()),
+                                       "value": pa.array(["x" * 80000 if i == 123 else "small" for i in range(400)],
+                                                         pa.string())})
+    assert refused == [ids_of(sink.name, "big", 0, 0, [rows], topic)[123]], errors
     assert "too large" in errors[refused[0]].lower() and refused[0] in str(ei.value)  # named first, with its reason
     assert len(errors) == 400  # every record of the refused unit is in the dead-letter store
     assert read_topic(bs, topic, idle_s=1.0, timeout_s=5, isolation=RC).records == []  # no transaction committed

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 import uuid
+from collections import Counter
 
 import pytest
 from chispa import assert_df_equality
@@ -24,6 +25,7 @@ from pyspark.sql.types import (
 from spark_recoverable_sink import ConfigError, RecoverableKafkaSink, SchemaError
 
 from ..kafka_helpers import create_topic, read_topic
+from ..record_ids import ids_of
 
 pytestmark = pytest.mark.spark
 
@@ -202,18 +204,41 @@ def test_ids_differ_between_queries_and_repeat_when_a_query_restarts_from_its_ch
 
 
 def test_each_write_gets_its_own_ids_and_a_run_id_reproduces_them(spark, broker, tmp_path):
-    topics = [_new_topic(broker, f"w{i}") for i in range(4)]
+    # A record's id covers its content, the topic column included: each pair of writes goes to one topic
+    # (same rows, same content), so only the run can tell their ids apart.
+    fresh, rerun = _new_topic(broker, "w-fresh"), _new_topic(broker, "w-rerun")
     sink = _sink(broker, tmp_path, name=f"writes-{uuid.uuid4().hex[:6]}")
     df = spark.range(0, 400, 1, 2).selectExpr("cast(id as string) as key", "cast(id as string) as value")
-    for t, run in zip(topics, (None, None, "backfill-2024.05.06", "backfill-2024.05.06")):
+    for t, run in ((fresh, None), (fresh, None), (rerun, "backfill-2024.05.06"), (rerun, "backfill-2024.05.06")):
         sink.write(df.withColumn("topic", F.lit(t)), batch_id=4, run_id=run)
-    one, two, three, four = (_ids_by_key(read_topic(broker.bootstrap, t, expected=400).records) for t in topics)
-    assert len(one) == len(two) == 400
-    assert not set(one.values()) & set(two.values()), "two write() calls share record ids"
-    assert three == four, "a re-run with the same run_id did not reproduce the ids"
+
+    # two write() calls without run_id: every row twice, under two ids that differ in their run only
+    two_writes = read_topic(broker.bootstrap, fresh, expected=800).records
+    ids_per_key: dict[bytes, set[str]] = {}
+    for r in two_writes:
+        ids_per_key.setdefault(r.key, set()).add(r.rid)
+    assert len(two_writes) == 800 and set(ids_per_key) == {str(i).encode() for i in range(400)}
+    assert all(len(v) == 2 for v in ids_per_key.values()), "two write() calls share record ids"
+    runs = {rid.split(":")[1] for v in ids_per_key.values() for rid in v}
+    assert len(runs) == 2, runs
+    for v in ids_per_key.values():
+        a, b = (rid.split(":") for rid in sorted(v))
+        assert a[:1] + a[2:] == b[:1] + b[2:] and a[1] != b[1], (a, b)
+
+    # two write() calls with one run_id: every row twice, under the same id
+    same_run = read_topic(broker.bootstrap, rerun, expected=800).records
+    assert len(same_run) == 800
+    ids = {}
+    for r in same_run:
+        ids.setdefault(r.key, set()).add(r.rid)
+    assert set(ids) == {str(i).encode() for i in range(400)}
+    assert all(len(v) == 1 for v in ids.values()), "a re-run with the same run_id did not reproduce the ids"
+    assert set(Counter(r.rid for r in same_run).values()) == {2}, "a row not written exactly twice"
+    three = _ids_by_key(same_run)
+    assert len(set(three.values())) == 400
     assert all(i.startswith(f"{sink.name}:backfill-2024.05.06:4:") for i in three.values())
     with pytest.raises(ConfigError, match="run_id"):
-        sink.write(df.withColumn("topic", F.lit(topics[0])), run_id="a:b")
+        sink.write(df.withColumn("topic", F.lit(fresh)), run_id="a:b")
 
 
 # -- dead letters raised where the user sees them (issue 7.4) -------------------------------------
@@ -250,6 +275,12 @@ def test_the_last_batch_of_an_available_now_query_raises_its_dead_letter(spark, 
     assert last is not None and last.batch_id == 1 and len(last.dead_letters) == 1, last
     rid, _err = last.dead_letters[0]
     assert rid.split(":")[2] == "1"
+    # the id of row 150 (row 50 of the last batch's file), computed from its content
+    last_rows = pa.RecordBatch.from_pydict({"key": pa.array([str(i) for i in range(100, 200)], pa.string()),
+                                            "value": pa.array([b"x" * POISON if i == 150 else b"v%d" % i
+                                                               for i in range(100, 200)], pa.binary())})
+    run, part = q.id.replace("-", "")[:16], int(rid.split(":")[3])
+    assert rid == ids_of(sink.name, run, 1, part, [last_rows], topic)[50], rid
     assert "DeadLetterError" in str(exc) and rid in str(exc), str(exc)[:1000]
     got = read_topic(broker.bootstrap, topic, expected=199)
     assert {r.key for r in got.records} == {str(i).encode() for i in range(200) if i != 150}
@@ -314,5 +345,13 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
     clean = spark.range(0, 10, 1, 1).selectExpr("cast(id as string) as key", "cast(id as string) as value")
     with pytest.raises(DeadLetterError) as ei:
         sink.write(clean, batch_id=2)
-    assert [rid.split(":")[2:] for rid in ei.value.record_ids] == [["1", "0", "500"]], ei.value.record_ids
+    # row 500 of partition 0 (ids 0..999) of batch 1, under the run of that write, computed from its content
+    import pyarrow as pa
+
+    (rid,) = ei.value.record_ids
+    part0 = pa.RecordBatch.from_pydict({"key": pa.array([str(i) for i in range(1000)], pa.string()),
+                                        "value": pa.array([b"x" * POISON if i == 500 else b"v%d" % i
+                                                           for i in range(1000)], pa.binary())})
+    run = rid.split(":")[1]
+    assert len(run) == 16 and rid == ids_of(sink.name, run, 1, 0, [part0], topic)[500], ei.value.record_ids
     sink.write(clean, batch_id=3)  # held by the driver now: not raised twice

@@ -25,9 +25,11 @@ from typing import Any
 import pytest
 
 from spark_recoverable_sink import jobs
+from spark_recoverable_sink.ids import record_id_prefix
 
 from ..job_files import load_job
 from ..kafka_helpers import read_topic
+from ..record_ids import check_ids_per_prefix, reported_rows
 
 pytestmark = pytest.mark.spark
 
@@ -72,9 +74,14 @@ def _submit(script: str, raw: dict[str, Any], tmp_path: Any, bootstrap: str) -> 
         return json.load(fh), line
 
 
-def _expected_ids(summary: dict[str, Any]) -> set[str]:
-    return {f"{summary['sink']}:{r['run']}:{r['batch_id']}:{p}:{seq}"
-            for r in summary["reports"] for p, rows in r["partition_rows"].items() for seq in range(rows)}
+def _expected_rows(summary: dict[str, Any]) -> dict[str, int]:
+    """Rows per id prefix ``sink:run:batch:partition:`` the summary counts."""
+    out: dict[str, int] = {}
+    for r in summary["reports"]:
+        for p, rows in r["partition_rows"].items():
+            key = record_id_prefix(summary["sink"], r["batch_id"], int(p), r["run"]).decode()
+            out[key] = out.get(key, 0) + rows
+    return out
 
 
 def _check_delivery(summary: dict[str, Any], line: dict[str, str], bootstrap: str, topic: str) -> Any:
@@ -83,12 +90,11 @@ def _check_delivery(summary: dict[str, Any], line: dict[str, str], bootstrap: st
         assert int(line[k]) == summary[k], k  # the log line and the summary file agree
     assert summary["dead_lettered"] == 0 and summary["rows"] > 0
     assert summary["rows"] == sum(r["rows"] for r in summary["reports"])
-    expected = _expected_ids(summary)
-    assert len(expected) == summary["rows"]
+    expected = _expected_rows(summary)
+    assert sum(expected.values()) == summary["rows"]
     got = read_topic(bootstrap, topic, expected=summary["rows"])
-    ids = got.ids
-    assert expected - set(ids) == set(), "rows the summary counts are missing from the topic"
-    assert all(ids[i] == 1 for i in expected), "a reported row arrived twice"
+    # per (run, batch, partition): as many distinct ids as rows the summary counts, none twice
+    check_ids_per_prefix(got.ids, expected, others=True)
     return got
 
 
@@ -183,8 +189,7 @@ def test_kafka_to_kafka_transform_writes_through_the_sink_and_the_plan_reaches_t
     got = read_topic(broker.bootstrap, topic, expected=2)
     assert {json.loads(r.value)["offset"]: r.key for r in got.records} == {10: b"k1", 11: None}
     assert {json.loads(r.value)["payload"] for r in got.records} == {'{"a":1}', "x"}
-    assert {r.rid for r in got.records} == {f"tpl-k2k:{report.run}:0:{p.partition}:{seq}"
-                                            for p in report.partition_reports for seq in range(p.rows)}
+    check_ids_per_prefix(got.ids, reported_rows("tpl-k2k", [report]))
 
     # The streaming plan: options are set and secrets resolved before the source is looked up ...
     with pytest.raises(jobs.SettingsError, match="RKS_TPL_JAAS is not set"):

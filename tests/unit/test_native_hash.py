@@ -25,7 +25,12 @@ import pytest
 import xxhash
 
 from spark_recoverable_sink import fingerprint
-from spark_recoverable_sink.fingerprint import _Occurrences, fingerprints, fingerprints_py, mix_pairs
+from spark_recoverable_sink.fingerprint import (
+    _Occurrences,
+    fingerprints,
+    fingerprints_py,
+    mix_pairs,
+)
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.schema import HEADERS_TYPE
 
