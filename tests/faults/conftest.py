@@ -98,3 +98,20 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", "faults: fault-injection scenario (tests/faults)")
+
+
+def _engines() -> list[Any]:
+    from spark_recoverable_sink.native import library
+
+    return [pytest.param("native", marks=pytest.mark.skipif(
+        not library.available(), reason=f"the native extension is not built here: {library.why_unavailable()}")),
+            "python"]
+
+
+#: The delivery engines a scenario runs under (``@pytest.mark.parametrize("engine", ENGINES)``).
+ENGINES = _engines()
+
+
+def engine_suffix(engine: str) -> str:
+    """The scenario name's suffix: none for the default (native) engine, ``_python`` for the Python one."""
+    return "" if engine == "native" else f"_{engine}"

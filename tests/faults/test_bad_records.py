@@ -17,7 +17,7 @@ from spark_recoverable_sink import RecoverableKafkaSink, SchemaError
 from tests.kafka_helpers import header_dict, read_topic
 from tests.record_ids import ids_of
 
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .readback import LiveReader, read_back
 from .streams import (
     BatchProbe,
@@ -43,11 +43,12 @@ def _poison_id(name: str, run: str, batch: int, partition: int, lo: int, hi: int
     return ids_of(name, run, batch, partition, [rows], None)[poison - lo]
 
 
-def _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files):
+def _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files, engine):
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
     write_source(src, n, files, value_size=200, sizes={poison: POISON_SIZE})
     sink = RecoverableKafkaSink(name, {"bootstrap.servers": broker.bootstrap, "message.max.bytes": MAX_BYTES},
-                                topic=topic, wal_dir=wal, ack_timeout_s=30.0, dead_letter_topic=dlq)
+                                topic=topic, wal_dir=wal, ack_timeout_s=30.0, dead_letter_topic=dlq,
+                                delivery_engine=engine)
     probe = BatchProbe(sink)
     q = start_stream(spark, src, probe, str(tmp_path / "chk"), files_per_trigger=1)
     try:
@@ -57,15 +58,17 @@ def _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files):
     return sink, probe, q
 
 
-def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "07a_poison_to_dlq", "Poison record (> message.max.bytes) with a DLQ topic"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, scenario, engine):
+    scenario.scenario = "07a_poison_to_dlq" + engine_suffix(engine)
+    scenario.title = f"Poison record (> message.max.bytes) with a DLQ topic ({engine} engine)"
     scenario.fault = f"one {POISON_SIZE}-byte value among 20000 rows, producer message.max.bytes={MAX_BYTES}"
     n, files, poison = 20000, 4, 7777  # file 1 = batch 1 holds rows 5000..9999
     topic, dlq = new_topic(broker.bootstrap), new_topic(broker.bootstrap, partitions=1, prefix="dlq")
     name = sink_name("f07a")
     reader = LiveReader(broker.bootstrap, topic).start()
     try:
-        sink, probe, q = _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files)
+        sink, probe, q = _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files, engine)
         assert q.exception() is None, q.exception()
         good = [i for i in range(n) if i != poison]
         t = read_back(broker.bootstrap, topic, good, reader)
@@ -95,13 +98,15 @@ def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, sc
     assert sum(p.dead_lettered for p in parts) == 1
 
 
-def test_07b_poison_without_dlq_fails_its_own_batch_naming_the_id(spark, broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "07b_poison_no_dlq", "Poison record, no DLQ topic: its own batch raises"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_07b_poison_without_dlq_fails_its_own_batch_naming_the_id(spark, broker, tmp_path, scenario, engine):
+    scenario.scenario = "07b_poison_no_dlq" + engine_suffix(engine)
+    scenario.title = f"Poison record, no DLQ topic: its own batch raises ({engine} engine)"
     scenario.fault = f"one {POISON_SIZE}-byte value in batch 0, message.max.bytes={MAX_BYTES}, no dead_letter_topic"
     n, files, poison = 20000, 4, 1234  # file 0 = batch 0 holds rows 0..4999
     topic = new_topic(broker.bootstrap)
     name = sink_name("f07b")
-    sink, probe, q = _poison_stream(spark, broker, tmp_path, name, topic, None, poison, n, files)
+    sink, probe, q = _poison_stream(spark, broker, tmp_path, name, topic, None, poison, n, files, engine)
     exc = q.exception()
     first = sink.reports[0] if sink.reports else None
     good = [i for i in range(5000) if i != poison]

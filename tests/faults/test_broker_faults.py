@@ -14,7 +14,7 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaSink
 
 from .brokers import TansuBroker
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .proxy import SINK_CLIENT_ID
 from .readback import LiveReader, keys_of, read_back
 from .streams import BatchProbe, partition_reports, start_stream, write_source
@@ -53,9 +53,11 @@ def _stream_with_fault(spark, tmp_path, bootstrap, topic, name, inject, hooks, n
     return sink, probe, t, fault_at, restored_at, full_at
 
 
-def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_path, scenario, hooks):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_path, scenario, hooks, engine):
     """SIGSTOP the broker for 12 s with message.timeout.ms=5000; the query keeps running; SIGCONT."""
-    scenario.scenario, scenario.title = "04_broker_sigstop", "Broker SIGSTOPped longer than delivery.timeout.ms"
+    scenario.scenario = "04_broker_sigstop" + engine_suffix(engine)
+    scenario.title = f"Broker SIGSTOPped longer than delivery.timeout.ms ({engine} engine)"
     scenario.fault = ("SIGSTOP broker 12 s while a task of batch 1 is parked mid-task, release it "
                       "(message.timeout.ms=5000), then SIGCONT")
     topic = new_topic(own_broker.bootstrap)
@@ -73,7 +75,7 @@ def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_p
         return t0, time.time()
 
     sink, probe, t, fault_at, restored_at, full_at = _stream_with_fault(
-        spark, tmp_path, own_broker.bootstrap, topic, sink_name("f04"), inject, hooks)
+        spark, tmp_path, own_broker.bootstrap, topic, sink_name("f04"), inject, hooks, delivery_engine=engine)
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
     parts = partition_reports(sink)

@@ -12,7 +12,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink
 
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import alive, kill9
 from .readback import LiveReader, keys_of, read_back
 from .slots import explain_missing
@@ -21,9 +21,11 @@ from .streams import BatchProbe, partition_reports, start_stream, write_source
 pytestmark = pytest.mark.spark
 
 
-def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario, hooks):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario, hooks, engine):
     """A pyspark worker is SIGKILLed by pid while parked mid-task, its attempt open in its WAL slot."""
-    scenario.scenario, scenario.title = "01_worker_sigkill_mid_task", "Python worker SIGKILLed mid-task"
+    scenario.scenario = "01_worker_sigkill_mid_task" + engine_suffix(engine)
+    scenario.title = f"Python worker SIGKILLed mid-task ({engine} engine)"
     scenario.fault = ("kill -9 of the pyspark worker parked at task.mid_task (batch >= 1, first Arrow batch "
                       "in the WAL and produced, attempt OPEN)")
     n, files = 40000, 8
@@ -32,7 +34,7 @@ def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario, ho
     topic = new_topic(broker.bootstrap)
     name = sink_name("f01")
     sink = RecoverableKafkaSink(name, {"bootstrap.servers": broker.bootstrap}, topic=topic, wal_dir=wal,
-                                ack_timeout_s=30.0)
+                                ack_timeout_s=30.0, delivery_engine=engine)
     probe = BatchProbe(sink)
     reader = LiveReader(broker.bootstrap, topic).start()
     try:
