@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra --durations=30 tests
 
 # Every test that needs no Spark (pure tests and tests against the real broker): run it every few minutes
 test-fast: $(STAMP)

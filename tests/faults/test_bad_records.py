@@ -131,11 +131,13 @@ def test_07b_poison_without_dlq_fails_its_own_batch_naming_the_id(spark, broker,
 
 
 def _sink(broker, tmp_path, tag, topic, **opts):
+    """A sink of its own (the engine, when given as ``delivery_engine``, among ``opts``)."""
     return RecoverableKafkaSink(sink_name(tag), {"bootstrap.servers": broker.bootstrap}, topic=topic,
                                 wal_dir=str(tmp_path / "wal"), ack_timeout_s=30.0, **opts)
 
 
 def test_13a_wrong_column_type_and_missing_value_fail_before_any_task(spark, broker, tmp_path, scenario):
+    """Runs once: the schema is refused on the driver, before any task or delivery engine exists."""
     scenario.scenario, scenario.title = "13a_bad_schema", "Wrong column type / missing value column"
     scenario.fault = "value as bigint; a DataFrame without value"
     topic = new_topic(broker.bootstrap)
@@ -152,11 +154,13 @@ def test_13a_wrong_column_type_and_missing_value_fail_before_any_task(spark, bro
     assert not got.records, "rows of a refused DataFrame reached Kafka"
 
 
-def test_13b_null_topic_without_default_fails_the_task_naming_the_row(spark, broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "13b_null_topic", "Topic column with a null, no default topic"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_13b_null_topic_without_default_fails_the_task_naming_the_row(spark, broker, tmp_path, scenario, engine):
+    scenario.scenario = "13b_null_topic" + engine_suffix(engine)
+    scenario.title = f"Topic column with a null, no default topic ({engine} engine)"
     scenario.fault = "row 3333 of 6000 has topic NULL, sink topic=None"
     topic = new_topic(broker.bootstrap)
-    sink = _sink(broker, tmp_path, "f13b", None)
+    sink = _sink(broker, tmp_path, "f13b", None, delivery_engine=engine)
     df = spark.range(0, 6000, 1, 2).selectExpr(
         "cast(id as string) as key", "cast(concat('row-', cast(id as string)) as binary) as value",
         f"case when id = 3333 then null else '{topic}' end as topic")
@@ -175,8 +179,10 @@ def test_13b_null_topic_without_default_fails_the_task_naming_the_row(spark, bro
     assert 3333 not in keys
 
 
-def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "13c_partition_out_of_range", "Partition column out of range"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, scenario, engine):
+    scenario.scenario = "13c_partition_out_of_range" + engine_suffix(engine)
+    scenario.title = f"Partition column out of range ({engine} engine)"
     scenario.fault = "every 1000th row (6 of 6000) has partition 7 on a 3-partition topic"
     topic = new_topic(broker.bootstrap)
     dlq = new_topic(broker.bootstrap, partitions=1, prefix="dlq")
@@ -184,9 +190,9 @@ def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, sc
     df = spark.range(0, 6000, 1, 2).selectExpr(
         "cast(id as string) as key", "cast(concat('row-', cast(id as string)) as binary) as value",
         "cast(case when id % 1000 = 7 then 7 else id % 3 end as int) as partition")
-    with_dlq = _sink(broker, tmp_path, "f13c", topic, dead_letter_topic=dlq)
+    with_dlq = _sink(broker, tmp_path, "f13c", topic, dead_letter_topic=dlq, delivery_engine=engine)
     rep = with_dlq.write(df, batch_id=1)
-    without = _sink(broker, tmp_path, "f13cn", topic)
+    without = _sink(broker, tmp_path, "f13cn", topic, delivery_engine=engine)
     with pytest.raises(Exception) as ei:
         without.write(df, batch_id=2)
     good = [i for i in range(6000) if i not in bad]
@@ -227,11 +233,13 @@ def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, sc
     assert any(rid in str(ei.value) for rid in named), str(ei.value)[:500]
 
 
-def test_13d_non_utf8_string_key_passes_through_as_bytes(spark, broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "13d_non_utf8_key", "Non-UTF-8 bytes in a string key"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_13d_non_utf8_string_key_passes_through_as_bytes(spark, broker, tmp_path, scenario, engine):
+    scenario.scenario = "13d_non_utf8_key" + engine_suffix(engine)
+    scenario.title = f"Non-UTF-8 bytes in a string key ({engine} engine)"
     scenario.fault = "key = cast(row number) || 0xFF 0xC3 0x28 as a Spark string"
     topic = new_topic(broker.bootstrap)
-    sink = _sink(broker, tmp_path, "f13d", topic)
+    sink = _sink(broker, tmp_path, "f13d", topic, delivery_engine=engine)
     n = 6000
     df = spark.range(0, n, 1, 2).selectExpr(
         "concat(cast(id as string), cast(unhex('FFC328') as string)) as key",

@@ -87,12 +87,13 @@ def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_p
     assert during["batches_finished_while_paused"], "the query did not keep running while the broker was stopped"
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("mode", ["cut", "stall"])
-def test_05_network_cut_or_stall_via_proxy(spark, tansu, tmp_path, scenario, mode, hooks):
+def test_05_network_cut_or_stall_via_proxy(spark, tansu, tmp_path, scenario, mode, hooks, engine):
     """The proxy resets (cut) or freezes (stall) every producer connection for 10 s during a batch."""
-    scenario.scenario = f"05_network_{mode}"
+    scenario.scenario = f"05_network_{mode}" + engine_suffix(engine)
     scenario.title = {"cut": "Network cut (connections reset, new ones refused)",
-                      "stall": "Network stall (connections open, no byte forwarded)"}[mode]
+                      "stall": "Network stall (connections open, no byte forwarded)"}[mode] + f" ({engine} engine)"
     scenario.fault = (f"TcpProxy.{mode}() on the sink's connections while a task of batch 1 is parked mid-task, "
                       "release it; restore() 10 s later")
     topic = new_topic(tansu.bootstrap)
@@ -107,7 +108,7 @@ def test_05_network_cut_or_stall_via_proxy(spark, tansu, tmp_path, scenario, mod
         return t0, time.time()
 
     sink, probe, t, fault_at, restored_at, full_at = _stream_with_fault(
-        spark, tmp_path, tansu.bootstrap, topic, sink_name(f"f05{mode[0]}"), inject, hooks)
+        spark, tmp_path, tansu.bootstrap, topic, sink_name(f"f05{mode[0]}"), inject, hooks, delivery_engine=engine)
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
     scenario.figures.update(outage_s=outage_s, after_restore_s=round(full_at - restored_at, 2) if full_at else None,
@@ -115,9 +116,11 @@ def test_05_network_cut_or_stall_via_proxy(spark, tansu, tmp_path, scenario, mod
     assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"
 
 
-def test_06_broker_sigkill_and_restart_with_durable_storage(spark, s3_server, tmp_path, scenario, hooks):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_06_broker_sigkill_and_restart_with_durable_storage(spark, s3_server, tmp_path, scenario, hooks, engine):
     """Tansu on S3 storage (moto): SIGKILL it during a batch, restart it 6 s later on the same port."""
-    scenario.scenario, scenario.title = "06_broker_restart", "Broker SIGKILLed and restarted (S3 storage)"
+    scenario.scenario = "06_broker_restart" + engine_suffix(engine)
+    scenario.title = f"Broker SIGKILLed and restarted, S3 storage ({engine} engine)"
     scenario.fault = ("kill -9 broker while a task of batch 1 is parked mid-task, release it, restart on the "
                       "same port after 6 s (storage s3:// on moto)")
     broker = TansuBroker(str(tmp_path / "tansu.log"), proxied=False, storage=f"s3://{s3_server.bucket}/",
@@ -134,7 +137,7 @@ def test_06_broker_sigkill_and_restart_with_durable_storage(spark, s3_server, tm
             return t0, time.time()
 
         sink, probe, t, fault_at, restored_at, full_at = _stream_with_fault(
-            spark, tmp_path, broker.bootstrap, topic, sink_name("f06"), inject, hooks)
+            spark, tmp_path, broker.bootstrap, topic, sink_name("f06"), inject, hooks, delivery_engine=engine)
     finally:
         broker.stop()
     scenario.apply(t)

@@ -13,7 +13,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink
 
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .proxy import SINK_CLIENT_ID
 from .readback import read_back
 from .streams import BatchProbe, start_stream, write_source
@@ -21,8 +21,10 @@ from .streams import BatchProbe, start_stream, write_source
 pytestmark = pytest.mark.spark
 
 
-def test_15_exactly_once_through_a_broker_outage(spark, own_broker, tmp_path, scenario, hooks):
-    scenario.scenario, scenario.title = "15_exactly_once_outage", "Exactly-once: broker SIGSTOPped 15 s mid-batch"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_15_exactly_once_through_a_broker_outage(spark, own_broker, tmp_path, scenario, hooks, engine):
+    scenario.scenario = "15_exactly_once_outage" + engine_suffix(engine)
+    scenario.title = f"Exactly-once: broker SIGSTOPped 15 s mid-batch ({engine} engine)"
     scenario.fault = ("SIGSTOP the broker while a task of batch 1 is parked after its WAL commit, before its "
                       "transaction (ack_timeout_s=1, transaction.timeout.ms=6000), release it, SIGCONT 15 s later")
     n, files, outage_s = 12000, 4, 15.0
@@ -32,7 +34,7 @@ def test_15_exactly_once_through_a_broker_outage(spark, own_broker, tmp_path, sc
     conf = {"bootstrap.servers": own_broker.bootstrap, "client.id": SINK_CLIENT_ID,
             "message.timeout.ms": 4000, "transaction.timeout.ms": 6000}
     sink = RecoverableKafkaSink(sink_name("f15"), conf, topic=topic, wal_dir=wal, ack_timeout_s=1.0,
-                                guarantee="exactly_once")
+                                guarantee="exactly_once", delivery_engine=engine)
     probe = BatchProbe(sink)
     parked = hooks.park("eo.before_transaction", batch__ge=1)
     q = start_stream(spark, src, probe, str(tmp_path / "chk"), files_per_trigger=1)

@@ -20,7 +20,7 @@ import pytest
 
 from spark_recoverable_sink.wal.log import Wal
 
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import REPO, executor_jvms, kill9, ppid, wait_dead
 from .readback import LiveReader, keys_of, read_back
 from .slots import slot_attempts, slot_holders
@@ -38,14 +38,16 @@ def _executor_of(pid: int, executors: list[int]) -> int | None:
     return None
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
-def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scenario, hooks, guarantee):
+def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scenario, hooks, guarantee, engine):
     eo = guarantee == "exactly_once"
     # exactly-once: killed after its unit is committed in the WAL, before its transaction (a kill inside
     # an open transaction is the case the test broker cannot honour: see test_exactly_once.py)
     point = "eo.before_transaction" if eo else "task.mid_task"
-    scenario.scenario = "03_executor_sigkill" + ("_exactly_once" if eo else "")
-    scenario.title = "Executor JVM SIGKILLed mid-batch (local-cluster)" + (", exactly-once" if eo else "")
+    scenario.scenario = "03_executor_sigkill" + ("_exactly_once" if eo else "") + engine_suffix(engine)
+    scenario.title = ("Executor JVM SIGKILLed mid-batch (local-cluster)" + (", exactly-once" if eo else "")
+                      + f" ({engine} engine)")
     scenario.fault = ("kill -9 of the CoarseGrainedExecutorBackend JVM whose Python worker is parked at "
                       f"{point} (batch >= 1" + (", unit committed in the WAL)" if eo else ", attempt OPEN)"))
     n, files = 40000, 8
@@ -56,7 +58,7 @@ def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scena
     status, out = str(tmp_path / "status.txt"), str(tmp_path / "out.json")
     args = {"bootstrap": broker.bootstrap, "topic": topic, "src": src, "wal_dir": wal, "chk": str(tmp_path / "chk"),
             "name": name, "status": status, "out": out, "files_per_trigger": 2, "spark_home": str(tmp_path / "spark_home"),
-            "guarantee": guarantee}
+            "guarantee": guarantee, "engine": engine}
     env = {**os.environ, "PYTHONPATH": REPO}  # keeps RKS_TEST_HOOKS / RKS_HOOK_DIR: executors inherit them
     parked = hooks.park(point, batch__ge=1)
     log = open(tmp_path / "app.log", "wb")

@@ -20,7 +20,7 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaSink
 from tests.kafka_helpers import read_topic
 
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import kill9, wait_dead
 from .proxy import SINK_CLIENT_ID
 from .readback import read_back
@@ -30,12 +30,14 @@ from .streams import BatchProbe, start_stream, write_source
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("how", ["drain", "next_run"])
 def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
-        spark, tansu, tmp_path, scenario, caplog, how):
-    scenario.scenario = f"14_idle_workers_closed_{how}"
+        spark, tansu, tmp_path, scenario, caplog, how, engine):
+    scenario.scenario = f"14_idle_workers_closed_{how}" + engine_suffix(engine)
     scenario.title = {"drain": "Async job ends, broker down, its workers closed: sink.drain()",
-                      "next_run": "Async job ends, broker down, its workers closed: the next run"}[how]
+                      "next_run": "Async job ends, broker down, its workers closed: the next run"}[how] + \
+        f" ({engine} engine)"
     scenario.fault = ("the proxy refuses the sink's connections; a bounded async query (ack_timeout_s=0) ends "
                       "with every record pending; the workers holding the sink's slots are ended (as Spark "
                       "closes idle workers); the network is back")
@@ -48,7 +50,7 @@ def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
     # The broker is unreachable from the sink's very first batch: without wait_for_broker the first-contact
     # check would fail the query (BrokerUnreachableError) instead of letting the records wait in the WAL.
     sink = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=0.0, retry_backoff_max_s=1.0,
-                                wait_for_broker=True)
+                                wait_for_broker=True, delivery_engine=engine)
     tansu.proxy.refuse()  # reset before their first request reaches the broker: nothing of the sink gets there
     try:
         with caplog.at_level(logging.WARNING, logger="spark_recoverable_sink.sink"):
@@ -71,7 +73,8 @@ def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
         scenario.figures.update(drain_replayed=drained.replayed, drain_pending=drained.pending,
                                 drain_workers=drained.workers)
     else:
-        again = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=30.0)
+        again = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=30.0,
+                                     delivery_engine=engine)
         rep = again.write(spark.createDataFrame([("next-run", b"x")], "key string, value binary"), batch_id=10**6)
         scenario.figures.update(next_run_replayed=rep.replayed)
     t = read_back(tansu.bootstrap, topic, range(n), wait_s=60)

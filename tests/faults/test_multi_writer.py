@@ -20,10 +20,12 @@ import sys
 import time
 from collections import defaultdict
 
+import pytest
+
 from spark_recoverable_sink.wal.format import decode_chunk
 from spark_recoverable_sink.wal.log import Wal, map_size_for
 
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import REPO, alive, kill9, run_cli
 from .readback import LiveReader, keys_of, read_back
 from .slots import slot_holders
@@ -78,8 +80,10 @@ def ownership_violations(events: list[tuple[float, int, str]], deaths: dict[int,
     return problems, handoffs
 
 
-def test_11_four_crashing_writers_share_one_wal_dir(broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "11_multi_writer_crashes", "Four crashing writer processes on one wal_dir"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_11_four_crashing_writers_share_one_wal_dir(broker, tmp_path, scenario, engine):
+    scenario.scenario = "11_multi_writer_crashes" + engine_suffix(engine)
+    scenario.title = f"Four crashing writer processes on one wal_dir ({engine} engine)"
     scenario.fault = (f"{WRITERS} writers x {UNITS} units x {ROWS} rows; up to {MAX_CRASHES} crashes each "
                       "(os._exit timer or kill -9 from the parent at a random time), restarted until done")
     rng = random.Random(SEED)
@@ -90,7 +94,7 @@ def test_11_four_crashing_writers_share_one_wal_dir(broker, tmp_path, scenario):
     n = WRITERS * UNITS * ROWS
     units = {w: [[1000 + w * 10 + k, w, (w * UNITS + k) * ROWS, ROWS] for k in range(UNITS)] for w in range(WRITERS)}
     base = {"name": name, "kafka_conf": {"bootstrap.servers": broker.bootstrap}, "wal_dir": wal_dir,
-            "topic": topic, "opts": {"ack_timeout_s": 5.0}, "value_size": 500, "linger_s": 10}
+            "topic": topic, "opts": {"ack_timeout_s": 5.0, "delivery_engine": engine}, "value_size": 500, "linger_s": 10}
     env = {**os.environ, "PYTHONPATH": REPO}
     launches = defaultdict(int)
     crashes = defaultdict(int)

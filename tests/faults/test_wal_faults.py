@@ -32,7 +32,7 @@ from spark_recoverable_sink.wal.records import OPEN, AttemptState
 from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 from tests.kafka_helpers import read_topic
 
-from .conftest import new_topic, sink_name
+from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import run_cli
 from .readback import LiveReader, keys_of, read_back, tally
 from .streams import BatchProbe, row_value, start_stream, unit_batches, write_source
@@ -44,8 +44,11 @@ MIB = 1024 * 1024
 
 
 @pytest.mark.spark
-def test_08_wal_full_while_broker_down_then_everything_accepted_arrives(spark, own_broker, tmp_path, scenario):
-    scenario.scenario, scenario.title = "08_wal_full_broker_down", "WAL reaches max_wal_bytes while the broker is down"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_08_wal_full_while_broker_down_then_everything_accepted_arrives(spark, own_broker, tmp_path, scenario,
+                                                                         engine):
+    scenario.scenario = "08_wal_full_broker_down" + engine_suffix(engine)
+    scenario.title = f"WAL reaches max_wal_bytes while the broker is down ({engine} engine)"
     scenario.fault = "broker SIGSTOPped before the query; max_wal_bytes=1 MiB, max_block_s=3, ack_timeout_s=0"
     n, files = 30000, 10  # 3000 rows of ~330 B per batch: about one MiB slot fills after a batch or two
     src, wal, chk = str(tmp_path / "src"), str(tmp_path / "wal"), str(tmp_path / "chk")
@@ -53,7 +56,8 @@ def test_08_wal_full_while_broker_down_then_everything_accepted_arrives(spark, o
     topic = new_topic(own_broker.bootstrap)
     name = sink_name("f08")
     conf = {"bootstrap.servers": own_broker.bootstrap}
-    opts = dict(topic=topic, wal_dir=wal, ack_timeout_s=0.0, max_wal_bytes=MIB, max_block_s=3.0)
+    opts = dict(topic=topic, wal_dir=wal, ack_timeout_s=0.0, max_wal_bytes=MIB, max_block_s=3.0,
+                delivery_engine=engine)
     sink = RecoverableKafkaSink(name, conf, **opts)
     probe = BatchProbe(sink, record_rows=True)
     own_broker.pause()
@@ -142,6 +146,7 @@ def _check_all_readable(path: str, sink: str, keys: list[ChunkKey], rows_per_chu
 
 
 def test_09a_lmdb_map_full_is_a_clear_error_and_loses_nothing(tmp_path, scenario):
+    """Runs once: the WAL alone (``Wal.append``), no producer and so no delivery engine is involved."""
     scenario.scenario, scenario.title = "09a_lmdb_map_full", "LMDB map full (tiny map_size)"
     scenario.fault = "Wal(map_size=512 KiB): append 60 KB chunks until it refuses"
     path = str(tmp_path / "slot-00000")
@@ -172,6 +177,7 @@ def tmpfs_dir(tmp_path):
 
 
 def test_09b_enospc_on_wal_append_is_a_clear_error_and_loses_nothing(tmpfs_dir, scenario):
+    """Runs once: the WAL alone (``Wal.append``), no producer and so no delivery engine is involved."""
     scenario.scenario, scenario.title = "09b_enospc_direct", "ENOSPC under the WAL (2 MiB tmpfs), WAL level"
     scenario.fault = "Wal on a 2 MiB tmpfs: append 60 KB chunks until the disk refuses"
     path = os.path.join(tmpfs_dir, "slot-00000")
@@ -188,16 +194,18 @@ def test_09b_enospc_on_wal_append_is_a_clear_error_and_loses_nothing(tmpfs_dir, 
     assert stored == len(keys)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 def test_09c_enospc_in_write_partition_fails_the_task_and_accepted_rows_arrive(
-        own_broker, tmpfs_dir, local_runtimes, scenario):
-    scenario.scenario, scenario.title = "09c_enospc_task", "ENOSPC under the WAL during tasks (broker paused)"
+        own_broker, tmpfs_dir, local_runtimes, scenario, engine):
+    scenario.scenario = "09c_enospc_task" + engine_suffix(engine)
+    scenario.title = f"ENOSPC under the WAL during tasks, broker paused ({engine} engine)"
     scenario.fault = "wal_dir on a 2 MiB tmpfs, broker SIGSTOPped: write_partition until the disk refuses"
     from spark_recoverable_sink.task.writer import write_partition
 
     topic = new_topic(own_broker.bootstrap)
     name = sink_name("f09c")
     cfg = SinkConfig.build(name, {"bootstrap.servers": own_broker.bootstrap}, tmpfs_dir, topic=topic,
-                           ack_timeout_s=0.0, max_block_s=1.0)
+                           ack_timeout_s=0.0, max_block_s=1.0, delivery_engine=engine)
     own_broker.pause()
     fault_at = time.time()
     accepted: list[int] = []
@@ -308,14 +316,16 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("how", ["format_version", "chunk_bytes", "truncated", "attempt_record", "dead_letter_record"])
-def test_10_damaged_wal_slot_is_named_and_can_be_quarantined(broker, tmp_path, scenario, how):
-    scenario.scenario, scenario.title = f"10_damaged_wal_{how}", {
+def test_10_damaged_wal_slot_is_named_and_can_be_quarantined(broker, tmp_path, scenario, how, engine):
+    scenario.scenario = f"10_damaged_wal_{how}" + engine_suffix(engine)
+    scenario.title = {
         "format_version": "WAL slot of an unknown format version",
         "chunk_bytes": "WAL chunk bytes corrupted (checksum)",
         "truncated": "WAL data.mdb truncated to half",
         "attempt_record": "WAL attempt record corrupted (checksum)",
-        "dead_letter_record": "WAL dead-letter record corrupted (not UTF-8)"}[how]
+        "dead_letter_record": "WAL dead-letter record corrupted (not UTF-8)"}[how] + f" ({engine} engine)"
     scenario.fault = f"slot-00000 holds 3000 committed, unacked rows; then {how}"
     topic = new_topic(broker.bootstrap)
     name = sink_name("f10")
@@ -323,7 +333,8 @@ def test_10_damaged_wal_slot_is_named_and_can_be_quarantined(broker, tmp_path, s
     slot = _make_committed_slot(wal_dir, name, topic, first=0, rows=3000)
     _corrupt(slot, how, first=0)
     base = {"name": name, "kafka_conf": {"bootstrap.servers": broker.bootstrap}, "wal_dir": wal_dir,
-            "topic": topic, "opts": {"ack_timeout_s": 20.0}, "value_size": 300, "wait_idle_s": 10}
+            "topic": topic, "opts": {"ack_timeout_s": 20.0, "delivery_engine": engine}, "value_size": 300,
+            "wait_idle_s": 10}
     # A new process writes two tasks on this wal_dir.
     rc, out, err = run_cli("task", {**base, "units": [[100, 0, 100_000, 2000], [101, 0, 102_000, 2000]]})
     texts = [o["message"] if not o["ok"] else str(o["report"].get("problems") or "") for o in out]

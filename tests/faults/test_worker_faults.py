@@ -77,9 +77,11 @@ def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario, ho
     assert rerun, "the killed task was not re-run by Spark (was the worker really mid-task?)"
 
 
-def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path, scenario, hooks):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path, scenario, hooks, engine):
     """The first worker to commit a task exits (os._exit) right after the commit, ack_timeout_s=0."""
-    scenario.scenario, scenario.title = "02_worker_dies_after_commit", "Python worker dies after commit, before acks"
+    scenario.scenario = "02_worker_dies_after_commit" + engine_suffix(engine)
+    scenario.title = f"Python worker dies after commit, before acks ({engine} engine)"
     scenario.fault = "crash at task.after_commit: os._exit right after the attempt is committed (ack_timeout_s=0)"
     n, files = 30000, 6
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
@@ -87,7 +89,7 @@ def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path,
     topic = new_topic(broker.bootstrap)
     name = sink_name("f02")
     sink = RecoverableKafkaSink(name, {"bootstrap.servers": broker.bootstrap}, topic=topic, wal_dir=wal,
-                                ack_timeout_s=0.0)
+                                ack_timeout_s=0.0, delivery_engine=engine)
     probe = BatchProbe(sink)
     crash = hooks.crash("task.after_commit", after_rows=1)
     reader = LiveReader(broker.bootstrap, topic).start()
@@ -111,9 +113,11 @@ def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path,
     assert replayed > 0, "no task report shows the orphaned slot's committed records replayed"
 
 
-def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_path, scenario, hooks):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_path, scenario, hooks, engine):
     """query.stop() while a task of batch 2 is parked mid-task, then a new query on the same checkpoint and WAL."""
-    scenario.scenario, scenario.title = "12_query_stop_restart", "Driver stops and restarts the query mid-run"
+    scenario.scenario = "12_query_stop_restart" + engine_suffix(engine)
+    scenario.title = f"Driver stops and restarts the query mid-run ({engine} engine)"
     scenario.fault = ("StreamingQuery.stop() while a task of batch >= 2 is parked at task.mid_task (attempt OPEN), "
                       "restart from the checkpoint")
     n, files = 40000, 8
@@ -122,7 +126,8 @@ def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_p
     topic = new_topic(broker.bootstrap)
     name = sink_name("f12")
     conf = {"bootstrap.servers": broker.bootstrap}
-    sink1 = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=30.0)
+    sink1 = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=30.0,
+                                 delivery_engine=engine)
     probe1 = BatchProbe(sink1)
     reader = LiveReader(broker.bootstrap, topic).start()
     try:
@@ -134,7 +139,8 @@ def test_12_driver_stops_and_restarts_query_from_checkpoint(spark, broker, tmp_p
         q1.stop()  # Spark cancels the parked task (and ends its worker); the query stops mid-batch
         stopped_in = time.time() - fault_at
         parked.release()  # if the worker outlived the cancel, let it go
-        sink2 = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=30.0)
+        sink2 = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=30.0,
+                                 delivery_engine=engine)
         probe2 = BatchProbe(sink2)
         q2 = start_stream(spark, src, probe2, chk, files_per_trigger=1)
         q2.awaitTermination(300)

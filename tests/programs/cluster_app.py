@@ -54,7 +54,8 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     status.write(f"up {time.time() - t0:.1f}\n")
     sink = RecoverableKafkaSink(a["name"], {"bootstrap.servers": a["bootstrap"]}, topic=a["topic"],
-                                wal_dir=a["wal_dir"], ack_timeout_s=30.0, guarantee=a.get("guarantee", "at_least_once"))
+                                wal_dir=a["wal_dir"], ack_timeout_s=30.0, guarantee=a.get("guarantee", "at_least_once"),
+                                delivery_engine=a.get("engine", "auto"))
 
     def fn(df, batch_id):
         status.write(f"start {batch_id} {time.time():.3f}\n")
