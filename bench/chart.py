@@ -1,4 +1,9 @@
-"""The benchmark chart, docs/performance.png: throughput and latency per writer (matplotlib)."""
+"""The benchmark charts (matplotlib).
+
+* docs/performance.png: throughput and latency per writer (:func:`chart`);
+* docs/performance-scaling.png: throughput and micro-batch p50 against Spark
+  partitions, and on local-cluster (:func:`scaling_chart`).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,32 @@ import os
 import sys
 from typing import Any
 
-from bench.targets import ASYNC, EXACTLY, FLUSH, RAW, SYNC, _ok
+from bench.targets import (
+    ASYNC,
+    EXACTLY,
+    FLUSH,
+    NOOP,
+    RAW,
+    SYNC,
+    SYNC_PY,
+    _ok,
+    scale_row,
+)
 from bench.targets import tp_row as _tp
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG = os.path.join(REPO, "docs", "performance.png")
-LABELS = {RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync", ASYNC: "sink async",
-          EXACTLY: "sink exactly-once"}
+SCALING_PNG = os.path.join(REPO, "docs", "performance-scaling.png")
+LABELS = {NOOP: "no-op", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync (native)",
+          SYNC_PY: "sink sync (Python engine)", ASYNC: "sink async", EXACTLY: "sink exactly-once"}
+COLORS = {NOOP: "#bbbbbb", RAW: "#888888", FLUSH: "#4c72b0", SYNC: "#dd8452", SYNC_PY: "#937860",
+          ASYNC: "#55a868", EXACTLY: "#c44e52"}
 
-__all__ = ["chart"]
+__all__ = ["chart", "scaling_chart"]
 
 
-def chart(results: dict[str, Any], path: str = PNG) -> bool:
+def _pyplot(what: str) -> tuple[Any, Any] | None:
+    """(pyplot, FuncFormatter) on the Agg backend, or None (said on stderr) without matplotlib."""
     try:
         import matplotlib
 
@@ -25,12 +44,20 @@ def chart(results: dict[str, Any], path: str = PNG) -> bool:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter
     except ImportError:
-        print("[render] matplotlib not installed: no chart", file=sys.stderr)
+        print(f"[render] matplotlib not installed: no {what}", file=sys.stderr)
+        return None
+    return plt, FuncFormatter
+
+
+def chart(results: dict[str, Any], path: str = PNG) -> bool:
+    mpl = _pyplot("chart")
+    if mpl is None:
         return False
+    plt, FuncFormatter = mpl
     tp, lat = results.get("throughput"), results.get("latency")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
-    writers = [RAW, FLUSH, SYNC, ASYNC, EXACTLY]
-    colors = {RAW: "#888888", FLUSH: "#4c72b0", SYNC: "#dd8452", ASYNC: "#55a868", EXACTLY: "#c44e52"}
+    writers = [RAW, FLUSH, SYNC, SYNC_PY, ASYNC, EXACTLY]
+    colors = COLORS
     if _ok(tp):
         sizes = tp["sizes"]
         width = 0.8 / (len(writers) + 1)
@@ -80,3 +107,52 @@ def chart(results: dict[str, Any], path: str = PNG) -> bool:
     return True
 
 
+def scaling_chart(results: dict[str, Any], path: str = SCALING_PNG) -> bool:
+    """Throughput and micro-batch p50 against Spark partitions (log scale), local-cluster as separate markers."""
+    mpl = _pyplot("scaling chart")
+    if mpl is None:
+        return False
+    plt, FuncFormatter = mpl
+    sc = results.get("scaling")
+    if not _ok(sc):
+        return False
+    parts = list(sc.get("partitions") or [])
+    cl = sc.get("cluster") if _ok(sc.get("cluster")) else None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    xs_cluster = len(parts)  # the local-cluster point sits right of the local ones
+    for ax, key, title, ylabel in (
+            (ax1, "rows_per_s", f"Batch write, {sc.get('rows', 0):,} rows of {sc.get('value_bytes')} B",
+             "rows/s (median)"),
+            (ax2, "p50_ms", (f"Micro-batch addBatch p50, {sc.get('rows_per_batch', sc.get('rows_per_s', 0)):,} "
+                             "rows per batch, 1 s trigger"),
+             "ms")):
+        for wr in (NOOP, FLUSH, SYNC, EXACTLY):
+            ys = [(scale_row(results, wr, n) or {}).get(key) for n in parts]
+            if not any(y is not None for y in ys):
+                continue
+            pts = [(i, y) for i, y in enumerate(ys) if y is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=COLORS[wr], label=LABELS[wr])
+            if cl is not None:
+                c = (scale_row(results, wr, cluster=True) or {}).get(key)
+                if c is not None:
+                    ax.plot([xs_cluster], [c], marker="D", markersize=8, markerfacecolor="white",
+                            markeredgecolor=COLORS[wr], linestyle="none")
+        ticks = [f"{n} partitions" for n in parts]
+        if cl is not None:
+            ticks.append(f"local-cluster\n{cl.get('partitions')} partitions")
+        ax.set_xticks(range(len(ticks)), ticks, fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}"))
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    loc = sc.get("local") or {}
+    meta = results["meta"]
+    fig.suptitle(f"How cost grows with Spark partitions ({loc.get('master')}; hollow diamonds: "
+                 f"{(cl or {}).get('master', 'local-cluster not run')}) — {meta['mode']} mode, {meta['timestamp']}"
+                 + (" (quick: not a measurement)" if meta["mode"] == "quick" else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

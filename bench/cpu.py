@@ -53,14 +53,15 @@ def tree_cpu_s(root: int | None = None) -> float:
 
 
 class CpuMeter:
-    """CPU seconds of the process tree between :meth:`start` and :meth:`stop`."""
+    """CPU seconds of the process tree of ``root`` (default: this process) between :meth:`start` and :meth:`stop`."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: int | None = None) -> None:
+        self._root = root
         self._t0 = 0.0
 
     def start(self) -> "CpuMeter":
-        self._t0 = tree_cpu_s()
+        self._t0 = tree_cpu_s(self._root)
         return self
 
     def stop(self) -> float:
-        return tree_cpu_s() - self._t0
+        return tree_cpu_s(self._root) - self._t0

@@ -1,6 +1,7 @@
-"""Render benchmark results into docs/PERFORMANCE.md and docs/performance.png.
+"""Render benchmark results into docs/PERFORMANCE.md, docs/performance.png and docs/performance-scaling.png.
 
-Usage: python bench/render.py [results.json]   (default: bench/results/latest.json)
+Usage: python bench/render.py [results.json] [--docs-dir DIR]
+(default: bench/results/latest.json into docs/; ``--docs-dir`` writes the three files elsewhere)
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ import sys
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(REPO, "docs", "PERFORMANCE.md")
-PNG = os.path.join(REPO, "docs", "performance.png")
+DOCS = os.path.join(REPO, "docs")
+DOC_NAME, PNG_NAME, SCALING_PNG_NAME = "PERFORMANCE.md", "performance.png", "performance-scaling.png"
+DOC = os.path.join(DOCS, DOC_NAME)
+PNG = os.path.join(DOCS, PNG_NAME)
 
 NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
                                           "sink-exactly-once")
-LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync", ASYNC: "sink async",
-          EXACTLY: "sink exactly-once", "flush-writer-id": "flush-writer + rks-id header"}
+SYNC_PY = "sink-sync-python"
+LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync (native)",
+          SYNC_PY: "sink sync (Python engine)", ASYNC: "sink async (native)", EXACTLY: "sink exactly-once (native)",
+          "flush-writer-id": "flush-writer + rks-id header"}
 
 
 # -- targets: bench/targets.py ------------------------------------------------------------------
@@ -25,7 +30,7 @@ LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-wri
 if REPO not in sys.path:  # also run as a script: python bench/render.py
     sys.path.insert(0, REPO)
 from bench.analysis import cores_busy, why_missed  # noqa: E402
-from bench.targets import evaluate_targets  # noqa: E402
+from bench.targets import EARLIER, NATIVE, SCALE_HI, SCALE_LO, evaluate_targets  # noqa: E402
 from bench.targets import lat_row as _lat
 from bench.targets import tp_row as _tp
 
@@ -56,6 +61,89 @@ def _err(section: Any) -> str:
     return f"**This section failed:** `{section.get('error')}`\n" if isinstance(section, dict) else "*Not run.*\n"
 
 
+def _engines_text(engines: Any) -> str:
+    """Which delivery engine each sink writer ran with, as its worker processes reported it."""
+    if not engines:
+        return ""
+    parts = [f"{LABELS.get(wr, wr)}: {', '.join(e['engines'])} in {e['workers']} worker process"
+             f"{'es' if e['workers'] != 1 else ''}" for wr, e in engines.items() if e]
+    return ("Delivery engine of each sink writer, asked in the worker processes before its first timed run: "
+            + "; ".join(parts) + ".")
+
+
+def _scaling_md(results: dict[str, Any], sc: dict[str, Any]) -> str:
+    from bench.targets import scale_row
+
+    out: list[str] = []
+    w = out.append
+    loc = sc.get("local") or {}
+    cl = sc.get("cluster")
+    cores = loc.get("cores") or results.get("settings", {}).get("cores")
+    parts = sc.get("partitions") or []
+    pts = [pt for pt in loc.get("points", [])] if _ok(loc) else []
+    lat0 = next((pt["latency"] for pt in pts if _ok(pt.get("latency"))), None)
+    tp0 = next((pt["throughput"] for pt in pts if _ok(pt.get("throughput"))), None)
+    present = list(dict.fromkeys(r["writer"] for r in sc.get("summary") or []))
+    w(f"Writers: {', '.join(LABELS.get(x, x) for x in present) or 'none measured'} (the no-op writer in latency "
+      f"only), at {', '.join(map(str, parts))} Spark partitions on `{loc.get('master')}` "
+      f"({cores} cores), then once in a Spark app of its own on `{(cl or {}).get('master', 'local-cluster')}` "
+      "(a standalone master, two worker and two executor JVMs of one core and 1 GiB each, on this machine; "
+      "bench/cluster.py). Batch write: the same "
+      f"{sc.get('rows', 0):,} cached rows of {sc.get('value_bytes')} B at every partition count"
+      + (f", median of {tp0['rounds']} interleaved runs" if tp0 else "") + ". Micro-batches: a `rate-micro-batch` "
+      f"source, exactly {sc.get('rows_per_batch', sc.get('rows_per_s', 0)):,} rows in every batch whatever the "
+      "partitions and however long a batch takes, 1 s trigger"
+      + (f"; {lat0['duration_s']} batches measured after {lat0['warmup_batches']} warm-up batches (fewer where "
+         f"{lat0.get('max_s')} s did not leave time for them: see \"batches\")" if lat0 else "")
+      + ". A writer whose batches take longer than the trigger runs them back to back (not kept up), with the "
+      "same rows each.\n")
+    for pt in pts:
+        for half in ("throughput", "latency"):
+            if not _ok(pt.get(half)):
+                w(f"**{pt['partitions']} partitions, {half} failed:** `{(pt.get(half) or {}).get('error')}`\n")
+    if cl is None:
+        w("The local-cluster run was skipped (`--no-cluster`).\n")
+    elif not _ok(cl):
+        w(f"**The local-cluster run failed:** `{cl.get('error')}`\n")
+    else:
+        ctp = cl.get("throughput") if _ok(cl.get("throughput")) else None
+        w(f"local-cluster: {cl.get('executors')} executors registered, the app was up in "
+          f"{_f(cl.get('startup_s'), '{:.0f}')} s; {cl['partitions']} partitions"
+          + (f", {int(next(iter(ctp['rows_by_size'].values()))):,} cached rows (executors of 1 GiB)" if ctp else "")
+          + ".\n")
+        for half in ("throughput", "latency"):
+            if not _ok(cl.get(half)):
+                w(f"**local-cluster {half} failed:** `{(cl.get(half) or {}).get('error')}`\n")
+    rows = []
+    for r in sc.get("summary") or []:
+        is_cluster = _ok(cl) and r["setting"] == cl.get("master")
+        base = scale_row(results, r["writer"], SCALE_LO)
+        tp_g = (r["rows_per_s"] / base["rows_per_s"]) if base and base.get("rows_per_s") and r.get("rows_per_s") \
+            else None
+        p50_g = (r["p50_ms"] / base["p50_ms"]) if base and base.get("p50_ms") and r.get("p50_ms") is not None \
+            else None
+        mark = "**{:.2f}**" if r["writer"] == EXACTLY and r["partitions"] == SCALE_HI and not is_cluster else "{:.2f}"
+        rows.append([
+            "local-cluster" if is_cluster else r["setting"], str(r["partitions"]), LABELS.get(r["writer"], r["writer"]),
+            _f(r.get("rows_per_s")), _f(tp_g, "{:.2f}"), _f(r.get("tp_vs_flush"), "{:.2f}"),
+            _f(r.get("cpu_s_per_million"), "{:.2f}"), _f(r.get("p50_ms")), _f(p50_g, mark), _f(r.get("p95_ms")),
+            _f(None if r.get("task_s_p50") is None else r["task_s_p50"] * 1000),
+            _f(None if r.get("task_s_sum_p50") is None else r["task_s_sum_p50"] * 1000),
+            _f(r.get("batches"), "{}"), _f(r.get("lat_workers") or r.get("tp_workers"), "{}"),
+            {True: "yes", False: "**no**"}.get(r.get("kept_up"), "–"),
+        ])
+    if rows:
+        w(_table(["master", "partitions", "writer", "rows/s", f"rows/s ÷ at {SCALE_LO} p.", "× flush-writer",
+                  "CPU s / M rows", "addBatch p50 ms", f"p50 ÷ at {SCALE_LO} p.", "p95 ms", "task p50 ms",
+                  "tasks' ms per batch", "batches", "Python workers", "kept up"], rows) + "\n")
+        w(f"\"÷ at {SCALE_LO} p.\": against the same writer at {SCALE_LO} partitions in `{loc.get('master')}` "
+          "(for the local-cluster rows too). \"task p50\" and \"tasks' ms per batch\" come from the sink's own "
+          "batch reports (`write_partition` per task; the sum over a batch's tasks, which run "
+          f"{cores} at a time in local mode). \"Python workers\": distinct worker processes that ran the sink's "
+          "tasks. \"Kept up\": p95 trigger ≤ 1 s.\n")
+    return "\n".join(out)
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta, st = results["meta"], results.get("settings", {})
     m = meta["machine"]
@@ -83,20 +171,30 @@ def markdown(results: dict[str, Any]) -> str:
         w(f"The machine was otherwise idle when the run started (1-minute load average {la0[0]:.1f} on "
           f"{cores} cores{f'; {la1[0]:.1f} at the end, the benchmark itself' if la1 else ''}).\n")
     del busy
-    w("![throughput and latency per writer](performance.png)\n")
+    w(f"![throughput and latency per writer]({PNG_NAME})\n")
+    if _ok(results.get("scaling")):
+        w(f"![how cost grows with Spark partitions]({SCALING_PNG_NAME})\n")
 
     # targets
     w("## Targets\n")
-    w("Benchmarks, not timed tests: a missed target is reported, never hidden or tuned away.\n")
-    rows = []
-    for t in results.get("targets", []):
-        mark = {"met": "✅ met", "missed": "❌ missed", "not measured": "– not measured"}[t["status"]]
-        rows.append([t["name"], t["goal"], t["measured_text"] + (f" — {t['note']}" if t.get("note") else ""), mark])
-    w(_table(["target", "goal", "measured", "status"], rows) + "\n")
+    w("Benchmarks, not timed tests: a missed target is reported, never hidden or tuned away. Every ratio compares "
+      "writers measured side by side in this run.\n")
+    for group, title in ((NATIVE, "The native delivery engine"), (EARLIER, "Earlier targets (kept)")):
+        rows = []
+        for t in results.get("targets", []):
+            if t.get("group", EARLIER) != group:
+                continue
+            mark = {"met": "✅ met", "missed": "❌ missed", "not measured": "– not measured"}[t["status"]]
+            rows.append([t["name"], t["goal"], t["measured_text"] + (f" — {t['note']}" if t.get("note") else ""),
+                         mark])
+        if rows:
+            w(f"### {title}\n")
+            w(_table(["target", "goal", "measured", "status"], rows) + "\n")
     reasons = why_missed(results)
     if reasons:
         w("### Why the missed targets are missed\n")
-        w("Computed from this run's figures (bench/analysis.py); the profile is in section 6.\n")
+        w("Computed from this run's figures (bench/analysis.py); the WAL's own cost is in section 4, the profile in "
+          "section 7.\n")
         for name, text in reasons:
             w(f"* **{name}.** {text}")
         w("")
@@ -131,23 +229,35 @@ which `bench/run.py` checks are exactly what the sink hands to confluent-kafka. 
 * **flush-writer**: the same plus a delivery callback per record that keeps the first error, a check
   for it before each send and after `flush()`, failing on the first error: what Spark's built-in Kafka
   sink does, written in Python. It stands in for the built-in sink, whose jar cannot be installed here.
-* **sink sync**: `RecoverableKafkaSink(..., ack_timeout_s=900)`: every task waits for all its acks.
-* **sink async**: `ack_timeout_s=0`: tasks return once their records are committed to the WAL; the
+* **flush-writer + rks-id header**: the flush-writer sending a header shaped like the sink's record id
+  (`<sink>:<run>:<batch>:<partition>:<16 hex digits>-<occurrence>`), built per record in Python as
+  confluent-kafka takes it: the header's cost on its own.
+* **sink sync**: `RecoverableKafkaSink(..., ack_timeout_s=900, delivery_engine="native")`: every task waits
+  for all its acks. The native engine produces each chunk from its Arrow buffers in C (ids formatted in C
+  from the chunk's content fingerprints, delivery reports counted per chunk), no Python object per record.
+* **sink sync (Python engine)**: the same with `delivery_engine="python"`: confluent-kafka's `produce` per
+  record, a delivery callback per record.
+* **sink async**: `ack_timeout_s=0` (native engine): tasks return once their records are committed to the WAL; the
   worker's background thread produces them after the task. Its *time to durable in Kafka* is measured separately, from the start of
   the write until the WAL is empty (all acked *and pruned*; pruning runs at least every
   `checkpoint_interval_s` = 1 s, so this overstates the time to the last ack by up to about a second).
-* **sink exactly-once**: `guarantee="exactly_once"`, sync: each task's records in one Kafka transaction
-  with its lane's marker, committed before the task returns (visible to read_committed consumers then).
-* **no-op** (latency only): reads its rows and writes nothing: the part of a micro-batch's time that
+* **sink exactly-once**: `guarantee="exactly_once"`, sync, native engine: each task's records in one Kafka
+  transaction with its lane's marker, committed before the task returns (visible to read_committed
+  consumers then).
+* **no-op**: reads its rows and writes nothing: the part of a write's (or micro-batch's) time that
   Spark itself sets; every writer's latency is also shown above this floor.
+
+Each sink writer names its delivery engine explicitly; before its first timed run the benchmark asks the
+worker processes which engine that configuration gets there and stops if it is not the one asked for.
 
 CPU = user + system seconds of every process of the run (the Spark driver JVM, the Python daemon and
 workers, the broker, the bench process), from `/proc`, from the start of the write until it returned
 (async: until durable), per million rows; median of the runs.
 
 Differences that are part of what is measured, not of the setup: the sink writes each Arrow batch to
-the WAL (fsync per transaction) before producing, and adds a header `rks-id` (~30 bytes) to every
-record, which the baselines do not send. Producers are created once per Python worker and run for
+the WAL (fsync per transaction; with each record's content fingerprint and occurrence, the columns
+`rks_fp` and `rks_occ`) before producing, and adds a header `rks-id` (~70 bytes) to every record,
+which the baselines other than "flush-writer + rks-id header" do not send. Producers are created once per Python worker and run for
 every writer (the sink keeps one per worker process), and every timed run is preceded by an untimed
 warm-up task that closes what earlier runs left in the workers and connects the producer. Runs are
 interleaved (round 1 of every writer, then round 2, ..., the order rotated each round). Every run
@@ -188,6 +298,9 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
                                  "", "", "", ""])
             w(_table(["writer", "median s", "range s", "rows/s", "MB/s", "× raw", "× flush-writer",
                       "CPU s / M rows", "CPU × flush-writer", "cores busy", "all rows read back"], rows) + "\n")
+        eng = _engines_text(tp.get("engines"))
+        if eng:
+            w(eng + "\n")
         w("\"Cores busy\" = CPU seconds of every process ÷ the write's wall time: near the machine's core count "
           "the write is CPU-bound, and throughput follows CPU per record. \"flush-writer + rks-id header\" is the "
           "flush-writer sending the sink's id header, built the same way: the header's cost on its own.\n")
@@ -220,6 +333,9 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
                          "yes" if r["kept_up"] else "**no**"])
         w(_table(["writer", "value B", "batches", "rows/batch", "addBatch p50 ms", "over no-op ms", "p95", "p99",
                   "trigger p50 ms", "p95", "p99", "kept up"], rows) + "\n")
+        eng = _engines_text(lat.get("engines"))
+        if eng:
+            w(eng + "\n")
         w("\"Kept up\": p95 trigger ≤ 1 s and batches no larger than 1.2 × the offered rows per second. "
           "The async sink's batches end before their records are acked; after the query stopped, its WAL was "
           "empty after " + ", ".join(f"{_f(r.get('drain_after_stop_s'), '{:.2f}')} s" for r in lat["results"]
@@ -227,34 +343,48 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
     else:
         w(_err(lat))
 
+    # scaling
+    w("## 3. How cost grows with Spark partitions\n")
+    sc = results.get("scaling")
+    if _ok(sc):
+        w(_scaling_md(results, sc))
+    else:
+        w(_err(sc))
+
     # WAL
-    w("## 3. The WAL's own cost per record\n")
+    w("## 4. The WAL's own cost per record\n")
     wal = results.get("wal")
     if _ok(wal):
         w(f"`bench/wal_cost.py`, outside Spark and Kafka, {wal['rows']:,} records, 10,000 per chunk (Arrow "
-          f"batch), median of {wal['repeat']}: write = normalise + Arrow IPC + CRC + one LMDB transaction per "
-          "chunk; ack = the sink's in-memory ack tracking per record; prune = one delete per chunk, 16 chunks per "
-          "transaction. Values are random bytes.\n")
+          f"batch), median of {wal['repeat']}: write = normalise + the records' ids (content fingerprints and "
+          "occurrences, stored as two columns) + Arrow IPC + CRC + one LMDB transaction per chunk (\"ids\" is "
+          "the ids' part of it); ack = the sink's in-memory ack tracking as the native engine does it (a chunk "
+          "round's counts, once) and as the Python engine does it (a callback per record); prune = one delete per "
+          "chunk, 16 chunks per transaction. Total = write + ack (native) + prune. Values are random bytes.\n")
         rows = []
         for r in wal["wal_only"]:
             rows.append(["chunk per Arrow batch (sink)" if r["design"] == "chunked" else "entry per record",
                          str(r["value_bytes"]), "yes" if r["fsync"] else "no", _f(r["write_us"], "{:.3f}"),
-                         _f(r.get("ack_us"), "{:.3f}"), _f(r["prune_us"], "{:.3f}"),
+                         _f(r.get("ids_us"), "{:.3f}"), _f(r.get("ack_us"), "{:.3f}"),
+                         _f(r.get("ack_python_us"), "{:.3f}"), _f(r["prune_us"], "{:.3f}"),
                          _f(r.get("total_with_ack_us", r["total_us"]), "**{:.3f}**" if r["design"] == "chunked"
                             and r["fsync"] else "{:.3f}")])
-        w(_table(["design", "value B", "fsync", "write µs", "ack µs", "prune µs", "total µs/record"], rows) + "\n")
+        w(_table(["design", "value B", "fsync", "write µs", "… of it ids µs", "ack (native) µs", "ack (Python) µs",
+                  "prune µs", "total µs/record"], rows) + "\n")
         w("The whole path against the broker, outside Spark, one partition, same records: a plain produce loop "
           "with a delivery callback per record, `flush()` at the end, vs `write_partition` with the sink in "
-          "sync mode (WAL write + produce with the id header + ack tracking + prune), interleaved, medians:\n")
+          "sync mode (WAL write + produce with the id header + ack tracking + prune) on the native engine and on "
+          "the Python engine, interleaved, medians:\n")
         rows = []
         for r in wal["produce_vs_sink"]:
             rows.append([str(r["value_bytes"]), _f(r["rows"]), _f(r.get("produce_no_report_us"), "{:.2f}"),
                          _f(r["produce_alone_us"], "{:.2f}"),
                          _f(r.get("produce_header_us"), "{:.2f}"), _f(r["sink_us"], "{:.2f}"),
+                         _f(r.get("sink_python_us"), "{:.2f}"),
                          _f(r["sink_overhead_us"], "{:+.2f}"), _f(r["sink_vs_alone"], "{:.2f}")])
         w(_table(["value B", "records", "produce, no reports µs/rec", "produce alone µs/rec",
-                  "… + rks-id header µs/rec", "sink path µs/rec", "sink − produce alone µs/rec",
-                  "sink ÷ produce-alone speed"], rows) + "\n")
+                  "… + rks-id header µs/rec", "sink path, native µs/rec", "sink path, Python engine µs/rec",
+                  "sink (native) − produce alone µs/rec", "sink (native) ÷ produce-alone speed"], rows) + "\n")
         w("\"No reports\" is the same loop without a delivery callback (what a delivery report per record costs); "
           "the header column is the plain loop plus a header built like the sink's `rks-id`, to separate "
           "the cost of the header from the cost of the WAL and the ack tracking.\n")
@@ -262,7 +392,7 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
         w(_err(wal))
 
     # memory
-    w("## 4. Python worker peak memory\n")
+    w("## 5. Python worker peak memory\n")
     mem = results.get("memory")
     if _ok(mem):
         w("`write_partition` for one partition in a child process outside Spark (what a Python worker runs), "
@@ -281,7 +411,7 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
         w(_err(mem))
 
     # recovery
-    w("## 5. Recovery: replay of orphaned records\n")
+    w("## 6. Recovery: replay of orphaned records\n")
     rec = results.get("recovery")
     if _ok(rec):
         r = rec["replay"]
@@ -297,11 +427,11 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
         w(_err(rec))
 
     # profile
-    w("## 6. Where the sink's time goes\n")
+    w("## 7. Where the sink's time goes\n")
     prof = results.get("profile")
     if _ok(prof):
         w(f"cProfile of `write_partition` for one partition of {prof['rows']:,} records of "
-          f"{prof['value_bytes']} B, sync mode, outside Spark ({prof['profiled_s']:.2f} s under the profiler, "
+          f"{prof['value_bytes']} B, sync mode, {prof.get('engine', 'native')} engine, outside Spark ({prof['profiled_s']:.2f} s under the profiler, "
           "which inflates Python-level calls). The publisher's poller thread is profiled separately. "
           "µs/record = time ÷ records.\n")
         for thread, th in prof["threads"].items():
@@ -336,38 +466,54 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
 
     w("## Running it\n")
     w("""```sh
-make bench-quick   # .venv/bin/python bench/run.py --quick   (about two minutes; checks the suite works)
-make bench         # .venv/bin/python bench/run.py           (the measured run; use a quiet machine)
-python bench/render.py [bench/results/<timestamp>.json]      # re-render this page and the chart
+make bench-quick   # .venv/bin/python bench/run.py --quick   (a few minutes; checks every section works)
+make bench         # .venv/bin/python bench/run.py           (the measured run, about 50 minutes; a quiet machine)
+python bench/render.py [bench/results/<timestamp>.json] [--docs-dir DIR]   # re-render this page and the charts
 python bench/wal_cost.py --rows 1000000                      # the WAL cost alone
 ```
 
-`bench/run.py --only throughput,latency,wal,memory,recovery,profile` runs a subset; `--rows`, `--rounds`,
-`--partitions`, `--cores` override sizes. Each run writes `bench/results/<timestamp>.json` and
-`bench/results/latest.json`, which this page is rendered from.
+`bench/run.py --only throughput,latency,scaling,wal,memory,recovery,profile` runs a subset; `--rows`,
+`--rounds`, `--partitions`, `--cores` override sizes; `--scaling-partitions 4,16,64` and `--no-cluster`
+shape the scaling section; `--docs-dir DIR` renders somewhere else than docs/. Each run writes
+`bench/results/<timestamp>.json` and `bench/results/latest.json`, which this page is rendered from.
 """)
     w(f"Parameters of this run ({mode}): " + ", ".join(f"`{k}={v}`" for k, v in p.items()) + ".\n")
     return "\n".join(out)
 
 
-from bench.chart import chart  # noqa: E402  (the figure: bench/chart.py)
+from bench.chart import chart, scaling_chart  # noqa: E402  (the figures: bench/chart.py)
 
 
-def render(results: dict[str, Any], doc: str = DOC, png: str = PNG) -> None:
+def render(results: dict[str, Any], doc: str | None = None, png: str | None = None,
+           docs_dir: str | None = None) -> None:
+    """Write the page and both charts (into ``docs_dir``, default docs/; ``doc``/``png`` override single paths)."""
+    d = docs_dir or DOCS
+    doc, png = doc or os.path.join(d, DOC_NAME), png or os.path.join(d, PNG_NAME)
+    spng = os.path.join(os.path.dirname(png), SCALING_PNG_NAME)
     if "targets" not in results:
         results["targets"] = evaluate_targets(results)
     with open(doc, "w") as f:
         f.write(markdown(results))
     chart(results, png)
-    print(f"[render] wrote {os.path.relpath(doc, REPO)} and {os.path.relpath(png, REPO)}", file=sys.stderr)
+    written = [doc, png]
+    if _ok(results.get("scaling")) and scaling_chart(results, spng):
+        written.append(spng)
+    print("[render] wrote " + ", ".join(os.path.relpath(p, REPO) for p in written), file=sys.stderr)
 
 
 def main() -> None:
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "bench", "results", "latest.json")
-    with open(path) as f:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="?", default=os.path.join(REPO, "bench", "results", "latest.json"))
+    ap.add_argument("--docs-dir", default=None, help="write PERFORMANCE.md and the charts here instead of docs/")
+    args = ap.parse_args()
+    with open(args.results) as f:
         results = json.load(f)
     results["targets"] = evaluate_targets(results)
-    render(results)
+    if args.docs_dir:
+        os.makedirs(args.docs_dir, exist_ok=True)
+    render(results, docs_dir=args.docs_dir)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,23 @@
 
 Usage::
 
-    python bench/run.py --quick     # about two minutes: small sizes, 2 runs each (smoke test of the suite)
-    python bench/run.py             # the full, measured run (tens of minutes; run it on a quiet machine)
+    python bench/run.py --quick     # a few minutes: tiny sizes, 1-2 runs each (smoke test of every section)
+    python bench/run.py             # the full, measured run (about 50 minutes; run it on a quiet machine)
 
 Sections (``--only`` picks some, comma-separated):
 
 ``throughput``  batch write of N cached rows (100 B and 1 KiB values) per writer:
-                raw, flush-writer, sink sync, sink async (+ its time until durable);
-                medians of several interleaved runs, ratios to raw and flush-writer
+                raw, flush-writer (without and with the id header), sink sync
+                (native engine), sink sync (Python engine), sink async (+ its time
+                until durable), sink exactly-once; medians of several interleaved
+                runs, ratios to raw and flush-writer, CPU seconds per record
 ``latency``     micro-batch duration p50/p95/p99 of a streaming query at a fixed
                 offered load (rate source, 1 s trigger), per writer
+``scaling``     how cost grows with Spark partitions: throughput (same cached rows)
+                and micro-batch p50 (same rows per batch) of the flush-writer, sink
+                sync and exactly-once (+ no-op latency) at 4, 16 and 64 partitions
+                in local[N], and once on local-cluster[2,1,1024] (its own Spark app,
+                bench/cluster.py)
 ``wal``         the WAL's own cost per record (bench/wal_cost.py), and the whole
                 sink path vs a plain produce loop with a callback (outside Spark)
 ``memory``      peak RSS (VmHWM) of a process writing one partition of two sizes
@@ -19,8 +26,9 @@ Sections (``--only`` picks some, comma-separated):
 ``profile``     cProfile of write_partition (task thread and poller thread)
 
 Results go to ``bench/results/<timestamp>.json`` and ``bench/results/latest.json``;
-then ``bench/render.py`` writes docs/PERFORMANCE.md and docs/performance.png
-(skip with ``--no-render``).
+then ``bench/render.py`` writes docs/PERFORMANCE.md, docs/performance.png and
+docs/performance-scaling.png (skip with ``--no-render``; ``--docs-dir DIR``
+writes them elsewhere).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -47,7 +56,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 from bench import common  # noqa: E402
 from bench.spark_bench import log  # noqa: E402
 
-SECTIONS = ("throughput", "latency", "wal", "memory", "recovery", "profile")
+SECTIONS = ("throughput", "latency", "scaling", "wal", "memory", "recovery", "profile")
+SPARK_SECTIONS = {"throughput", "latency", "scaling"}
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -55,14 +65,69 @@ MODES: dict[str, dict[str, Any]] = {
         "lat_rows_per_s": 50_000, "lat_duration_s": 6, "lat_warmup_batches": 2, "lat_sizes": [100],
         "wal_rows": 100_000, "wal_repeat": 1, "produce_rows": 200_000, "produce_repeat": 1,
         "mem_rows": [200_000, 1_000_000], "recovery_rows": 200_000, "profile_rows": 200_000,
+        # quick: 4 and 64 partitions only, the sink's two modes (+ the no-op floor in latency), 2 batches each
+        "scale_partitions": [4, 64], "scale_value_bytes": 100, "scale_rows": 20_000, "scale_rounds": 1,
+        "scale_rows_per_s": 5_000, "scale_duration_s": 2, "scale_warmup_batches": 1, "scale_max_s": 30,
+        "scale_verify": False, "scale_tp_writers": ["sink-sync", "sink-exactly-once"],
+        "scale_lat_writers": ["noop", "sink-sync", "sink-exactly-once"],
+        "cluster_master": "local-cluster[2,1,1024]", "cluster_partitions": 4, "cluster_rows": 20_000,
+        "cluster_rounds": 1, "cluster_duration_s": 2, "cluster_warmup_batches": 1, "cluster_max_s": 30,
     },
     "full": {
         "tp_rows": {"100": 5_000_000, "1024": 2_000_000}, "tp_rounds": 5, "sizes": [100, 1024], "verify": True,
         "lat_rows_per_s": 50_000, "lat_duration_s": 60, "lat_warmup_batches": 10, "lat_sizes": [100],
         "wal_rows": 1_000_000, "wal_repeat": 3, "produce_rows": 1_000_000, "produce_repeat": 3,
         "mem_rows": [1_000_000, 10_000_000], "recovery_rows": 1_000_000, "profile_rows": 1_000_000,
+        # scale_rows_per_s: rows in every micro-batch (rate-micro-batch source, 1 s trigger);
+        # scale_duration_s: micro-batches measured (after the warm-up ones), or as many as come in scale_max_s
+        "scale_partitions": [4, 16, 64], "scale_value_bytes": 100, "scale_rows": 2_000_000, "scale_rounds": 3,
+        "scale_rows_per_s": 50_000, "scale_duration_s": 20, "scale_warmup_batches": 3, "scale_max_s": 150,
+        "scale_verify": True, "scale_tp_writers": ["flush-writer", "sink-sync", "sink-exactly-once"],
+        "scale_lat_writers": ["noop", "flush-writer", "sink-sync", "sink-exactly-once"],
+        "cluster_master": "local-cluster[2,1,1024]", "cluster_partitions": 4, "cluster_rows": 1_000_000,
+        "cluster_rounds": 3, "cluster_duration_s": 20, "cluster_warmup_batches": 3, "cluster_max_s": 150,
     },
 }
+
+
+def run_child(script: str, args: dict[str, Any], timeout_s: float, logdir: str, echo: bool = False) -> dict[str, Any]:
+    """Run ``bench/<script>`` with a JSON argument in a child process; returns its ``RESULT`` line.
+
+    Its stderr goes to a log file in ``logdir`` (with ``echo``, its ``[bench ...]``
+    progress lines also to this process's stderr).
+    """
+    logfile = os.path.join(logdir, f"{os.path.splitext(script)[0]}-{uuid.uuid4().hex[:6]}.log")
+    out: list[str] = []
+    timed_out: list[bool] = []
+    with open(logfile, "w") as err:
+        proc = subprocess.Popen([sys.executable, os.path.join(REPO, "bench", script), json.dumps(args)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+        def kill() -> None:
+            timed_out.append(True)
+            proc.kill()  # the child's own process (its Spark JVMs see their parent go and exit)
+
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        reader = threading.Thread(target=lambda: out.extend(proc.stdout or ()), daemon=True)
+        reader.start()
+        try:
+            for line in proc.stderr or ():  # until the child closes stderr (exits)
+                err.write(line)
+                if echo and line.startswith("[bench "):
+                    sys.stderr.write(line)
+            proc.wait()
+            reader.join(10)
+        finally:
+            timer.cancel()
+    if timed_out:
+        raise RuntimeError(f"{script} still running after {timeout_s:.0f}s: killed (log {logfile})")
+    for line in out:
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    with open(logfile) as f:
+        tail = f.read()[-3000:]
+    raise RuntimeError(f"{script} exited {proc.returncode} without a result (log {logfile}); stderr tail:\n{tail}")
 
 
 def run_task(task: str, args: dict[str, Any], timeout_s: float, logdir: str) -> dict[str, Any]:
@@ -98,8 +163,72 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], bootstrap: str, sc
                 spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
                 topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
                 warmup_batches=p["lat_warmup_batches"], writers=sb.LATENCY_WRITERS, scratch=scratch))
+        if "scaling" in want:
+            results["scaling"] = {"local": guarded(lambda: scaling_local(spark, p, bootstrap, scratch, args))}
     finally:
         spark.stop()
+
+
+def _scale_kw(p: dict[str, Any], prefix: str, args: argparse.Namespace, scratch: str) -> dict[str, Any]:
+    return {"rows": p[f"{prefix}_rows"], "value_bytes": p["scale_value_bytes"], "rounds": p[f"{prefix}_rounds"],
+            "rows_per_s": p["scale_rows_per_s"], "duration_s": p[f"{prefix}_duration_s"],
+            "warmup_batches": p[f"{prefix}_warmup_batches"], "max_s": p[f"{prefix}_max_s"],
+            "topic_partitions": args.topic_partitions, "scratch": scratch, "verify": p["scale_verify"],
+            "tp_writers": tuple(p["scale_tp_writers"]), "lat_writers": tuple(p["scale_lat_writers"])}
+
+
+def scaling_local(spark: Any, p: dict[str, Any], bootstrap: str, scratch: str,
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """The scaling section's points in this run's SparkSession: one per partition count."""
+    from bench import spark_bench as sb
+
+    master = spark.sparkContext.master
+    points = []
+    for n in p["scale_partitions"]:
+        log(f"scaling: {n} partitions on {master}")
+        points.append(sb.scaling_point(spark, bootstrap, partitions=n, **_scale_kw(p, "scale", args, scratch)))
+    return {"master": master, "cores": args.cores, "points": points, "eo_max_lanes_per_worker": _max_lanes()}
+
+
+def _max_lanes() -> int | None:
+    """How many exactly-once lanes (one per Spark partition) a worker process keeps open (the package's default)."""
+    try:
+        import inspect
+
+        from spark_recoverable_sink.delivery.exactly_once.lanes import LanePool
+
+        return inspect.signature(LanePool.__init__).parameters["max_lanes"].default
+    except Exception:  # noqa: BLE001 - only an explanatory figure
+        return None
+
+
+def scaling_cluster(p: dict[str, Any], bootstrap: str, scratch: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The scaling section's local-cluster point: its own Spark app in a child process (bench/cluster.py)."""
+    a = {"bootstrap": bootstrap, "master": p["cluster_master"], "partitions": p["cluster_partitions"],
+         **_scale_kw(p, "cluster", args, os.path.join(scratch, "cluster")), "cpu_root": os.getpid()}
+    a["tp_writers"], a["lat_writers"] = list(a["tp_writers"]), list(a["lat_writers"])
+    os.makedirs(a["scratch"], exist_ok=True)
+    log(f"scaling: {a['master']}, {a['partitions']} partitions (bench/cluster.py)")
+    return run_child("cluster.py", a, 3600, scratch, echo=True)
+
+
+def section_scaling_errors(sc: Any) -> list[str]:
+    """Every failure inside the scaling section (a point's throughput or latency, the cluster run)."""
+    if not isinstance(sc, dict):
+        return []
+    errs = []
+    for where in ("local", "cluster"):
+        part = sc.get(where)
+        if not isinstance(part, dict):
+            continue
+        if "error" in part:
+            errs.append(f"{where}: {part['error']}")
+            continue
+        for pt in part.get("points", [part]) if where == "local" else [part]:
+            for half in ("throughput", "latency"):
+                if isinstance(pt.get(half), dict) and "error" in pt[half]:
+                    errs.append(f"{where} {pt.get('partitions')} partitions {half}: {pt[half]['error']}")
+    return errs
 
 
 def section_wal(p: dict[str, Any], bootstrap: str, scratch: str, topic_partitions: int) -> dict[str, Any]:
@@ -197,7 +326,7 @@ def guarded(fn: Any) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes, 2 runs each (about two minutes)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, 1-2 runs each (a few minutes)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="Spark local[N] (default: all cores)")
     ap.add_argument("--partitions", type=int, default=None, help="Spark partitions for every writer (default: cores)")
@@ -206,7 +335,11 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=None, help="override the throughput row count")
     ap.add_argument("--rounds", type=int, default=None, help="override the runs per writer")
     ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))
-    ap.add_argument("--no-render", action="store_true", help="do not write docs/PERFORMANCE.md and docs/performance.png")
+    ap.add_argument("--scaling-partitions", default=None, help="scaling section: partition counts (default 4,16,64)")
+    ap.add_argument("--no-cluster", action="store_true", help="scaling section: skip the local-cluster run")
+    ap.add_argument("--no-render", action="store_true",
+                    help="do not write docs/PERFORMANCE.md, docs/performance.png, docs/performance-scaling.png")
+    ap.add_argument("--docs-dir", default=None, help="render into this directory instead of docs/")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the scratch directory (WALs, logs)")
     args = ap.parse_args()
     args.partitions = args.partitions or args.cores
@@ -220,6 +353,8 @@ def main() -> int:
         p["tp_rows"] = {str(s): args.rows for s in p["sizes"]}
     if args.rounds:
         p["tp_rounds"] = args.rounds
+    if args.scaling_partitions:
+        p["scale_partitions"] = [int(x) for x in args.scaling_partitions.split(",") if x.strip()]
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
     scratch = os.path.join(args.out_dir, "tmp", stamp)
@@ -239,14 +374,29 @@ def main() -> int:
         results["settings"]["producer_conf"] = {
             k: v for k, v in common.check_same_producer_conf(broker.bootstrap).items() if k != "bootstrap.servers"}
         results["settings"]["broker"] = f"{results['meta']['machine']['broker']}, memory storage, 127.0.0.1"
-        if want & {"throughput", "latency"}:
+        if want & SPARK_SECTIONS:
             try:
                 section_spark(results, p, broker.bootstrap, scratch, want, args)
             except Exception as exc:  # noqa: BLE001 - e.g. Spark failed to start
                 traceback.print_exc()
-                for s in ("throughput", "latency"):
+                for s in SPARK_SECTIONS:
                     if s in want and s not in results:
                         results[s] = {"error": f"{type(exc).__name__}: {exc}"}
+        if "scaling" in want and isinstance(results.get("scaling"), dict) and "error" not in results["scaling"]:
+            sc = results["scaling"]
+            sc.update(value_bytes=p["scale_value_bytes"], rows=p["scale_rows"], rows_per_batch=p["scale_rows_per_s"],
+                      rows_per_s=p["scale_rows_per_s"], partitions=p["scale_partitions"],
+                      batches=p["scale_duration_s"], warmup_batches=p["scale_warmup_batches"])
+            if args.no_cluster:
+                sc["cluster"] = None
+            else:  # after this process's SparkSession stopped: the cluster app has the machine to itself
+                sc["cluster"] = guarded(lambda: scaling_cluster(p, broker.bootstrap, scratch, args))
+            from bench.spark_bench import scaling_rows
+
+            sc["summary"] = [r for pt in (sc["local"].get("points", []) if "error" not in sc["local"] else [])
+                             for r in scaling_rows(pt, sc["local"]["master"])]
+            if isinstance(sc.get("cluster"), dict) and "error" not in sc["cluster"]:
+                sc["summary"] += scaling_rows(sc["cluster"], sc["cluster"]["master"])
         if "wal" in want:
             results["wal"] = guarded(lambda: section_wal(p, broker.bootstrap, scratch, args.topic_partitions))
         if "memory" in want:
@@ -273,7 +423,11 @@ def main() -> int:
     for t in results["targets"]:
         log(f"target {t['status']:>12}: {t['name']}: {t['measured_text']}")
     if not args.no_render:
-        render.render(results)
+        if args.docs_dir:
+            os.makedirs(args.docs_dir, exist_ok=True)
+            render.render(results, docs_dir=args.docs_dir)
+        else:
+            render.render(results)
     if not args.keep_tmp:
         shutil.rmtree(scratch, ignore_errors=True)
         try:
@@ -281,6 +435,10 @@ def main() -> int:
         except OSError:
             pass
     failed = [s for s in SECTIONS if isinstance(results.get(s), dict) and "error" in results[s]]
+    for e in section_scaling_errors(results.get("scaling")):
+        log(f"scaling failed: {e}")
+        if "scaling" not in failed:
+            failed.append("scaling")
     if failed:
         log(f"FAILED sections: {', '.join(failed)}")
         return 1

@@ -21,31 +21,40 @@ from typing import Any, Callable
 
 from . import common
 from .cpu import CpuMeter
-from .writers import FlushWriter, NoopWriter, Prepare, RawWriter
+from .writers import EngineProbe, FlushWriter, NoopWriter, Prepare, RawWriter
 
 RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-async", "sink-exactly-once"
-NOOP = "noop"  # latency only: reads its rows, writes nothing (the part of a batch's time Spark itself sets)
+NOOP = "noop"  # reads its rows, writes nothing (the part of a write's time Spark itself sets)
 FLUSH_ID = "flush-writer-id"  # throughput only: the flush-writer sending the sink's id header (the header's cost)
-WRITERS = (RAW, FLUSH, FLUSH_ID, SYNC, ASYNC, EXACTLY)
+SYNC_PY = "sink-sync-python"  # throughput only: sink sync on the Python delivery engine (what the native one saves)
+WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SYNC, SYNC_PY, ASYNC, EXACTLY)
 LATENCY_WRITERS = (NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY)
+#: The scaling section (4, 16, 64 partitions and local-cluster): the sink's two sync modes and the references.
+SCALING_TP_WRITERS = (FLUSH, SYNC, EXACTLY)
+SCALING_LAT_WRITERS = (NOOP, FLUSH, SYNC, EXACTLY)
 LABELS = {
     NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
     FLUSH_ID: "flush-writer + rks-id header",
-    SYNC: "sink at-least-once sync", ASYNC: "sink at-least-once async", EXACTLY: "sink exactly-once",
+    SYNC: "sink at-least-once sync (native engine)", SYNC_PY: "sink at-least-once sync (Python engine)",
+    ASYNC: "sink at-least-once async (native engine)", EXACTLY: "sink exactly-once (native engine)",
 }
+#: The delivery engine each sink writer runs with: explicit, so that "auto" never decides what is measured.
+ENGINES = {SYNC: "native", SYNC_PY: "python", ASYNC: "native", EXACTLY: "native"}
 SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
+WARM_TASKS = 8  # tasks of a warm-up (and of the engine check): at most this many, whatever the partitions
 
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def build_spark(cores: int, partitions: int, driver_memory: str) -> Any:
+def build_spark(cores: int, partitions: int, driver_memory: str, master: str | None = None,
+                app_name: str = "rks-bench", extra_conf: dict[str, str] | None = None) -> Any:
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("rks-bench")
+    b = (
+        SparkSession.builder.master(master or f"local[{cores}]")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
@@ -53,16 +62,18 @@ def build_spark(cores: int, partitions: int, driver_memory: str) -> Any:
         .config("spark.default.parallelism", str(partitions))
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.stopTimeout", "60s")
-        .getOrCreate()
     )
+    for k, v in (extra_conf or {}).items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def spark_settings(spark: Any) -> dict[str, Any]:
     conf = spark.sparkContext.getConf()
-    keys = ["spark.master", "spark.driver.memory", "spark.sql.shuffle.partitions", "spark.python.worker.reuse",
-            "spark.sql.execution.arrow.maxRecordsPerBatch"]
+    keys = ["spark.master", "spark.driver.memory", "spark.executor.memory", "spark.sql.shuffle.partitions",
+            "spark.python.worker.reuse", "spark.sql.execution.arrow.maxRecordsPerBatch"]
     out = {k: conf.get(k) for k in keys}
     out["spark.sql.execution.arrow.maxRecordsPerBatch"] = spark.conf.get(
         "spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -90,8 +101,13 @@ class Target:
     wal_dir: str | None = None
 
     def warm_up(self, spark: Any, partitions: int, value_bytes: int) -> None:
-        """Untimed: drop leftovers of earlier runs in the workers, then write a few rows (batch id 0)."""
-        df = kafka_columns(spark.range(0, 10 * partitions, 1, partitions), "id", value_bytes)
+        """Untimed: drop leftovers of earlier runs in the workers, then write a few rows (batch id 0).
+
+        At most :data:`WARM_TASKS` tasks: enough to reach every Python worker
+        (each held a moment), without paying Spark's per-task cost 64 times.
+        """
+        n = min(partitions, WARM_TASKS)
+        df = kafka_columns(spark.range(0, 10 * partitions, 1, n), "id", value_bytes)
         df.mapInArrow(Prepare(self.task_fn(0)), self.ddl).collect()
         if self.writer == ASYNC:
             self.wait_durable(120.0)
@@ -104,16 +120,39 @@ class Target:
         return PartitionWriter(self.sink.config, batch_id, run="warmup")
 
     def write(self, df: Any, batch_id: int) -> dict[str, Any]:
-        """The timed write; returns what the writer reported."""
+        """The timed write; returns what the writer reported (and how many tasks and worker processes ran it)."""
         if self.sink is not None:
             r = self.sink.write(df, batch_id=batch_id)
+            parts = r.partition_reports
             return {"rows": r.rows, "acked": r.acked, "pending": r.pending, "retried": r.retried,
-                    "dead_lettered": r.dead_lettered, "replayed": r.replayed}
+                    "dead_lettered": r.dead_lettered, "replayed": r.replayed, "tasks": len(parts),
+                    "workers": len({p.pid for p in parts}), "task_s_sum": sum(p.seconds for p in parts)}
         rows = df.mapInArrow(self.fn, self.ddl).collect()
         unflushed = sum(r["unflushed"] for r in rows)
         if unflushed:
             log(f"WARNING {self.writer}: {unflushed} records still unflushed when the write returned")
-        return {"rows": sum(r["rows"] for r in rows), "unflushed": unflushed}
+        return {"rows": sum(r["rows"] for r in rows), "unflushed": unflushed, "tasks": len(rows),
+                "workers": len({r["pid"] for r in rows}), "task_s_sum": sum(r["seconds"] for r in rows)}
+
+    def engine_check(self, spark: Any, partitions: int) -> dict[str, Any] | None:
+        """For the sink: the delivery engine its configuration gets in the worker processes (None for baselines).
+
+        Raises:
+            RuntimeError: a worker runs another engine than the one this writer asks for.
+        """
+        if self.sink is None:
+            return None
+        want = self.sink.config.delivery_engine
+        n = min(partitions, WARM_TASKS)
+        rows = spark.range(0, 2 * n, 1, n).mapInArrow(
+            EngineProbe(self.sink.config), EngineProbe.ddl).collect()
+        got = sorted({r["engine"] for r in rows})
+        out = {"asked": want, "workers": len({r["pid"] for r in rows}), "engines": got,
+               "why": sorted({r["why"] for r in rows})}
+        if got != [want]:
+            raise RuntimeError(f"{self.writer} asks for delivery_engine={want!r} but its workers run {got}: "
+                               f"{out['why']}")
+        return out
 
     def foreach_batch(self) -> Callable[[Any, int], None]:
         if self.sink is not None:
@@ -133,6 +172,7 @@ class Target:
 
 
 def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name: str) -> Target:
+    """The writer ``writer`` bound to ``topic``; every sink writer with its delivery engine set explicitly."""
     from spark_recoverable_sink import RecoverableKafkaSink
     from spark_recoverable_sink.report import REPORT_DDL as SINK_DDL
 
@@ -143,16 +183,18 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
     if writer == FLUSH:
         fn = FlushWriter(conf, topic)
         return Target(writer, topic, fn, fn.ddl)
-    if writer == FLUSH_ID:  # the header the sink sends: rks-id = <name>:<run>:<batch>:<partition>:<seq>
+    if writer == FLUSH_ID:  # the sink's header: rks-id = <name>:<run>:<batch>:<partition>:<fingerprint>-<occ>
         fn = FlushWriter(conf, topic, id_header="rks-id", id_prefix=f"{run_name}:{uuid.uuid4().hex[:16]}:1:".encode())
         return Target(writer, topic, fn, fn.ddl)
     if writer == NOOP:
         fn = NoopWriter()
         return Target(writer, topic, fn, fn.ddl)
-    ack = SYNC_ACK_TIMEOUT_S if writer in (SYNC, EXACTLY) else 0.0
+    if writer not in ENGINES:
+        raise ValueError(f"unknown writer {writer!r}")
+    ack = 0.0 if writer == ASYNC else SYNC_ACK_TIMEOUT_S
     guarantee = "exactly_once" if writer == EXACTLY else "at_least_once"
     sink = RecoverableKafkaSink(name=run_name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=ack,
-                                guarantee=guarantee)
+                                guarantee=guarantee, delivery_engine=ENGINES[writer])
     return Target(writer, topic, None, SINK_DDL, sink=sink, wal_dir=wal_dir)  # type: ignore[arg-type]
 
 
@@ -169,10 +211,17 @@ def cached_sizes(spark: Any) -> dict[str, int]:
 
 
 def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], partitions: int, topic_partitions: int,
-               rounds: int, writers: tuple[str, ...], scratch: str, verify: bool) -> dict[str, Any]:
-    """Median time of a batch write of cached rows, per writer and value size."""
+               rounds: int, writers: tuple[str, ...], scratch: str, verify: bool, cpu_root: int | None = None,
+               tag: str = "throughput") -> dict[str, Any]:
+    """Median time of a batch write of cached rows, per writer and value size.
+
+    ``cpu_root``: the process whose tree the CPU seconds are summed over
+    (default this one; a child running its own Spark passes the bench
+    process, which also runs the broker).
+    """
     uid = uuid.uuid4().hex[:6]
     runs: list[dict[str, Any]] = []
+    engines: dict[str, Any] = {}
     sizes = list(rows_by_size)
     cache: dict[int, dict[str, int]] = {}
     for size in sizes:
@@ -181,11 +230,11 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
         t = time.monotonic()
         assert df.count() == rows
         cache[size] = cached_sizes(spark)
-        log(f"throughput: {rows} rows of {size} B cached in {time.monotonic() - t:.1f}s "
+        log(f"{tag}: {rows} rows of {size} B cached in {time.monotonic() - t:.1f}s "
             f"({df.rdd.getNumPartitions()} partitions, {cache[size]['memory_bytes'] / 2**20:.0f} MiB in memory, "
             f"{cache[size]['disk_bytes'] / 2**20:.0f} MiB on disk)")
         if cache[size]["disk_bytes"]:
-            log("throughput: WARNING part of the cached data spilled to disk: raise --driver-memory")
+            log(f"{tag}: WARNING part of the cached data spilled to disk: raise --driver-memory")
         payload = rows * size + _key_bytes(rows)
         for rnd in range(rounds):
             order = writers[rnd % len(writers):] + writers[:rnd % len(writers)]  # rotate: no writer always first
@@ -196,12 +245,14 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
                 wal_dir = os.path.join(scratch, "wal")
                 tg = make_target(writer, bootstrap, topic, wal_dir, name)
                 try:
+                    if writer not in engines and tg.sink is not None:
+                        engines[writer] = tg.engine_check(spark, partitions)
                     tw = time.monotonic()
                     tg.warm_up(spark, partitions, size)
                     t0 = time.monotonic()
                     if t0 - tw > 15:
-                        log(f"throughput: {writer} warm-up took {t0 - tw:.1f}s")
-                    cpu = CpuMeter().start()
+                        log(f"{tag}: {writer} warm-up took {t0 - tw:.1f}s")
+                    cpu = CpuMeter(cpu_root).start()
                     rep = tg.write(df, batch_id=1)
                     t1 = time.monotonic()
                     durable = None
@@ -211,7 +262,7 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
                     cpu_s = cpu.stop()  # the whole process tree (JVM, Python workers, broker), until durable
                     run = {"writer": writer, "value_bytes": size, "round": rnd, "rows": rows, "payload_bytes": payload,
                            "seconds": t1 - t0, "durable_seconds": durable, "report": rep, "cpu_s": cpu_s}
-                    if verify and rnd == 0:
+                    if verify and rnd == 0 and writer != NOOP:
                         warm = 10 * partitions
                         tv = time.monotonic()
                         n = common.count_topic(bootstrap, topic, rows + warm)
@@ -222,11 +273,11 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
                             # Tell a flaky read from records really missing: count again.
                             n2 = common.count_topic(bootstrap, topic, rows + warm)
                             run["read_back_again"] = n2 - warm
-                            log(f"throughput: {writer} {size} B: read back {n - warm} of {rows} rows "
+                            log(f"{tag}: {writer} {size} B: read back {n - warm} of {rows} rows "
                                 f"(+{warm} warm-up rows); a second count found {n2 - warm}")
                     runs.append(run)
                     extra = f" durable {durable:.2f}s" if durable is not None else ""
-                    log(f"throughput: {writer:12s} {size:5d} B round {rnd}: {t1 - t0:.2f}s "
+                    log(f"{tag}: {writer:12s} {size:5d} B round {rnd}: {t1 - t0:.2f}s "
                         f"= {rows / (t1 - t0):,.0f} rows/s{extra}" +
                         (f" read back {run['read_back']}" if "read_back" in run else ""))
                 finally:
@@ -234,7 +285,7 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
         df.unpersist()
     return {"rows_by_size": {str(k): v for k, v in rows_by_size.items()}, "partitions": partitions,
             "topic_partitions": topic_partitions, "rounds": rounds, "sizes": sizes, "cache": cache, "runs": runs,
-            "summary": summarize_throughput(runs, writers, sizes)}
+            "engines": engines, "summary": summarize_throughput(runs, writers, sizes)}
 
 
 def _key_bytes(rows: int) -> int:
@@ -274,6 +325,8 @@ def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], s
                 "vs_raw": (med[RAW] / m) if RAW in med else None,
                 "vs_flush": (med[FLUSH] / m) if FLUSH in med else None,
                 "cpu_s_per_million": _cpu_per_million(rs),
+                "tasks": rs[0]["report"].get("tasks"),
+                "workers": max((r["report"].get("workers") or 0) for r in rs) or None,
             }
             flush_cpu = _cpu_per_million([r for r in runs if r["writer"] == FLUSH and r["value_bytes"] == size])
             row["cpu_vs_flush"] = (row["cpu_s_per_million"] / flush_cpu
@@ -304,10 +357,21 @@ def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], s
 
 
 def latency(spark: Any, bootstrap: str, *, rows_per_s: int, sizes: list[int], partitions: int, topic_partitions: int,
-            duration_s: float, warmup_batches: int, writers: tuple[str, ...], scratch: str) -> dict[str, Any]:
-    """Batch durations of a streaming query at a fixed offered load (rate source, 1 s trigger), per writer."""
+            duration_s: float, warmup_batches: int, writers: tuple[str, ...], scratch: str,
+            tag: str = "latency", source: str = "rate", max_s: float | None = None) -> dict[str, Any]:
+    """Batch durations of a streaming query at a fixed offered load (1 s trigger), per writer.
+
+    ``source="rate"``: rows by the clock (``rows_per_s``), so a writer that
+    falls behind gets larger batches; ``"rate-micro-batch"``: exactly
+    ``rows_per_s`` rows in every batch whatever the batches take (the same
+    rows per batch at any partition count). ``duration_s`` batches are
+    measured after ``warmup_batches``, or as many as come within ``max_s``.
+    When the measurement ends the query's later batches skip the writer
+    (:class:`_Gate`), so the query goes idle and stops between triggers.
+    """
     uid = uuid.uuid4().hex[:6]
     results = []
+    engines: dict[str, Any] = {}
     for size in sizes:
         for writer in writers:
             name = f"bench-lat-{writer}-{size}-{uid}"
@@ -318,25 +382,40 @@ def latency(spark: Any, bootstrap: str, *, rows_per_s: int, sizes: list[int], pa
             tg = make_target(writer, bootstrap, topic, wal_dir, name)
             q = None
             try:
+                if writer not in engines and tg.sink is not None:
+                    engines[writer] = tg.engine_check(spark, partitions)
                 tg.warm_up(spark, partitions, size)
-                src = (spark.readStream.format("rate").option("rowsPerSecond", rows_per_s)
-                       .option("numPartitions", partitions).load())
-                q = (kafka_columns(src, "value", size).writeStream.foreachBatch(tg.foreach_batch())
+                if source == "rate-micro-batch":
+                    src = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_s)
+                           .option("numPartitions", partitions).load())
+                else:
+                    src = (spark.readStream.format("rate").option("rowsPerSecond", rows_per_s)
+                           .option("numPartitions", partitions).load())
+                gate = _Gate(tg.foreach_batch())
+                q = (kafka_columns(src, "value", size).writeStream.foreachBatch(gate)
                      .option("checkpointLocation", chk).trigger(processingTime="1 second").start())
-                end = time.monotonic() + duration_s + warmup_batches * 1.0 + 3.0
+                end = time.monotonic() + (max_s if max_s is not None else duration_s + warmup_batches * 1.0 + 3.0)
                 while time.monotonic() < end and q.isActive:
-                    time.sleep(0.5)
-                    lp = q.lastProgress
-                    if lp is not None and lp["batchId"] >= warmup_batches + int(duration_s):
+                    time.sleep(0.2)
+                    if len([b for b in gate.written if b >= warmup_batches]) >= int(duration_s):
                         break
+                gate.close()  # a batch running now finishes; later ones skip the writer
                 if not q.isActive:
                     raise RuntimeError(f"streaming query of {writer} stopped: {q.exception()}")
-                progress = [dict(p) for p in q.recentProgress]
+                t_wait = time.monotonic()
+                while time.monotonic() - t_wait < 600 and q.isActive and gate.running:
+                    time.sleep(0.05)
+                t_wait = time.monotonic()  # the last written batch's progress event comes when its trigger ends
+                while (gate.written and time.monotonic() - t_wait < 15 and q.isActive
+                       and not any(dict(p).get("batchId") == gate.written[-1] for p in q.recentProgress)):
+                    time.sleep(0.05)
+                done = set(gate.written)
+                progress = [d for d in (dict(p) for p in q.recentProgress) if d.get("batchId") in done]
                 ts = time.monotonic()
                 between = stop_between_triggers(q)
                 t_stop = time.monotonic()
                 if t_stop - ts > 10 or not between:
-                    log(f"latency: stopping the {writer} query took {t_stop - ts:.1f}s "
+                    log(f"{tag}: stopping the {writer} query took {t_stop - ts:.1f}s "
                         f"({'between triggers' if between else 'during a trigger'})")
                 drain, adopted = None, False
                 if writer == ASYNC:
@@ -344,7 +423,7 @@ def latency(spark: Any, bootstrap: str, *, rows_per_s: int, sizes: list[int], pa
                     if end_t is None:
                         # A worker died with records in its WAL slot (e.g. a task killed by the
                         # stop): only a later task of the sink adopts them. Run one, as a job would.
-                        log("latency: async sink's WAL not empty 60 s after the stop; running an empty batch "
+                        log(f"{tag}: async sink's WAL not empty 60 s after the stop; running an empty batch "
                             "so that a task adopts the orphaned slot")
                         adopted = True
                         tg.sink.write(kafka_columns(spark.range(0, 0, 1, partitions), "id", size), batch_id=10**9)
@@ -354,8 +433,10 @@ def latency(spark: Any, bootstrap: str, *, rows_per_s: int, sizes: list[int], pa
                 res["drain_after_stop_s"] = drain
                 res["stopped_between_triggers"] = between
                 res["drain_needed_orphan_adoption"] = adopted
+                if tg.sink is not None:
+                    res["sink_batches"] = summarize_sink_reports(tg.sink.reports, warmup_batches)
                 results.append(res)
-                log(f"latency: {writer:12s} {size:5d} B: p50 addBatch {res['add_batch_ms']['p50']} ms, "
+                log(f"{tag}: {writer:12s} {size:5d} B: p50 addBatch {res['add_batch_ms']['p50']} ms, "
                     f"p95 {res['add_batch_ms']['p95']} ms, p99 {res['add_batch_ms']['p99']} ms over "
                     f"{res['batches']} batches; kept up: {res['kept_up']}")
             finally:
@@ -363,8 +444,53 @@ def latency(spark: Any, bootstrap: str, *, rows_per_s: int, sizes: list[int], pa
                     q.stop()
                 common.delete_topic(bootstrap, topic)
                 shutil.rmtree(chk, ignore_errors=True)
-    return {"rows_per_s": rows_per_s, "trigger_s": 1.0, "partitions": partitions, "sizes": sizes,
-            "duration_s": duration_s, "warmup_batches": warmup_batches, "results": results}
+    return {"rows_per_s": rows_per_s, "trigger_s": 1.0, "partitions": partitions, "sizes": sizes, "source": source,
+            "duration_s": duration_s, "warmup_batches": warmup_batches, "max_s": max_s, "engines": engines,
+            "results": results}
+
+
+class _Gate:
+    """A ``foreachBatch`` function passing batches to the writer until :meth:`close`; later ones are skipped.
+
+    Records the batch ids the writer ran (the measured batches come from
+    them), and whether a batch is in the writer right now.
+    """
+
+    def __init__(self, inner: Callable[[Any, int], None]) -> None:
+        self.inner = inner
+        self.written: list[int] = []
+        self.closed = False
+        self.running = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if self.closed:
+            return
+        self.running = True
+        try:
+            self.inner(df, batch_id)
+            self.written.append(batch_id)
+        finally:
+            self.running = False
+
+
+def summarize_sink_reports(reports: Any, warmup: int) -> dict[str, Any]:
+    """What the sink's own batch reports say about the measured batches: task times, worker processes.
+
+    ``batch_s``: the sink's time for the batch on the driver (its Spark job,
+    and for exactly-once the wait until every lane is committed);
+    ``task_s``: one task's ``write_partition``; ``task_s_sum``: all of a
+    batch's task time (divided by the cores, what the tasks take of the batch).
+    """
+    rs = [r for r in list(reports) if r.batch_id >= warmup and r.rows > 0]
+    tasks = [p.seconds for r in rs for p in r.partition_reports]
+    sums = [sum(p.seconds for p in r.partition_reports) for r in rs]
+    return {"batches": len(rs), "batch_s_p50": common.median([r.seconds for r in rs]),
+            "task_s_p50": common.median(tasks), "task_s_p95": common.percentile(tasks, 95),
+            "task_s_sum_p50": common.median(sums), "tasks_per_batch": common.median([len(r.partition_reports) for r in rs]),
+            "workers": len({p.pid for r in rs for p in r.partition_reports})}
 
 
 def stop_between_triggers(q: Any, timeout_s: float = 30.0) -> bool:
@@ -406,3 +532,68 @@ def summarize_latency(writer: str, size: int, rows_per_s: int, progress: list[di
     return {"writer": writer, "label": LABELS[writer], "value_bytes": size, "batches": len(ps),
             "rows_per_batch_mean": mean_rows, "add_batch_ms": pct(add), "trigger_ms": pct(trig), "kept_up": kept_up,
             "batch_ids": [p.get("batchId") for p in ps]}
+
+
+# -- 3. scaling with Spark partitions ---------------------------------------------------------------------
+
+
+def scaling_point(spark: Any, bootstrap: str, *, partitions: int, rows: int, value_bytes: int, rounds: int,
+                  rows_per_s: int, duration_s: float, warmup_batches: int, topic_partitions: int, scratch: str,
+                  verify: bool, tp_writers: tuple[str, ...] = SCALING_TP_WRITERS,
+                  lat_writers: tuple[str, ...] = SCALING_LAT_WRITERS, max_s: float | None = None,
+                  cpu_root: int | None = None, tag: str = "scaling") -> dict[str, Any]:
+    """Throughput (the same cached rows) and micro-batch latency (the same rows per batch) at ``partitions``.
+
+    Latency: a ``rate-micro-batch`` source, ``rows_per_s`` rows in every
+    batch, 1 s trigger; ``duration_s`` batches measured (or those within ``max_s``).
+
+    A failure of one half is recorded in it (``{"error": ...}``) and does not
+    stop the other.
+    """
+    out: dict[str, Any] = {"partitions": partitions}
+    t = time.monotonic()
+    try:
+        out["throughput"] = throughput(
+            spark, bootstrap, rows_by_size={value_bytes: rows}, partitions=partitions,
+            topic_partitions=topic_partitions, rounds=rounds, writers=tp_writers, scratch=scratch, verify=verify,
+            cpu_root=cpu_root, tag=f"{tag} {partitions}p throughput")
+    except Exception as exc:  # noqa: BLE001 - recorded, and the run fails (bench/run.py)
+        import traceback
+
+        traceback.print_exc()
+        out["throughput"] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        out["latency"] = latency(
+            spark, bootstrap, rows_per_s=rows_per_s, sizes=[value_bytes], partitions=partitions,
+            topic_partitions=topic_partitions, duration_s=duration_s, warmup_batches=warmup_batches,
+            writers=lat_writers, scratch=scratch, tag=f"{tag} {partitions}p latency", source="rate-micro-batch",
+            max_s=max_s)
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        out["latency"] = {"error": f"{type(exc).__name__}: {exc}"}
+    out["seconds"] = time.monotonic() - t
+    return out
+
+
+def scaling_rows(point: dict[str, Any], setting: str) -> list[dict[str, Any]]:
+    """One summary row per writer of a scaling point: throughput, CPU and micro-batch latency side by side."""
+    tp, lat = point.get("throughput") or {}, point.get("latency") or {}
+    by: dict[str, dict[str, Any]] = {}
+    for r in tp.get("summary", []) if "error" not in tp else []:
+        by.setdefault(r["writer"], {}).update(
+            rows_per_s=r["rows_per_s"], median_s=r["median_s"], cpu_s_per_million=r.get("cpu_s_per_million"),
+            tp_vs_flush=r.get("vs_flush"), tp_workers=r.get("workers"), tp_rows=r["rows"], tp_runs=r["runs"],
+            read_back_ok=r.get("read_back_ok"))
+    for r in lat.get("results", []) if "error" not in lat else []:
+        sb = r.get("sink_batches") or {}
+        by.setdefault(r["writer"], {}).update(
+            p50_ms=r["add_batch_ms"]["p50"], p95_ms=r["add_batch_ms"]["p95"], p99_ms=r["add_batch_ms"]["p99"],
+            trigger_p50_ms=r["trigger_ms"]["p50"], kept_up=r["kept_up"], batches=r["batches"],
+            rows_per_batch=r["rows_per_batch_mean"], task_s_p50=sb.get("task_s_p50"),
+            task_s_sum_p50=sb.get("task_s_sum_p50"), sink_batch_s_p50=sb.get("batch_s_p50"),
+            lat_workers=sb.get("workers"))
+    order = list(SCALING_LAT_WRITERS) + [w for w in by if w not in SCALING_LAT_WRITERS]
+    return [{"setting": setting, "partitions": point["partitions"], "writer": w, "label": LABELS.get(w, w), **by[w]}
+            for w in order if w in by]

@@ -13,7 +13,12 @@ Tasks:
 * ``produce-cost`` -- µs per record of a plain produce loop with a delivery
                       callback per record (without and with an ``rks-id``-like
                       header) vs ``write_partition`` (WAL write + produce +
-                      ack + prune), same records, same broker.
+                      ack + prune) on the native and on the Python delivery
+                      engine, same records, same broker.
+
+Every sink here runs with an explicit ``delivery_engine`` (``engine`` in the
+arguments, default ``"native"``, the sink's default where the extension
+loads), recorded in the result.
 * ``profile``      -- cProfile of ``write_partition`` for one partition: the
                       task thread and the publisher's poller thread.
 """
@@ -37,12 +42,21 @@ from bench import common  # noqa: E402
 SYNC_ACK_TIMEOUT_S = 900.0
 
 
-def _config(a: dict[str, Any], ack_timeout_s: float, extra_conf: dict[str, str] | None = None) -> Any:
+def _config(a: dict[str, Any], ack_timeout_s: float, extra_conf: dict[str, str] | None = None,
+            engine: str | None = None, name: str | None = None) -> Any:
     from spark_recoverable_sink.config import SinkConfig
 
     conf = common.producer_conf(a["bootstrap"])
     conf.update(extra_conf or {})
-    return SinkConfig.build(a["name"], conf, a["wal_dir"], topic=a["topic"], ack_timeout_s=ack_timeout_s)
+    return SinkConfig.build(name or a["name"], conf, a["wal_dir"], topic=a["topic"], ack_timeout_s=ack_timeout_s,
+                            delivery_engine=engine or a.get("engine", "native"))
+
+
+def _engine(cfg: Any) -> str:
+    """The delivery engine ``cfg`` gets in this process (raises if ``native`` cannot load)."""
+    from spark_recoverable_sink.delivery.engine import choose
+
+    return choose(cfg)[0]
 
 
 def _report_dict(r: Any) -> dict[str, Any]:
@@ -71,7 +85,8 @@ def task_memory(a: dict[str, Any]) -> dict[str, Any]:
     env = get_runtime(cfg).wal.env  # how much of the WAL's map has ever been used (its file-backed pages)
     map_used_kib = (env.info()["last_pgno"] + 1) * env.stat()["psize"] // 1024
     reset_runtimes()
-    return {"rows": a["rows"], "value_bytes": a["value_bytes"], "seconds": secs, "rows_per_s": a["rows"] / secs,
+    return {"rows": a["rows"], "value_bytes": a["value_bytes"], "engine": _engine(cfg), "seconds": secs,
+            "rows_per_s": a["rows"] / secs,
             "baseline_rss_kib": base["VmRSS"], "warm_hwm_kib": warm["VmHWM"], "peak_hwm_kib": end["VmHWM"],
             "end_rss_kib": end["VmRSS"], "end_rss_parts_kib": rss_parts, "wal_map_used_kib": map_used_kib,
             "report": _report_dict(rep)}
@@ -116,6 +131,7 @@ def task_replay(a: dict[str, Any]) -> dict[str, Any]:
     acked_s = t_acked - t0
     return {"replayed": replayed, "recover_and_produce_s": t_started - t0, "acked_s": acked_s,
             "wal_empty_s": t_empty - t0, "rows_per_s": replayed / acked_s if acked_s > 0 else None,
+            "engine": _engine(cfg),
             "wal_after": stats, "timed_out": time.monotonic() >= deadline}
 
 
@@ -126,9 +142,10 @@ def _produce_alone(producer: Any, topic: str, batches: list[Any], id_header: boo
                    callback: bool = True) -> float:
     """A plain produce loop with a delivery callback per record; seconds until every record is acked.
 
-    With ``id_header`` each record also gets a header like the sink's ``rks-id``
-    (built the same way: a one-entry dict), to tell the header's cost from the
-    WAL's. Without ``callback`` no delivery report reaches Python (the cost of
+    With ``id_header`` each record also gets a header shaped like the sink's
+    ``rks-id`` (``<prefix><16 hex digits>-<occurrence>``, built per record as
+    confluent-kafka takes it: a one-entry dict), to tell the header's cost
+    from the WAL's. Without ``callback`` no delivery report reaches Python (the cost of
     per-record reports; only ``flush()`` says whether all went).
     """
     failed: list[Any] = []
@@ -141,7 +158,7 @@ def _produce_alone(producer: Any, topic: str, batches: list[Any], id_header: boo
             failed.append(err)
 
     produce, poll = producer.produce, producer.poll
-    prefix, seq = b"bench-produce:1:0:", 0
+    prefix, seq = b"bench-produce:0123456789abcdef:1:0:", 0
     t0 = time.perf_counter()
     for b in batches:
         keys = b.column("key").to_pylist()
@@ -150,7 +167,7 @@ def _produce_alone(producer: Any, topic: str, batches: list[Any], id_header: boo
             while True:
                 try:
                     if id_header:
-                        produce(topic, v, k, on_delivery=cb, headers={"rks-id": b"%b%d" % (prefix, seq)})
+                        produce(topic, v, k, on_delivery=cb, headers={"rks-id": b"%b%016x-0" % (prefix, seq)})
                     elif callback:
                         produce(topic, v, k, on_delivery=cb)
                     else:
@@ -176,26 +193,32 @@ def task_produce_cost(a: dict[str, Any]) -> dict[str, Any]:
     rows, size = a["rows"], a["value_bytes"]
     batches = list(common.arrow_batches(rows, size))
     producer = Producer(common.producer_conf(a["bootstrap"]))
-    cfg = _config(a, SYNC_ACK_TIMEOUT_S)
+    cfg = _config(a, SYNC_ACK_TIMEOUT_S, engine="native")
+    cfg_py = _config(a, SYNC_ACK_TIMEOUT_S, engine="python", name=a["name"] + "-py")
+    engines = {"sink": _engine(cfg), "sink_python": _engine(cfg_py)}
     warm = list(common.arrow_batches(10_000, size))
     _produce_alone(producer, a["topic"], warm)
     write_partition(cfg, 0, 0, 0, iter(warm))
-    alone, header, sink, no_dr = [], [], [], []
+    write_partition(cfg_py, 0, 0, 0, iter(warm))
+    alone, header, sink, sink_py, no_dr = [], [], [], [], []
     for i in range(a["repeat"]):  # interleaved
         no_dr.append(_produce_alone(producer, a["topic"], batches, callback=False))
         alone.append(_produce_alone(producer, a["topic"], batches))
         header.append(_produce_alone(producer, a["topic"], batches, id_header=True))
-        t0 = time.perf_counter()
-        rep = write_partition(cfg, i + 1, 0, 0, iter(batches))
-        sink.append(time.perf_counter() - t0)
-        if rep.acked != rows:
-            raise RuntimeError(f"write_partition acked {rep.acked} of {rows}")
+        for c, out in ((cfg, sink), (cfg_py, sink_py)):
+            t0 = time.perf_counter()
+            rep = write_partition(c, i + 1, 0, 0, iter(batches))
+            out.append(time.perf_counter() - t0)
+            if rep.acked != rows:
+                raise RuntimeError(f"write_partition ({c.delivery_engine} engine) acked {rep.acked} of {rows}")
     reset_runtimes()
     ma, mh, ms, mn = common.median(alone), common.median(header), common.median(sink), common.median(no_dr)
-    return {"rows": rows, "value_bytes": size, "repeat": a["repeat"], "produce_alone_s": alone,
-            "produce_header_s": header, "sink_s": sink, "produce_no_report_s": no_dr,
+    mp = common.median(sink_py)
+    return {"rows": rows, "value_bytes": size, "repeat": a["repeat"], "engines": engines, "produce_alone_s": alone,
+            "produce_header_s": header, "sink_s": sink, "sink_python_s": sink_py, "produce_no_report_s": no_dr,
             "produce_no_report_us": mn / rows * 1e6,
             "produce_alone_us": ma / rows * 1e6, "produce_header_us": mh / rows * 1e6, "sink_us": ms / rows * 1e6,
+            "sink_python_us": mp / rows * 1e6,
             "sink_overhead_us": (ms - ma) / rows * 1e6, "sink_vs_alone": ma / ms}
 
 
@@ -262,7 +285,7 @@ def task_profile(a: dict[str, Any]) -> dict[str, Any]:
     prof_s = time.perf_counter() - t0
     reset_runtimes()  # stops the poller thread, which ends its profile
     out: dict[str, Any] = {
-        "rows": rows, "value_bytes": size, "profiled_s": prof_s, "acked": rep.acked,
+        "rows": rows, "value_bytes": size, "engine": _engine(cfg), "profiled_s": prof_s, "acked": rep.acked,
         "threads": {"task": {"cumulative": _top(main, "cumulative", top, rows), "self": _top(main, "self", top, rows),
                              "note": f"The task thread during write_partition of {rows} rows; wall time"}},
     }

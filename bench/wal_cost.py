@@ -3,16 +3,20 @@
 Compares, for the same records:
 
 * ``chunked`` -- what the sink does: one LMDB entry per Arrow batch
-  (normalise + Arrow IPC encode + CRC + one committed, fsynced transaction),
-  then one delete per chunk when it is acked;
+  (normalise + the records' ids, i.e. content fingerprints and occurrences
+  stored as the columns ``rks_fp``, ``rks_occ`` + Arrow IPC encode + CRC +
+  one committed, fsynced transaction), then one delete per chunk when it is
+  acked;
 * ``per_record`` -- the alternative design: one LMDB put per record in the
   same transaction, one delete per record at prune.
 
-For ``chunked`` it also measures ``ack_us``: the in-memory ack tracking the
-sink does per record (``ChunkTracker.on_delivery`` called as the delivery
-callback of each record, plus binding it to the record's index when the
-tracker's callback takes one), without Kafka. ``total_with_ack_us`` is
-write + ack + prune. Kafka itself is left out here; ``bench/run.py`` compares
+For ``chunked`` it also measures the in-memory ack tracking, without Kafka:
+``ack_us`` as the native delivery engine (the sink's default) does it (its
+counts of a chunk's round handed over once: ``Round.add_reports``), and
+``ack_python_us`` as the Python engine does it (the round's
+``on_delivery`` called as the delivery callback of each record).
+``total_with_ack_us`` is write + ack (native) + prune. ``ids_us`` is the
+part of the write that computes the ids (fingerprints + occurrences). Kafka itself is left out here; ``bench/run.py`` compares
 the whole path with a plain produce loop against the broker.
 
 Usage: python bench/wal_cost.py [--rows N] [--chunk N] [--sizes 100,1024] [--repeat N] [--json PATH]
@@ -39,6 +43,7 @@ from functools import partial  # noqa: E402
 
 from spark_recoverable_sink.delivery.attempts import AttemptTracker
 from spark_recoverable_sink.delivery.chunks import ChunkTracker  # noqa: E402
+from spark_recoverable_sink.ids import new_occurrences, with_ids  # noqa: E402
 from spark_recoverable_sink.schema import normalize_batch  # noqa: E402
 from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey, encode_chunk  # noqa: E402
 from spark_recoverable_sink.wal.log import Wal  # noqa: E402
@@ -59,10 +64,11 @@ def bench_chunked(batches: list[pa.RecordBatch], path: str, sync: bool) -> dict[
     gen = wal.reserve_gen()
     rows = sum(b.num_rows for b in batches)
     keys = []
+    occ = new_occurrences()
     t0 = time.perf_counter()
     seq = 0
     for b in batches:
-        norm = normalize_batch(b, "t", "bench:0:0:", seq)
+        norm = with_ids(normalize_batch(b, "t", "bench:0:0:", seq), occ)
         chunk = encode_chunk(norm)
         key = ChunkKey(0, 0, seq, gen)
         wal.append(key, chunk)
@@ -72,18 +78,28 @@ def bench_chunked(batches: list[pa.RecordBatch], path: str, sync: bool) -> dict[
     for i in range(0, len(keys), 16):  # a checkpoint prunes many chunks per transaction
         wal.prune(chunks=keys[i:i + 16])
     t2 = time.perf_counter()
-    ack = bench_ack(wal, keys, [b.num_rows for b in batches])
+    counts = [b.num_rows for b in batches]
+    ack = bench_ack(wal, keys, counts, native=True)
+    ack_py = bench_ack(wal, keys, counts, native=False)
     wal.close()
+    normed = [normalize_batch(b, "t", "bench:0:0:", 0) for b in batches]
+    occ = new_occurrences()
+    t3 = time.perf_counter()
+    for nb in normed:
+        with_ids(nb, occ)
+    ids = (time.perf_counter() - t3) / rows * 1e6
     return {"write_us": (t1 - t0) / rows * 1e6, "prune_us": (t2 - t1) / rows * 1e6,
-            "total_us": (t2 - t0) / rows * 1e6, "ack_us": ack,
+            "total_us": (t2 - t0) / rows * 1e6, "ack_us": ack, "ack_python_us": ack_py, "ids_us": ids,
             "total_with_ack_us": (t2 - t0) / rows * 1e6 + ack}
 
 
-def bench_ack(wal: Wal, keys: list, counts: list[int]) -> float:
+def bench_ack(wal: Wal, keys: list, counts: list[int], native: bool = True) -> float:
     """µs per record of the sink's in-memory ack tracking, without Kafka.
 
-    Follows the tracker's callback signature: ``on_delivery(index, err, msg)``
-    (a ``partial`` bound to each record's index in the produce loop) or
+    ``native``: the native engine's way, a chunk round's counts handed over
+    once (``add_reports``). Otherwise the Python engine's: the tracker's
+    callback per record, following its signature: ``on_delivery(index, err,
+    msg)`` (a ``partial`` bound to each record's index in the produce loop) or
     ``on_delivery(err, msg)`` (one bound method per chunk).
     """
     attempt = AttemptTracker(wal, AttemptKey(0, 0, 0))
@@ -92,6 +108,10 @@ def bench_ack(wal: Wal, keys: list, counts: list[int]) -> float:
     t0 = time.perf_counter()
     for (key, size), n in zip(keys, counts):
         t = ChunkTracker(wal, key, n, size, attempt)
+        if native:
+            t.round.add_reports(n, n, [])  # what the publisher does with one poll's results for the round
+            assert t.acked == n
+            continue
         cb = t.round.on_delivery if hasattr(t, "round") else t.on_delivery  # what the produce loop binds
         if per_index:
             cbs = [partial(cb, i) for i in range(n)]  # the produce loop binds the index ...

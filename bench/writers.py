@@ -9,12 +9,14 @@
   here): a delivery callback per record that keeps the first error, a check
   for that error before each send, ``flush()`` at the end of the partition and
   an error check after it; fails the task on the first error.
-  With ``id_header`` set it also sends the sink's per-record id header
-  (``{name: b"<prefix><seq>"}``, built the way the sink builds it): the same
-  baseline carrying the same header bytes, to separate the header's cost from
-  the WAL's.
+  With ``id_header`` set it also sends a per-record id header shaped like
+  the sink's (``{name: b"<sink>:<run>:<batch>:<partition>:<16 hex>-<occ>"}``,
+  the row number standing in for the content fingerprint, occurrence 0):
+  the same baseline carrying the same header bytes, built per record in
+  Python as confluent-kafka needs it, to separate the header's cost from the
+  WAL's.
 
-Both produce exactly like the sink's produce loop does: one ``produce`` call
+Both produce exactly like the sink's Python engine's produce loop does: one ``produce`` call
 per row with ``(topic, value, key)``, ``poll(0)`` once per Arrow batch to
 serve delivery reports, ``poll(0.05)`` and retry when the local queue is full.
 The producer is created once per worker process and run (like the sink's
@@ -25,6 +27,10 @@ closes whatever earlier runs left in the worker process (sink runtimes and
 their poller threads, cached producers) and then writes a few rows with the
 writer about to be timed, so that every timed run starts with a connected
 producer (and, for the sink, an open WAL slot) and no leftovers.
+
+:class:`EngineProbe` asks, in the worker processes, which delivery engine a
+sink configuration gets there (the benchmark records it and refuses to time
+a sink writer on an engine it did not ask for).
 """
 
 from __future__ import annotations
@@ -129,8 +135,8 @@ class FlushWriter:
                     try:
                         if idh is None:
                             produce(topic, v, k, on_delivery=on_delivery)
-                        else:
-                            produce(topic, v, k, on_delivery=on_delivery, headers={idh: b"%b%d" % (prefix, i)})
+                        else:  # <prefix><16 hex digits>-<occurrence>, like the sink's content ids
+                            produce(topic, v, k, on_delivery=on_delivery, headers={idh: b"%b%016x-0" % (prefix, i)})
                         break
                     except BufferError:
                         poll(0.05)
@@ -153,6 +159,29 @@ class NoopWriter:
         t0 = time.monotonic()
         rows = sum(b.num_rows for b in batches)
         yield _report(rows, 0, time.monotonic() - t0)
+
+
+class EngineProbe:
+    """Which delivery engine a sink configuration gets in this worker process (and why)."""
+
+    ddl = "pid long, engine string, why string"
+    _schema = pa.schema([("pid", pa.int64()), ("engine", pa.string()), ("why", pa.string())])
+
+    def __init__(self, config: Any, hold_s: float = 0.05) -> None:
+        self.config = config
+        self.hold_s = hold_s  # so that concurrent probe tasks land on different worker processes
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_recoverable_sink.delivery.engine import choose
+
+        for _ in batches:
+            pass
+        time.sleep(self.hold_s)
+        try:
+            name, why = choose(self.config)
+        except ImportError as exc:  # delivery_engine="native" where the extension cannot load
+            name, why = "unavailable", str(exc)
+        yield pa.RecordBatch.from_pylist([{"pid": os.getpid(), "engine": name, "why": why}], schema=self._schema)
 
 
 class Prepare:
