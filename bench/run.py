@@ -1,4 +1,4 @@
-"""The benchmark suite: one entry point, one process tree, one broker, one Spark session.
+"""The benchmark suite: one entry point, one process tree, one Spark session, a fresh broker per section.
 
 Usage::
 
@@ -144,7 +144,7 @@ def run_task(task: str, args: dict[str, Any], timeout_s: float, logdir: str) -> 
     raise RuntimeError(f"task {task} exited {r.returncode} without a result; stderr tail:\n{tail}")
 
 
-def section_spark(results: dict[str, Any], p: dict[str, Any], bootstrap: str, scratch: str,
+def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers", scratch: str,
                   want: set[str], args: argparse.Namespace) -> None:
     from bench import spark_bench as sb
 
@@ -154,19 +154,67 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], bootstrap: str, sc
     results["settings"]["spark"] = sb.spark_settings(spark)
     try:
         if "throughput" in want:
+            bootstrap = brokers.fresh("throughput").bootstrap
             results["throughput"] = guarded(lambda: sb.throughput(
                 spark, bootstrap, rows_by_size={s: p["tp_rows"][str(s)] for s in p["sizes"]}, partitions=args.partitions,
                 topic_partitions=args.topic_partitions, rounds=p["tp_rounds"], writers=sb.WRITERS,
                 scratch=scratch, verify=p["verify"]))
         if "latency" in want:
+            bootstrap = brokers.fresh("latency").bootstrap
             results["latency"] = guarded(lambda: sb.latency(
                 spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
                 topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
                 warmup_batches=p["lat_warmup_batches"], writers=sb.LATENCY_WRITERS, scratch=scratch))
         if "scaling" in want:
+            bootstrap = brokers.fresh("scaling").bootstrap
             results["scaling"] = {"local": guarded(lambda: scaling_local(spark, p, bootstrap, scratch, args))}
     finally:
         spark.stop()
+
+
+class Brokers:
+    """A fresh embedded broker for each section, and what the one before it used.
+
+    The broker keeps everything in memory; after a section has written (and
+    deleted) tens of millions of records it is not the broker a later section
+    should meet: in a full run on one broker (20261124T004312) the sections
+    after the Spark ones (WAL, memory, replay: outside Spark, one process each)
+    measured 1.1 to 2.6 times slower than the same sections run alone on a
+    fresh broker right after. Each section
+    starts its own; ``used`` records, per section, the CPU seconds and the
+    resident set of the broker it had, read from /proc when it stops.
+    """
+
+    def __init__(self, scratch: str) -> None:
+        self.scratch = scratch
+        self.current: Any = None
+        self.section = ""
+        self.used: dict[str, dict[str, Any]] = {}
+
+    def fresh(self, section: str) -> Any:
+        from devtools.devbroker import EmbeddedBroker
+
+        self.stop()
+        self.section = section
+        self.current = EmbeddedBroker(log_path=os.path.join(self.scratch, f"tansu-{section}.log")).start()
+        self.used[section] = {"loadavg_start": list(os.getloadavg())}
+        return self.current
+
+    def stop(self) -> None:
+        if self.current is None:
+            return
+        pid = self.current.pid
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+            status = common.proc_status(pid)
+            self.used[self.section].update(cpu_s=round(cpu_s, 2), rss_kib=status.get("VmRSS"),
+                                           hwm_kib=status.get("VmHWM"))
+        except OSError:
+            pass
+        self.current.stop()
+        self.current = None
 
 
 def _scale_kw(p: dict[str, Any], prefix: str, args: argparse.Namespace, scratch: str) -> dict[str, Any]:
@@ -360,8 +408,6 @@ def main() -> int:
     scratch = os.path.join(args.out_dir, "tmp", stamp)
     os.makedirs(scratch, exist_ok=True)
     started = time.monotonic()
-    from devtools.devbroker import EmbeddedBroker
-
     results: dict[str, Any] = {
         "meta": {"timestamp": stamp, "mode": mode, "sections": sorted(want), "commit": common.git_commit(),
                  "machine": common.machine_facts(), "params": p},
@@ -369,14 +415,16 @@ def main() -> int:
                      "value_sizes": p["sizes"]},
     }
     log(f"mode={mode} sections={','.join(sorted(want))} scratch={scratch}")
-    broker = EmbeddedBroker(log_path=os.path.join(scratch, "tansu.log")).start()
+    brokers = Brokers(scratch)
     try:
+        broker = brokers.fresh("settings")
         results["settings"]["producer_conf"] = {
             k: v for k, v in common.check_same_producer_conf(broker.bootstrap).items() if k != "bootstrap.servers"}
-        results["settings"]["broker"] = f"{results['meta']['machine']['broker']}, memory storage, 127.0.0.1"
+        results["settings"]["broker"] = (f"{results['meta']['machine']['broker']}, memory storage, 127.0.0.1, "
+                                         "a fresh one per section")
         if want & SPARK_SECTIONS:
             try:
-                section_spark(results, p, broker.bootstrap, scratch, want, args)
+                section_spark(results, p, brokers, scratch, want, args)
             except Exception as exc:  # noqa: BLE001 - e.g. Spark failed to start
                 traceback.print_exc()
                 for s in SPARK_SECTIONS:
@@ -390,7 +438,8 @@ def main() -> int:
             if args.no_cluster:
                 sc["cluster"] = None
             else:  # after this process's SparkSession stopped: the cluster app has the machine to itself
-                sc["cluster"] = guarded(lambda: scaling_cluster(p, broker.bootstrap, scratch, args))
+                bootstrap = brokers.fresh("scaling-cluster").bootstrap
+                sc["cluster"] = guarded(lambda: scaling_cluster(p, bootstrap, scratch, args))
             from bench.spark_bench import scaling_rows
 
             sc["summary"] = [r for pt in (sc["local"].get("points", []) if "error" not in sc["local"] else [])
@@ -398,15 +447,20 @@ def main() -> int:
             if isinstance(sc.get("cluster"), dict) and "error" not in sc["cluster"]:
                 sc["summary"] += scaling_rows(sc["cluster"], sc["cluster"]["master"])
         if "wal" in want:
-            results["wal"] = guarded(lambda: section_wal(p, broker.bootstrap, scratch, args.topic_partitions))
+            bootstrap = brokers.fresh("wal").bootstrap
+            results["wal"] = guarded(lambda: section_wal(p, bootstrap, scratch, args.topic_partitions))
         if "memory" in want:
-            results["memory"] = guarded(lambda: section_memory(p, broker.bootstrap, scratch, args.topic_partitions))
+            bootstrap = brokers.fresh("memory").bootstrap
+            results["memory"] = guarded(lambda: section_memory(p, bootstrap, scratch, args.topic_partitions))
         if "recovery" in want:
+            broker = brokers.fresh("recovery")
             results["recovery"] = guarded(lambda: section_recovery(p, broker, scratch, args.topic_partitions))
         if "profile" in want:
-            results["profile"] = guarded(lambda: section_profile(p, broker.bootstrap, scratch, args.topic_partitions))
+            bootstrap = brokers.fresh("profile").bootstrap
+            results["profile"] = guarded(lambda: section_profile(p, bootstrap, scratch, args.topic_partitions))
     finally:
-        broker.stop()
+        brokers.stop()
+    results["meta"]["brokers"] = brokers.used
     results["meta"]["elapsed_s"] = round(time.monotonic() - started, 1)
     results["meta"]["loadavg_end"] = list(os.getloadavg())
 
