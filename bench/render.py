@@ -171,6 +171,13 @@ def markdown(results: dict[str, Any]) -> str:
         w(f"The machine was otherwise idle when the run started (1-minute load average {la0[0]:.1f} on "
           f"{cores} cores{f'; {la1[0]:.1f} at the end, the benchmark itself' if la1 else ''}).\n")
     del busy
+    used = {k: v for k, v in (meta.get("brokers") or {}).items() if k != "settings" and "cpu_s" in v}
+    if used:
+        w("Each section ran on a fresh broker of its own (it keeps everything in memory; in the run before, on "
+          "one broker throughout, the sections after the Spark ones measured up to 2.6 times slower than on a "
+          "fresh broker). What each section's broker used, CPU "
+          "seconds / peak resident set: " + ", ".join(
+              f"{k} {v['cpu_s']:.0f} s / {(v.get('hwm_kib') or 0) / 1024:.0f} MiB" for k, v in used.items()) + ".\n")
     w(f"![throughput and latency per writer]({PNG_NAME})\n")
     if _ok(results.get("scaling")):
         w(f"![how cost grows with Spark partitions]({SCALING_PNG_NAME})\n")
@@ -464,12 +471,15 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
     else:
         w("**Not measured in this run.**\n")
 
+    _versions_md(w)
+
     w("## Running it\n")
     w("""```sh
 make bench-quick   # .venv/bin/python bench/run.py --quick   (a few minutes; checks every section works)
 make bench         # .venv/bin/python bench/run.py           (the measured run, about 50 minutes; a quiet machine)
 python bench/render.py [bench/results/<timestamp>.json] [--docs-dir DIR]   # re-render this page and the charts
 python bench/wal_cost.py --rows 1000000                      # the WAL cost alone
+python bench/commits.py --version a=<commit> --version b=installed   # versions of the package side by side
 ```
 
 `bench/run.py --only throughput,latency,scaling,wal,memory,recovery,profile` runs a subset; `--rows`,
@@ -479,6 +489,26 @@ shape the scaling section; `--docs-dir DIR` renders somewhere else than docs/. E
 """)
     w(f"Parameters of this run ({mode}): " + ", ".join(f"`{k}={v}`" for k, v in p.items()) + ".\n")
     return "\n".join(out)
+
+
+def _versions_md(w: Any) -> None:
+    """The newest ``bench/results/*-commits.json`` (bench/commits.py), if any: versions of the package side by side."""
+    import glob
+
+    found = sorted(glob.glob(os.path.join(REPO, "bench", "results", "*-commits.json")))
+    if not found:
+        return
+    with open(found[-1]) as f:
+        c = json.load(f)
+    w("## Versions of the package side by side\n")
+    w(f"From `bench/commits.py` ({os.path.basename(found[-1])}, its own run: {c['rounds']} interleaved rounds, "
+      f"local[{c['machine'].get('cores', '?')}], {c['partitions']} partitions, a fresh Spark app per version and "
+      "round, one broker): sink at-least-once sync, `sink.write` of cached rows, each version's median. "
+      "Versions: " + ", ".join(f"`{v}`" for v in c["versions"]) +
+      f" (`installed`: the package of the checkout at `{str(c.get('checkout'))[:12]}`, on the engine named).\n")
+    rows = [[r["label"], f"{r['value_bytes']} B", f"{r['median_rows_per_s']:,.0f}",
+             f"{r['min']:,.0f} – {r['max']:,.0f}", f"{r['ratio_to_first']:.3f}"] for r in c["summary"]]
+    w(_table(["version", "values", "median rows/s", "range over rounds", "÷ first version"], rows) + "\n")
 
 
 from bench.chart import chart, scaling_chart  # noqa: E402  (the figures: bench/chart.py)
