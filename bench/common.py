@@ -71,22 +71,27 @@ def delete_topic(bootstrap: str, name: str) -> None:
         print(f"[bench] could not delete topic {name}: {exc}", file=sys.stderr)
 
 
-def count_topic(bootstrap: str, topic: str, expected: int, idle_s: float = 3.0, timeout_s: float = 600.0) -> int:
+def count_topic(bootstrap: str, topic: str, expected: int, idle_s: float = 3.0, timeout_s: float = 600.0,
+                isolation: str = "read_committed") -> int:
     """Number of records in ``topic``, counted by consuming every partition from the beginning.
 
-    The embedded broker's watermark offsets are wrong, so nothing else counts.
+    The embedded broker's watermark offsets are wrong, so nothing else counts;
+    it also resolves ``OFFSET_BEGINNING`` wrongly for some partitions (a count
+    of 0 for a topic holding every record), so the reader starts at offset 0,
+    as the test readers do (tests/kafka_helpers.py).
     Stops as soon as ``expected`` records came (later duplicates are not
     counted), or after ``idle_s`` (at least 15 s when fewer came) of quiet.
     """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"bench-count-{time.monotonic_ns()}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800,
+        "isolation.level": isolation,
     })
     try:
         md = c.list_topics(topic, timeout=10)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions])
+        c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
         n = 0
         start = last = time.monotonic()
         while time.monotonic() - start < timeout_s:

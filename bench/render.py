@@ -131,16 +131,18 @@ def _scaling_md(results: dict[str, Any], sc: dict[str, Any]) -> str:
             _f(None if r.get("task_s_sum_p50") is None else r["task_s_sum_p50"] * 1000),
             _f(r.get("batches"), "{}"), _f(r.get("lat_workers") or r.get("tp_workers"), "{}"),
             {True: "yes", False: "**no**"}.get(r.get("kept_up"), "–"),
+            {True: "yes", False: "**NO**"}.get(r.get("read_back_ok"), "–"),
         ])
     if rows:
         w(_table(["master", "partitions", "writer", "rows/s", f"rows/s ÷ at {SCALE_LO} p.", "× flush-writer",
                   "CPU s / M rows", "addBatch p50 ms", f"p50 ÷ at {SCALE_LO} p.", "p95 ms", "task p50 ms",
-                  "tasks' ms per batch", "batches", "Python workers", "kept up"], rows) + "\n")
+                  "tasks' ms per batch", "batches", "Python workers", "kept up", "all rows read back"], rows) + "\n")
         w(f"\"÷ at {SCALE_LO} p.\": against the same writer at {SCALE_LO} partitions in `{loc.get('master')}` "
           "(for the local-cluster rows too). \"task p50\" and \"tasks' ms per batch\" come from the sink's own "
           "batch reports (`write_partition` per task; the sum over a batch's tasks, which run "
           f"{cores} at a time in local mode). \"Python workers\": distinct worker processes that ran the sink's "
-          "tasks. \"Kept up\": p95 trigger ≤ 1 s.\n")
+          "tasks. \"Kept up\": p95 trigger ≤ 1 s. \"All rows read back\": the throughput run of round 0 counted by "
+          "consuming its topic (read_committed) from offset 0.\n")
     return "\n".join(out)
 
 

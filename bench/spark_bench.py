@@ -273,8 +273,12 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
                             # Tell a flaky read from records really missing: count again.
                             n2 = common.count_topic(bootstrap, topic, rows + warm)
                             run["read_back_again"] = n2 - warm
+                            # ... and what a reader that also sees uncommitted records finds
+                            n3 = common.count_topic(bootstrap, topic, rows + warm, isolation="read_uncommitted")
+                            run["read_back_uncommitted"] = n3 - warm
                             log(f"{tag}: {writer} {size} B: read back {n - warm} of {rows} rows "
-                                f"(+{warm} warm-up rows); a second count found {n2 - warm}")
+                                f"(+{warm} warm-up rows); a second count found {n2 - warm}, "
+                                f"read_uncommitted {n3 - warm}")
                     runs.append(run)
                     extra = f" durable {durable:.2f}s" if durable is not None else ""
                     log(f"{tag}: {writer:12s} {size:5d} B round {rnd}: {t1 - t0:.2f}s "
@@ -348,6 +352,8 @@ def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], s
                     row["read_back_text"] = "; ".join(
                         f"{r['read_back']:,} of {r['rows']:,} read back"
                         + (f", {r['read_back_again']:,} on a second read" if "read_back_again" in r else "")
+                        + (f", {r['read_back_uncommitted']:,} read_uncommitted" if "read_back_uncommitted" in r
+                           else "")
                         for r in bad)
             out.append(row)
     return out
