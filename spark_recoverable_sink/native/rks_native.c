@@ -13,7 +13,7 @@
  *                   round in C, transactions;
  *   rks_hash.c      xxh64, fingerprints_into, unit_digest, Occurrences.
  *
- * Arrow columns arrive already split into buffers by native_engine.py, as
+ * Arrow columns arrive already split into buffers by native/library.py, as
  * tuples (length, offset, validity|None, buf1|None, buf2|None, width):
  *   binary/string: buf1 = offsets (width 4 or 8 bytes), buf2 = data
  *   int32/int64:   buf1 = values (width 4 or 8)

@@ -1,5 +1,5 @@
-"""Operator tools: the ``rks`` command line (:mod:`.cli`) and the driver's Prometheus metrics (:mod:`.metrics`).
+"""Operator tools: the ``rks`` command line (:mod:`.cli`) and the functions behind each of its subcommands.
 
-Nothing here is imported by the write path: each module loads its optional
-dependencies (``prometheus_client``, ...) only when used.
+Nothing here is imported by the write path: a task never loads ``click`` or
+``rich``. The driver's Prometheus metrics live in :mod:`..driver.metrics`.
 """
