@@ -1,6 +1,6 @@
-# Two commands do everything on a fresh machine (Python 3.11+, Java 17):
-#   make demo   -- venv, install, embedded broker, a short streaming job, a read-back summary
-#   make test   -- the whole test suite (what CI runs)
+# Two commands do everything on a fresh machine (Python 3.11+, Java 17, Maven):
+#   make demo   -- venv, install, Apache Kafka's jars (once), a broker, a short streaming job, a read-back summary
+#   make test   -- the whole test suite on Apache Kafka (what CI runs)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install test test-fast test-unit test-broker test-spark demo bench bench-quick soak wheels clean
+.PHONY: install jars test test-fast test-unit test-broker test-spark demo bench bench-quick soak wheels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,35 +19,40 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# Java checked; Apache Kafka's jars and Spark's Kafka connector fetched from Maven Central once, into
+# ~/.cache/spark-recoverable-sink (RKS_KAFKA_CACHE), and reused offline afterwards (devtools/jvm.py)
+jars: $(STAMP)
+	$(PY) -m devtools.jvm
+
+test: $(STAMP) jars
 	$(PY) -m pytest -q -ra --durations=30 tests
 
 # Every test that needs no Spark (pure tests and tests against the real broker): run it every few minutes
-test-fast: $(STAMP)
+test-fast: $(STAMP) jars
 	$(PY) -m pytest -q -ra -m "not spark" tests
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -ra tests/unit
 
-test-broker: $(STAMP)
+test-broker: $(STAMP) jars
 	$(PY) -m pytest -q -ra tests/broker
 
-test-spark: $(STAMP)
+test-spark: $(STAMP) jars
 	$(PY) -m pytest -q -ra tests/spark
 
-demo: $(STAMP)
+demo: $(STAMP) jars
 	$(PY) jobs/demo.py --conf conf/demo.json
 
 # Benchmarks (not in CI): results in bench/results/, report in docs/PERFORMANCE.md
-bench: $(STAMP)
+bench: $(STAMP) jars
 	$(PY) bench/run.py
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) jars
 	$(PY) bench/run.py --quick
 
 # A bounded, seeded soak run with random faults (not in CI); SEED=n replays a run
 SEED ?= 1
-soak: $(STAMP)
+soak: $(STAMP) jars
 	$(PY) -m tests.programs.soak --minutes 3 --seed $(SEED)
 
 # manylinux2014 wheels (x86_64, aarch64) with the native extension, into dist/, without Docker:

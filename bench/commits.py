@@ -154,7 +154,7 @@ def main() -> int:
     # Step 1
     sys.path.insert(0, REPO)
     from bench.common import git_commit, machine_facts
-    from devtools.devbroker import EmbeddedBroker
+    from devtools.kafka_broker import KafkaBroker
 
     scratch = tempfile.mkdtemp(prefix="rks-bench-commits-")
     versions: list[tuple[str, str | None, str | None]] = []  # (label, root on the path or None, engine)
@@ -165,7 +165,7 @@ def main() -> int:
         else:
             versions.append((label, _extract(what, os.path.join(scratch, "src", label)), None))
     rows_by_size = {int(s): int(n) for s, n in (p.split(":") for p in args.rows.split(","))}
-    broker = EmbeddedBroker(log_path=os.path.join(scratch, "tansu.log")).start()
+    broker = KafkaBroker(os.path.join(scratch, "kafka"), heap="1g", jvm_options=()).start()
     started = time.strftime("%Y%m%dT%H%M%S")
     runs: list[dict[str, Any]] = []
     roots: dict[str, str] = {}

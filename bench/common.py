@@ -44,23 +44,38 @@ def check_same_producer_conf(bootstrap: str) -> dict[str, str]:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    """Create ``name`` and wait until every partition's leader answers a ListOffsets request.
+
+    A produce to a partition its leader has not opened yet can fail
+    NOT_LEADER_OR_FOLLOWER and leave an idempotent producer retrying on
+    OUT_OF_ORDER_SEQUENCE_NUMBER (KAFKA-15591): that would time a broker race,
+    not a writer.
+    """
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for _t, fut in admin.create_topics([NewTopic(name, partitions, 1)]).items():
         fut.result(30)
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        md = admin.list_topics(name, timeout=10)
-        t = md.topics.get(name)
-        if t is not None and t.error is None and len(t.partitions) == partitions:
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {name} did not appear")
+    end = time.monotonic() + 60
+    waiting = set(range(partitions))
+    while time.monotonic() < end and waiting:
+        futs = admin.list_offsets({TopicPartition(name, p): OffsetSpec.latest() for p in sorted(waiting)},
+                                  request_timeout=5)
+        for tp, fut in futs.items():
+            try:
+                fut.result(10)
+                waiting.discard(tp.partition)
+            except Exception:  # noqa: BLE001 - not served yet: asked again
+                pass
+        if waiting:
+            time.sleep(0.2)
+    if waiting:
+        raise RuntimeError(f"topic {name}: partitions {sorted(waiting)} have no leader answering after 60 s")
 
 
 def delete_topic(bootstrap: str, name: str) -> None:
-    """Delete a topic (frees the in-memory broker's storage); errors are ignored."""
+    """Delete a topic (frees the broker's disk); errors are ignored."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -75,35 +90,42 @@ def count_topic(bootstrap: str, topic: str, expected: int, idle_s: float = 3.0, 
                 isolation: str = "read_committed") -> int:
     """Number of records in ``topic``, counted by consuming every partition from the beginning.
 
-    The embedded broker's watermark offsets are wrong, so nothing else counts;
-    it also resolves ``OFFSET_BEGINNING`` wrongly for some partitions (a count
-    of 0 for a topic holding every record), so the reader starts at offset 0,
-    as the test readers do (tests/kafka_helpers.py).
-    Stops as soon as ``expected`` records came (later duplicates are not
-    counted), or after ``idle_s`` (at least 15 s when fewer came) of quiet.
+    Counted by consuming (a read_committed count must skip transaction
+    markers and aborted records, which offsets include). Stops as soon as
+    ``expected`` records came (later duplicates are not counted), once every
+    partition was read to its end with nothing new for ``idle_s``, or after
+    ``idle_s`` (at least 15 s when fewer came) of quiet.
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     c = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"bench-count-{time.monotonic_ns()}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800,
-        "isolation.level": isolation,
+        "isolation.level": isolation, "enable.partition.eof": True,
     })
     try:
         md = c.list_topics(topic, timeout=10)
-        c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
+        parts = {(topic, p) for p in md.topics[topic].partitions}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for _t, p in parts])
         n = 0
+        at_end: set[tuple[str, int]] = set()
         start = last = time.monotonic()
         while time.monotonic() - start < timeout_s:
             msgs = c.consume(10000, 0.5)
-            n += sum(1 for m in msgs if m.error() is None)
+            for m in msgs:
+                err = m.error()
+                if err is None:
+                    n += 1
+                    at_end.discard((m.topic(), m.partition()))
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add((m.topic(), m.partition()))
             now = time.monotonic()
-            if msgs:
+            if any(m.error() is None for m in msgs):
                 last = now
             quiet = now - last
             if n >= expected:
                 break  # only "at least the expected count arrived" is claimed
-            if quiet >= (idle_s if n >= expected else max(idle_s, 15.0)):
+            if quiet >= (idle_s if at_end >= parts else max(idle_s, 15.0)):
                 break
         return n
     finally:
@@ -215,11 +237,11 @@ def _version(mod: str) -> str | None:
         return None
 
 
-def tansu_version() -> str | None:
+def broker_version() -> str | None:
     try:
-        from devtools.devbroker import find_tansu
+        from devtools.kafka_broker import kafka_version
 
-        return subprocess.run([find_tansu(), "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+        return f"Apache Kafka {kafka_version()} (single-node KRaft, devtools/kafka_broker.py)"
     except Exception as exc:  # noqa: BLE001
         return f"unknown ({exc})"
 
@@ -270,7 +292,7 @@ def machine_facts() -> dict[str, Any]:
         "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "lmdb": _version("lmdb"),
-        "broker": tansu_version(),
+        "broker": broker_version(),
         "loadavg_start": list(os.getloadavg()),
     }
 

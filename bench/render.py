@@ -144,8 +144,6 @@ def _scaling_md(results: dict[str, Any], sc: dict[str, Any]) -> str:
           f"{cores} at a time in local mode). \"Python workers\": distinct worker processes that ran the sink's "
           "tasks. \"Kept up\": p95 trigger ≤ 1 s. \"All rows read back\": the throughput run of round 0 counted by "
           "consuming its topic (read_committed) from offset 0.\n")
-        if any(r.get("read_back_ok") is False for r in sc.get("summary") or []):
-            _txn_visibility_md(w)
     return "\n".join(out)
 
 
@@ -169,33 +167,6 @@ def _scaling_read_back_text(sc: dict[str, Any], r: dict[str, Any], is_cluster: b
                 text += f", {seen[2]:,} read_uncommitted"
             return text
     return None
-
-
-def _txn_visibility_md(w: Any) -> None:
-    """Why a committed exactly-once write can read back short: the newest ``*-txn-visibility.json`` (bench/txn_visibility.py)."""
-    import glob
-
-    found = sorted(glob.glob(os.path.join(REPO, "bench", "results", "*-txn-visibility.json")))
-    w("**A short read of an exactly-once write whose records all came read_uncommitted** is the embedded "
-      "test broker's: it can leave a transaction whose commit it acknowledged holding the last stable offset "
-      "of every partition the transaction wrote to, so read_committed readers stop there, while every record is "
-      "in the topic once (read_uncommitted). Rerun in a loop, the 64-partition exactly-once write showed it about "
-      "once in eight runs; the records behind the stall were one task's, whose transaction had committed (its "
-      "task reported every row acked), with no duplicate anywhere.")
-    if not found:
-        w("\n")
-        return
-    with open(found[-1]) as f:
-        t = json.load(f)
-    s = t["summary"]
-    hidden = [r for r in t["rounds"] if r.get("counts") and r["read_committed"] < r["rows"]]
-    w(f" Without the sink (`bench/txn_visibility.py`, {os.path.basename(found[-1])}): {t['meta']['lanes']} plain "
-      f"confluent-kafka transactional producers, one committed transaction each, {t['meta']['rows']:,} rows per "
-      f"round: in {s['rounds_with_committed_rows_hidden']} of {s['rounds_counted']} rounds in which every "
-      "`commit_transaction()` returned, read_committed readers found fewer rows ("
-      + ", ".join(f"{r['read_committed']:,}" for r in hidden[:6]) + (", ..." if len(hidden) > 6 else "")
-      + f"){' while read_uncommitted readers found them all' if s['all_rows_read_uncommitted_in_those'] else ''}. "
-      "Apache Kafka's coordinator, once it has logged a commit, retries its markers until every partition has them.\n")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -227,9 +198,8 @@ def markdown(results: dict[str, Any]) -> str:
     del busy
     used = {k: v for k, v in (meta.get("brokers") or {}).items() if k != "settings" and "cpu_s" in v}
     if used:
-        w("Each section ran on a fresh broker of its own (it keeps everything in memory; in the run before, on "
-          "one broker throughout, the sections after the Spark ones measured up to 2.6 times slower than on a "
-          "fresh broker). What each section's broker used, CPU "
+        w("Each section ran on a fresh Apache Kafka broker of its own (single node, its log on the local disk). "
+          "What each section's broker used, CPU "
           "seconds / peak resident set: " + ", ".join(
               f"{k} {v['cpu_s']:.0f} s / {(v.get('hwm_kib') or 0) / 1024:.0f} MiB" for k, v in used.items()) + ".\n")
     w(f"![throughput and latency per writer]({PNG_NAME})\n")
@@ -270,7 +240,8 @@ def markdown(results: dict[str, Any]) -> str:
         ["Spark", str(m.get("spark"))], ["pyarrow", str(m.get("pyarrow"))],
         ["confluent-kafka / librdkafka", f"{m.get('confluent_kafka')} / {m.get('librdkafka')}"],
         ["lmdb (py-lmdb)", str(m.get("lmdb"))],
-        ["broker", f"{m.get('broker')} (embedded, memory storage, loopback; same process for every writer)"],
+        ["broker", f"{m.get('broker')}, log on the local disk, loopback; same process for every writer; "
+                   + ", ".join(f"`{k}={v}`" for k, v in (st.get("broker_properties") or {}).items())],
         ["Spark master / partitions", f"{sp.get('spark.master')} / {st.get('partitions')} for every writer"],
         ["Arrow batch size", f"{sp.get('spark.sql.execution.arrow.maxRecordsPerBatch')} rows "
                              "(spark.sql.execution.arrow.maxRecordsPerBatch, default)"],
@@ -368,7 +339,7 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
         w("\"All rows read back\": the first run of each writer was counted by consuming the topic from the "
           "beginning (at-least-once writers may add duplicates, never fewer rows). Every writer checks its own "
           "delivery (raw: `flush()` left nothing; flush-writer: no delivery error; sink: every record acked), so a "
-          "shortfall with a clean writer points at the embedded development broker or the read, and is shown "
+          "shortfall with a clean writer points at the broker or the read, and is shown "
           "as it is, with a second count.\n")
     else:
         w(_err(tp))

@@ -173,16 +173,13 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers"
 
 
 class Brokers:
-    """A fresh embedded broker for each section, and what the one before it used.
+    """A fresh Apache Kafka broker for each section, and what the one before it used.
 
-    The broker keeps everything in memory; after a section has written (and
-    deleted) tens of millions of records it is not the broker a later section
-    should meet: in a full run on one broker (20261124T004312) the sections
-    after the Spark ones (WAL, memory, replay: outside Spark, one process each)
-    measured 1.1 to 2.6 times slower than the same sections run alone on a
-    fresh broker right after. Each section
-    starts its own; ``used`` records, per section, the CPU seconds and the
-    resident set of the broker it had, read from /proc when it stops.
+    Each section starts its own (devtools/kafka_broker.py: single-node KRaft,
+    its log on the local disk, the JVM's default flags and a 1 GiB heap), so
+    that no section meets the logs and page cache another left behind;
+    ``used`` records, per section, the CPU seconds and the resident set of the
+    broker it had, read from /proc when it stops.
     """
 
     def __init__(self, scratch: str) -> None:
@@ -192,11 +189,11 @@ class Brokers:
         self.used: dict[str, dict[str, Any]] = {}
 
     def fresh(self, section: str) -> Any:
-        from devtools.devbroker import EmbeddedBroker
+        from devtools.kafka_broker import KafkaBroker
 
         self.stop()
         self.section = section
-        self.current = EmbeddedBroker(log_path=os.path.join(self.scratch, f"tansu-{section}.log")).start()
+        self.current = KafkaBroker(os.path.join(self.scratch, f"kafka-{section}"), heap="1g", jvm_options=()).start()
         self.used[section] = {"loadavg_start": list(os.getloadavg())}
         return self.current
 
@@ -420,8 +417,12 @@ def main() -> int:
         broker = brokers.fresh("settings")
         results["settings"]["producer_conf"] = {
             k: v for k, v in common.check_same_producer_conf(broker.bootstrap).items() if k != "bootstrap.servers"}
-        results["settings"]["broker"] = (f"{results['meta']['machine']['broker']}, memory storage, 127.0.0.1, "
-                                         "a fresh one per section")
+        results["settings"]["broker"] = (f"{results['meta']['machine']['broker']}, log on the local disk, "
+                                         "127.0.0.1, a fresh one per section")
+        keep = ("num.network.threads", "num.io.threads", "log.segment.bytes", "transaction.state.log.num.partitions",
+                "offsets.topic.num.partitions")
+        props = broker.server_properties()
+        results["settings"]["broker_properties"] = {k: props[k] for k in keep if k in props}
         if want & SPARK_SECTIONS:
             try:
                 section_spark(results, p, brokers, scratch, want, args)

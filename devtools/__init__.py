@@ -1,1 +1,1 @@
-"""Development tools kept out of the wheel: the embedded test broker (Tansu)."""
+"""Development tools kept out of the wheel: the test Kafka broker (Apache Kafka from Maven Central)."""

@@ -2,8 +2,9 @@
 
 Steps:
 
-1. start the embedded broker (Tansu) on a free loopback port, unless
-   ``KAFKA_BOOTSTRAP`` names a real cluster;
+1. start a single-node Apache Kafka broker (devtools/kafka_broker.py, its jars
+   fetched once from Maven Central) on free loopback ports, its log under
+   ``run.work_dir``, unless ``KAFKA_BOOTSTRAP`` names an existing cluster;
 2. create a fresh topic ``<kafka.topic>-<run id>`` with ``kafka.partitions`` partitions;
 3. stream ``source.batches`` micro-batches of ``source.rows_per_batch`` rows
    from Spark's ``rate-micro-batch`` source through
@@ -18,9 +19,9 @@ Exit code: 0 when nothing was lost, 1 when something was lost or the query
 failed, 2 when the conf file is wrong.
 
 Everything the demo writes goes under ``run.work_dir`` (``.demo/``,
-gitignored). With the embedded broker (in-memory, gone after the run) the
-WAL and checkpoint of an earlier run are deleted first: records left in them
-belong to a broker that no longer exists. With ``KAFKA_BOOTSTRAP`` the WAL
+gitignored). With the embedded broker (a fresh one each run) the WAL and
+checkpoint of an earlier run are deleted first: records left in them belong
+to a broker that no longer exists. With ``KAFKA_BOOTSTRAP`` the WAL
 is kept, so records an interrupted earlier run left there are delivered (to
 that run's topic) by this one.
 """
@@ -374,7 +375,7 @@ def _print_summary(s: DemoSettings, where: str, bootstrap: str, topic: str, repo
 
 def run_demo(s: DemoSettings, environ: Mapping[str, str] | None = None) -> int:
     """Run the whole demo; returns the exit code (0 = nothing lost)."""
-    from devtools.devbroker import EmbeddedBroker
+    from devtools.kafka_broker import KafkaBroker
     from spark_recoverable_sink import RecoverableKafkaSink
 
     environ = os.environ if environ is None else environ
@@ -388,7 +389,9 @@ def run_demo(s: DemoSettings, environ: Mapping[str, str] | None = None) -> int:
         if external:
             bootstrap, where = external, "external"
         else:
-            broker = EmbeddedBroker(log_path=os.path.join(os.path.abspath(s.run.work_dir), "tansu.log")).start()
+            kafka_dir = os.path.join(os.path.abspath(s.run.work_dir), "kafka")
+            shutil.rmtree(kafka_dir, ignore_errors=True)  # a fresh broker: its log is this run's
+            broker = KafkaBroker(kafka_dir).start()
             bootstrap, where = broker.bootstrap, "embedded"
         log.info("demo=broker kind=%s bootstrap=%s", where, bootstrap)
         kafka = job.KafkaSettings(bootstrap_servers=bootstrap, topic=topic, producer_conf=s.kafka.producer_conf,

@@ -10,7 +10,8 @@ principal[, extensions]])``). The driver imports it once as a check
 builds a Kafka client imports it again (:func:`with_callbacks`), so the
 token is made where it is used. Its token never reaches a log, a report or
 an error of this package: a provider that fails is named with its error's
-type, never with what it returned.
+type, never with what it returned; one whose result the client would refuse
+(not a ``(token, expiry)`` tuple, an expiry already past) is named with why.
 
 Files a configuration names (``ssl.ca.location``, ``ssl.key.location``, ...)
 must exist on every executor; :func:`check_files` says which host lacks which
@@ -25,6 +26,7 @@ import importlib
 import os
 import re
 import socket
+import time
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
@@ -68,6 +70,32 @@ def load_callable(option: str, ref: str) -> Callable[..., Any]:
 _FAILURES: dict[str, str] = {}  # reference -> its last failure in this process (for clients that hide it)
 
 
+def _unusable(ref: str, result: Any) -> str:
+    """Why the Kafka client would refuse what provider ``ref`` returned (``""`` if nothing): never the token itself.
+
+    Checked here because confluent-kafka hides the client's reason behind
+    "OAuth token not set within 10 seconds timeout" when it builds a producer.
+    """
+    shape = "must return (token, expiry_epoch_seconds[, principal[, extensions]])"
+    if not isinstance(result, tuple) or not 2 <= len(result) <= 4:
+        return f"token provider {ref} returned a {type(result).__name__}: it {shape}"
+    token, expiry = result[0], result[1]
+    if not isinstance(token, str) or not token:
+        return f"token provider {ref} returned a {type(token).__name__} as its token: it {shape}"
+    try:  # what the client does with it
+        expiry = float(expiry) if not isinstance(expiry, (str, bytes)) else None
+    except (TypeError, ValueError):
+        expiry = None
+    if expiry is None:
+        return f"token provider {ref} returned a {type(result[1]).__name__} as its expiry: it {shape}"
+    now = time.time()
+    if expiry <= now:
+        return (f"token provider {ref} returned a token whose expiry {expiry:.0f} is {now - expiry:.0f} s in the "
+                "past: the Kafka client refuses it; return a fresh token and its expiry in seconds since the "
+                "epoch (not its lifetime)")
+    return ""
+
+
 def _token_provider(ref: str, fn: Callable[[str], Any]) -> Callable[[str], Any]:
     def oauth_cb(oauthbearer_config: str) -> Any:
         try:
@@ -75,6 +103,10 @@ def _token_provider(ref: str, fn: Callable[[str], Any]) -> Callable[[str], Any]:
         except Exception as exc:  # named by reference and error type; what it returns never appears
             _FAILURES[ref] = why = f"token provider {ref} failed: {type(exc).__name__}: {exc}"
             raise RuntimeError(why) from None
+        why = _unusable(ref, token)
+        if why:
+            _FAILURES[ref] = why
+            raise RuntimeError(why)
         _FAILURES.pop(ref, None)
         return token
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real test broker, a SparkSession, topic helpers, test hooks.
+"""Shared fixtures: the test broker (Apache Kafka), a SparkSession, topic helpers, test hooks.
 
 Three tiers: ``tests/unit`` (pure), ``tests/broker`` (real broker, no Spark),
 ``tests/spark`` (real Spark and the real broker). No broker mock anywhere.
@@ -38,31 +38,41 @@ if REPO not in [os.path.abspath(p) for p in _pp]:
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from devtools.devbroker import EmbeddedBroker  # noqa: E402
+from devtools.kafka_broker import KafkaBroker, external_bootstrap  # noqa: E402
 
 from .hooks import Hooks  # noqa: E402
 from .kafka_helpers import create_topic, read_topic  # noqa: E402,F401
 
 
+class ExternalCluster:
+    """An existing cluster named by ``KAFKA_BOOTSTRAP``: its address only (it cannot be paused or killed)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """One real Kafka-protocol broker (Tansu) per test session, on a free loopback port."""
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    b = EmbeddedBroker(log_path=str(log)).start()
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker | ExternalCluster]:
+    """The session's Apache Kafka broker (single-node KRaft, on free loopback ports), or ``KAFKA_BOOTSTRAP``'s cluster."""
+    external = external_bootstrap()
+    if external:
+        yield ExternalCluster(external)
+        return
+    b = KafkaBroker(str(tmp_path_factory.mktemp("kafka"))).start()
     yield b
     b.stop()
 
 
 @pytest.fixture
-def own_broker(tmp_path: Any) -> Iterator[EmbeddedBroker]:
-    """A broker of this test's own, for tests that stop or pause it."""
-    b = EmbeddedBroker(log_path=str(tmp_path / "tansu.log")).start()
+def own_broker(tmp_path: Any) -> Iterator[KafkaBroker]:
+    """A broker of this test's own, for tests that pause, kill or restart it (always local, whatever ``KAFKA_BOOTSTRAP``)."""
+    b = KafkaBroker(str(tmp_path / "kafka")).start()
     yield b
     b.stop()
 
 
 @pytest.fixture
-def topic(broker: EmbeddedBroker) -> str:
+def topic(broker: KafkaBroker) -> str:
     name = f"t-{uuid.uuid4().hex[:10]}"
     create_topic(broker.bootstrap, name, partitions=3)
     return name
@@ -104,3 +114,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local broker that authenticates (tests/secure_broker.py): SASL PLAIN and SCRAM-SHA-512, OAUTHBEARER JWTs
+    checked against the session's JWKS, TLS with the session's CA; its keys where every process finds them."""
+    from .secure_broker import start_secure_broker
+
+    b = start_secure_broker(str(tmp_path_factory.mktemp("secure-kafka")))
+    yield b
+    b.stop()

@@ -1,8 +1,9 @@
-"""Reading a topic back completely, and creating topics, on the real test broker.
+"""Reading a topic back completely, and creating topics, on the test broker (Apache Kafka).
 
-The test broker's watermark offsets are wrong, so a topic is counted by
-consuming it from the beginning of every partition until it has been quiet
-for a while (or until an expected count is reached and then quiet briefly).
+A topic is read from the beginning of every partition to its end as the
+consumer's isolation level sees it (the high watermark, or the last stable
+offset for read_committed: librdkafka reports each partition's end), then
+for as long as the caller waits for more.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 ID_HEADER = "rks-id"
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 3, config: dict[str, str] | None = None) -> None:
+    """Create ``name`` (replication factor 1, topic ``config``) and wait until its metadata shows every partition."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for _t, fut in admin.create_topics([NewTopic(name, partitions, 1)]).items():
+    for _t, fut in admin.create_topics([NewTopic(name, partitions, 1, config=dict(config or {}))]).items():
         fut.result(15)
     # Wait until the metadata shows every partition.
     end = time.monotonic() + 15
@@ -54,7 +56,6 @@ class Record:
 class TopicContents:
     records: list[Record] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # errors the consumer reported while reading
-    gap_reads: int = 0  # records found only when the gaps of a short read were read again
 
     def per_partition(self) -> dict[tuple[str, int], int]:
         return dict(sorted(Counter((r.topic, r.partition) for r in self.records).items()))
@@ -75,16 +76,23 @@ class TopicContents:
 
 def read_topic(bootstrap: str, topics: str | list[str], expected: int | None = None,
                idle_s: float = 3.0, timeout_s: float = 120.0, isolation: str = "read_uncommitted") -> TopicContents:
-    """Every record of ``topics``, read with ``assign`` from the beginning."""
-    from confluent_kafka import Consumer, TopicPartition
+    """Every record of ``topics``, read with ``assign`` from the beginning of every partition.
+
+    Returns once ``expected`` records came and every partition was read to its
+    end; without ``expected``, once every partition is at its end and nothing
+    came for ``idle_s``; short of ``expected``, after 15 s (or ``idle_s``) with
+    nothing new, or at ``timeout_s``.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     names = [topics] if isinstance(topics, str) else list(topics)
     c = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": isolation,
-        "fetch.max.bytes": 52428800,
+        "fetch.max.bytes": 52428800, "enable.partition.eof": True,
     })
     assigned: set[tuple[str, int]] = set()
+    at_end: set[tuple[str, int]] = set()  # partitions read to their end (no record read since)
 
     def assign_new_partitions() -> None:
         # Metadata can list fewer partitions than the topic has right after it was created:
@@ -94,10 +102,7 @@ def read_topic(bootstrap: str, topics: str | list[str], expected: int | None = N
             t = c.list_topics(name, timeout=10).topics.get(name)
             if t is None or t.error is not None:
                 continue
-            # From offset 0, not OFFSET_BEGINNING: that is resolved by asking the broker for its earliest
-            # offset, which the test broker has answered wrongly (a run at the start of a partition
-            # was skipped). Test topics are fresh and nothing is ever deleted from them.
-            new += [TopicPartition(name, p, 0) for p in t.partitions if (name, p) not in assigned]
+            new += [TopicPartition(name, p, OFFSET_BEGINNING) for p in t.partitions if (name, p) not in assigned]
         if new:
             c.incremental_assign(new)
             assigned.update((tp.topic, tp.partition) for tp in new)
@@ -110,67 +115,30 @@ def read_topic(bootstrap: str, topics: str | list[str], expected: int | None = N
             if time.monotonic() - looked >= 2.0 and (expected is None or len(out.records) < expected):
                 assign_new_partitions()
                 looked = time.monotonic()
-            msgs = c.consume(10000, 0.5)
+            msgs = c.consume(10000, 0.2)
             for m in msgs:
-                if m.error():
-                    out.errors.append(f"{m.topic()}[{m.partition()}]: {m.error()}")
+                err = m.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add((m.topic(), m.partition()))
                     continue
+                if err is not None:
+                    out.errors.append(f"{m.topic()}[{m.partition()}]: {err}")
+                    continue
+                at_end.discard((m.topic(), m.partition()))
                 out.records.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                                           list(m.headers() or []), m.timestamp()[1]))
             now = time.monotonic()
-            if msgs:
+            if any(not m.error() for m in msgs):
                 last = now
             quiet = now - last
-            if expected is not None and len(out.records) >= expected and quiet >= min(1.0, idle_s):
-                break
-            if quiet >= idle_s and (expected is None or len(out.records) >= expected):
+            everything = bool(assigned) and at_end >= assigned
+            if expected is not None and len(out.records) >= expected and everything:
+                break  # all that was expected, and every partition read to its end
+            if quiet >= idle_s and everything and (expected is None or len(out.records) >= expected):
                 break
             if expected is not None and quiet >= max(idle_s, 15.0):
                 break  # nothing more is coming
-        if expected is not None and len(out.records) < expected:
-            _read_gaps_again(bootstrap, isolation, out, sorted(assigned))
         return out
-    finally:
-        c.close()
-
-
-def _read_gaps_again(bootstrap: str, isolation: str, out: "TopicContents",
-                     assigned: list[tuple[str, int]]) -> None:
-    """Read the offset gaps of a short read again, with a fresh consumer (records added once).
-
-    A consumer of the test broker has been seen to skip a run of offsets the
-    broker holds (a later fresh read returns them). Gaps are also normal
-    (transaction markers, aborted records): re-reading them costs a few
-    seconds and adds only records not read yet, so it can hide no loss.
-    """
-    from confluent_kafka import Consumer, TopicPartition
-
-    by_tp: dict[tuple[str, int], list[int]] = {}
-    for r in out.records:
-        by_tp.setdefault((r.topic, r.partition), []).append(r.offset)
-    # one per partition: its first gap (one before its first record read counts), past its last record
-    # read, or its beginning if none was read
-    starts = [TopicPartition(t, p, 0) for t, p in assigned if (t, p) not in by_tp]
-    for (topic, part), offs in by_tp.items():
-        offs.sort()
-        gaps = ([0] if offs[0] > 0 else []) + [a + 1 for a, b in zip(offs, offs[1:]) if b > a + 1]
-        starts.append(TopicPartition(topic, part, gaps[0] if gaps else offs[-1] + 1))
-    seen = {(r.topic, r.partition, r.offset) for r in out.records}
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"regap-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "isolation.level": isolation})
-    try:
-        c.assign(starts)
-        last = time.monotonic()
-        while time.monotonic() - last < 3.0:
-            for m in c.consume(10000, 0.5):
-                if m.error():
-                    continue
-                last = time.monotonic()
-                if (m.topic(), m.partition(), m.offset()) not in seen:
-                    seen.add((m.topic(), m.partition(), m.offset()))
-                    out.gap_reads += 1
-                    out.records.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
-                                              list(m.headers() or []), m.timestamp()[1]))
     finally:
         c.close()
 

@@ -1,16 +1,15 @@
-"""Producers wrapping the real one, for failures the test broker (Tansu) cannot produce (the Python engine).
+"""Producers wrapping the real one, for failures a broker cannot be made to give on demand (the Python engine).
 
 Tests using them run the sink with ``delivery_engine="python"``: the native
 engine's producer is not confluent-kafka's and cannot be wrapped; it shares
 the classification of failures (retry, isolate, dead-letter) with the Python
 one, and its exact per-row reports are tested in test_native_producer.py.
 
-Tansu accepts every record: it enforces neither a topic's ``max.message.bytes``
-nor compaction's key rule (checked: a 5 MB record to a topic with
-``max.message.bytes=2000`` and a keyless record to a compacted topic are both
-acked), so it never returns a batch-level error. These wrappers keep the real
-client and the real broker for everything else.
-"""
+The broker's own batch-level refusals (a topic's ``max.message.bytes``, a
+keyless record on a compacted topic) are tested on the real broker in
+test_dead_letter_isolation.py; these wrappers give what it cannot: a failure
+tied to a record's headers, a transient failure of one record, a client that
+swallows records. They keep the real client and broker for everything else."""
 
 from __future__ import annotations
 

@@ -1,19 +1,59 @@
-"""Tier 2: only the records that really fail alone are dead-lettered."""
+"""Tier 2: only the records that really fail alone are dead-lettered.
+
+The broker's own refusals first (a topic's ``max.message.bytes``, a keyless
+record on a compacted topic: Apache Kafka fails the whole produce batch that
+holds one), on both delivery engines; then failures the broker cannot be made
+to give on demand (a transient one on a record equal to a permanent one), from
+producers wrapping the real one (fake_clients.py, the Python engine).
+"""
 
 from __future__ import annotations
+
+import uuid
 
 import confluent_kafka
 import pyarrow as pa
 import pytest
 
+from spark_recoverable_sink.native import library
 from spark_recoverable_sink.task.writer import write_partition
 
-from ..kafka_helpers import read_topic
+from ..kafka_helpers import create_topic, read_topic
 from ..record_ids import ids_of
 from .fake_clients import BatchLevelError, HeaderFaults
 from .test_publisher import _config
 
 pytestmark = pytest.mark.broker
+
+ENGINES = ["python", pytest.param("native", marks=pytest.mark.skipif(
+    not library.available(), reason=f"the native extension is not built here: {library.why_unavailable()}"))]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("refusal", ["too_large", "keyless_on_compacted"])
+def test_a_record_the_broker_refuses_is_dead_lettered_alone(broker, tmp_path, engine, refusal):
+    """Apache Kafka refuses a whole batch for one record in it: only that record is dead-lettered, with its reason."""
+    topic = f"refuse-{uuid.uuid4().hex[:8]}"
+    config = {"max.message.bytes": "2000"} if refusal == "too_large" else {"cleanup.policy": "compact"}
+    create_topic(broker.bootstrap, topic, partitions=1, config=config)
+    keys: list[bytes | None] = [b"k%d" % i for i in range(200)]
+    values = [b"good-%03d" % i for i in range(200)]
+    if refusal == "too_large":
+        values[77] = b"B" * 5000  # over the topic's limit, under the client's own message.max.bytes
+    else:
+        keys[77] = None  # a compacted topic takes keyed records only
+    batch = pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": values})
+    cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=60, name=f"ref-{engine}",
+                  retry_backoff_s=0.01, delivery_engine=engine, kafka_conf={"linger.ms": 50})
+    report = write_partition(cfg, 1, 0, 0, iter([batch]))
+    ids = ids_of(f"ref-{engine}", "", 1, 0, [batch], topic)
+    assert (report.acked, report.dead_lettered, report.pending) == (199, 1, 0), report
+    [(rid, error, _t)] = report.dead_letters
+    assert rid == ids[77]
+    assert ("too large" in error.lower() or "TOO_LARGE" in error) if refusal == "too_large" else \
+        ("INVALID_RECORD" in error or "failed to validate record" in error), error
+    got = read_topic(broker.bootstrap, topic, expected=199)
+    assert got.distinct_ids() == {ids[i] for i in range(200) if i != 77}
 
 
 def test_batch_level_error_dead_letters_only_the_bad_record(broker, topic, tmp_path, monkeypatch):

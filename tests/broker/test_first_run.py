@@ -1,6 +1,6 @@
 """Tier 2: first-day mistakes against the real broker, without Spark.
 
-Measured on the test broker (Tansu) with librdkafka: a topic is created on
+Measured on Apache Kafka with librdkafka: a topic is created on
 first use unless the client sets ``allow.auto.create.topics=false``; then the
 delivery fails with ``UNKNOWN_TOPIC_OR_PART`` after
 ``topic.metadata.propagation.max.ms`` and later produce calls are refused at
@@ -16,7 +16,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from devtools.devbroker import free_port
+from devtools.kafka_broker import free_port
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.delivery.contact import first_contact_failure
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from devtools.devbroker import free_port
+from devtools.kafka_broker import free_port
 from spark_recoverable_sink.ids import (
     FP_COLUMN,
     OCC_COLUMN,
@@ -151,25 +151,7 @@ def test_transactions_commit_is_visible_abort_is_not(broker):
     p.abort_transaction(30)
     p.close()
     got = read_topic(broker.bootstrap, topic_a, idle_s=2.0, isolation="read_committed")
-    if got.records and _broker_shows_aborted_records(broker):
-        pytest.xfail("the test broker (Tansu) shows aborted records to read_committed consumers; "
-                     "confluent-kafka's own abort shows the same")
     assert got.records == []
-
-
-def _broker_shows_aborted_records(broker) -> bool:
-    """Does an abort by confluent-kafka's own producer leave its records visible (a broker quirk)?"""
-    from confluent_kafka import Producer as CKProducer
-
-    topic = new_topic(broker, 1)
-    p = CKProducer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"ref-{uuid.uuid4().hex}"})
-    p.init_transactions(30)
-    p.begin_transaction()
-    for _ in range(5):
-        p.produce(topic, b"ref")
-    p.flush(30)
-    p.abort_transaction(30)
-    return bool(read_topic(broker.bootstrap, topic, idle_s=2.0, isolation="read_committed").records)
 
 
 def _committed_offset(broker, group: str, topic: str) -> int:

@@ -12,9 +12,9 @@ The helpers, one module per concern:
   ``start_stream``;
 * ``proxy`` -- ``TcpProxy``: refuses, cuts or stalls the connections of chosen
   clients (by Kafka ``client.id``);
-* ``brokers`` -- ``TansuBroker`` advertising the proxy's port (so the proxy stays
-  in the path after metadata), paused, SIGKILLed, restarted, optionally on S3
-  storage from ``S3Server`` (moto);
+* ``brokers`` -- ``HurtableBroker``: Apache Kafka advertising the proxy's port (so
+  the proxy stays in the path after metadata), paused, SIGKILLed, restarted on
+  its log;
 * ``readback`` -- ``LiveReader`` (when each row first became visible), ``tally``
   and ``read_back`` (a full read against the rows sent);
 * ``scenario_results`` -- ``ScenarioRow`` and ``record_result``: each scenario's row

@@ -15,7 +15,7 @@ import pytest
 
 from tests.kafka_helpers import create_topic
 
-from .brokers import S3Server, TansuBroker
+from .brokers import HurtableBroker
 from .scenario_results import ScenarioRow, record_result
 
 
@@ -63,21 +63,11 @@ def sink_name(tag: str) -> str:
 
 
 @pytest.fixture
-def tansu(tmp_path: Any) -> Iterator[TansuBroker]:
+def proxied_broker(tmp_path: Any) -> Iterator[HurtableBroker]:
     """A broker of this test's own behind a TcpProxy (faults target the sink's client.id)."""
-    b = TansuBroker(str(tmp_path / "tansu.log")).start()
+    b = HurtableBroker(str(tmp_path / "kafka")).start()
     yield b
     b.stop()
-
-
-@pytest.fixture
-def s3_server(tmp_path: Any) -> Iterator[S3Server]:
-    why = S3Server.available()
-    if why:
-        pytest.skip(f"broker restart with durable storage needs a local S3 server: {why}")
-    s = S3Server(str(tmp_path / "moto.log")).start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture

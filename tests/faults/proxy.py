@@ -8,7 +8,7 @@ import struct
 import threading
 import time
 
-from devtools.devbroker import free_port
+from devtools.kafka_broker import free_port
 
 SINK_CLIENT_ID = "rks-sink"  # client.id of the sink's producers: the proxy's faults target it
 

@@ -11,31 +11,16 @@ READER_CLIENT_ID = "rks-reader"
 
 
 class LiveReader:
-    """Consumes topics from the beginning in a thread; notes when each key was first seen.
-
-    A consumer of the test broker has been seen to skip a run of offsets the
-    broker holds, for good (a fresh consumer returns them; see
-    ``kafka_helpers._read_gaps_again``). So while :meth:`wait_for` still misses
-    keys and nothing new has arrived for a while, the reader reads its topics
-    again from offset 0 with a fresh consumer and fresh metadata (after 5 s
-    of quiet, then 10, 20, 40, 40, ...): a key found only then counts as seen
-    at that moment, so a skip costs seconds, never a whole wait.
-    """
+    """Consumes topics from the beginning in a thread; notes when each key was first seen."""
 
     def __init__(self, bootstrap: str, topics: str | list[str]) -> None:
         self.bootstrap = bootstrap
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.first_seen: dict[bytes, float] = {}
-        self.records = 0  # distinct (topic, partition, offset) read
-        self.rereads = 0  # fresh re-reads started
-        self.reread_failures = 0  # of them, failed (broker unreachable)
-        self.reread_keys = 0  # keys the live consumer skipped and a re-read found
-        self._offsets: set[tuple[str, int, int]] = set()
+        self.records = 0
         self._stop = threading.Event()
-        self._recheck = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-reader", daemon=True)
         self._cv = threading.Condition()
-        self._last_new = time.monotonic()  # when a key was last seen for the first time
         self.error: BaseException | None = None
         self.errors: list[str] = []  # per-message errors the consumer reported (never skipped silently)
 
@@ -43,117 +28,60 @@ class LiveReader:
         self._thread.start()
         return self
 
-    def _consumer(self, tag: str) -> Any:
-        from confluent_kafka import Consumer
-
-        return Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": f"{tag}-{time.monotonic_ns()}",
-            "client.id": READER_CLIENT_ID, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "fetch.max.bytes": 52428800, "topic.metadata.refresh.interval.ms": 2000,
-            "reconnect.backoff.max.ms": 1000,
-        })
-
-    def _partitions(self, c: Any, wait_s: float) -> list[Any]:
-        """Every partition of the topics, from offset 0 (see kafka_helpers.read_topic); waits for metadata."""
-        from confluent_kafka import TopicPartition
-
-        tps = []
-        end = time.monotonic() + wait_s
-        for name in self.topics:
-            while True:
-                md = c.list_topics(name, timeout=10)
-                t = md.topics.get(name)
-                if t is not None and t.error is None and t.partitions:
-                    break
-                if time.monotonic() > end:
-                    raise RuntimeError(f"topic {name} has no metadata")
-                time.sleep(0.2)
-            tps += [TopicPartition(name, p, 0) for p in t.partitions]
-        return tps
-
-    def _note(self, msgs: list[Any], reread: bool) -> None:
-        now = time.time()
-        with self._cv:
-            new_key = False
-            for m in msgs:
-                if m.error():
-                    if not reread:
-                        self.errors.append(str(m.error()))
-                    continue
-                at = (m.topic(), m.partition(), m.offset())
-                if at in self._offsets:
-                    continue
-                self._offsets.add(at)
-                self.records += 1
-                k = m.key()
-                if k is not None and k not in self.first_seen:
-                    self.first_seen[k] = now
-                    new_key = True
-                    self.reread_keys += reread
-            if new_key:
-                self._last_new = time.monotonic()
-                self._cv.notify_all()
-
-    def _reread(self) -> None:
-        """Read every partition again from offset 0 with a fresh consumer, until 2 s pass with nothing new.
-
-        Fresh metadata, so a partition the live consumer's metadata lacked is
-        read too. A re-read that fails (the broker down during a fault) is
-        counted and tried again at the next quiet spell; the live consumer
-        goes on.
-        """
-        from confluent_kafka import KafkaException
-
-        self.rereads += 1
-        c = self._consumer("live-reread")
-        try:
-            c.assign(self._partitions(c, 5))
-            last = start = time.monotonic()
-            while not self._stop.is_set() and time.monotonic() - last < 2.0 and time.monotonic() - start < 60:
-                msgs = c.consume(10000, 0.5)
-                if msgs:
-                    last = time.monotonic()
-                    self._note(msgs, reread=True)
-        except (KafkaException, RuntimeError):
-            self.reread_failures += 1
-        finally:
-            c.close()
-
     def _run(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
         try:
-            c = self._consumer("live")
-            c.assign(self._partitions(c, 30))
+            c = Consumer({
+                "bootstrap.servers": self.bootstrap, "group.id": f"live-{time.monotonic_ns()}",
+                "client.id": READER_CLIENT_ID, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "fetch.max.bytes": 52428800, "topic.metadata.refresh.interval.ms": 2000,
+                "reconnect.backoff.max.ms": 1000,
+            })
+            tps = []
+            end = time.monotonic() + 30
+            for name in self.topics:
+                while True:
+                    md = c.list_topics(name, timeout=10)
+                    t = md.topics.get(name)
+                    if t is not None and t.error is None and t.partitions:
+                        break
+                    if time.monotonic() > end:
+                        raise RuntimeError(f"topic {name} has no metadata")
+                    time.sleep(0.2)
+                tps += [TopicPartition(name, p, 0) for p in t.partitions]  # offset 0: see kafka_helpers.read_topic
+            c.assign(tps)
             while not self._stop.is_set():
-                if self._recheck.is_set():
-                    self._recheck.clear()
-                    self._reread()
-                self._note(c.consume(5000, 0.2), reread=False)
+                msgs = c.consume(5000, 0.2)
+                now = time.time()
+                with self._cv:
+                    for m in msgs:
+                        if m.error():
+                            self.errors.append(str(m.error()))
+                            continue
+                        self.records += 1
+                        k = m.key()
+                        if k is not None and k not in self.first_seen:
+                            self.first_seen[k] = now
+                    if msgs:
+                        self._cv.notify_all()
             c.close()
         except BaseException as exc:  # surfaced by wait_for / stop
             self.error = exc
 
     def wait_for(self, keys: Iterable[bytes], timeout_s: float) -> float | None:
-        """Wait until every key in ``keys`` was seen; returns the time the last one arrived.
-
-        While keys are missing and none arrived for 5 s (then 10, 20, ...),
-        asks the reader thread to read the topics again (see the class).
-        """
+        """Wait until every key in ``keys`` was seen; returns the time the last one arrived."""
         want = set(keys)
         missing = set(want)
         end = time.monotonic() + timeout_s
-        quiet_s, asked = 5.0, time.monotonic()
         with self._cv:
             while True:
                 missing = {k for k in missing if k not in self.first_seen}
                 if not missing:
                     return max((self.first_seen[k] for k in want), default=time.time())
-                now = time.monotonic()
-                left = end - now
+                left = end - time.monotonic()
                 if left <= 0 or self.error is not None:
                     return None
-                if now - max(self._last_new, asked) >= quiet_s:
-                    self._recheck.set()
-                    asked, quiet_s = now, min(quiet_s * 2, 40.0)
                 self._cv.wait(min(1.0, left))
 
     def last_arrival(self, keys: Iterable[bytes]) -> float | None:

@@ -121,11 +121,8 @@ def explain_missing(t: "Tally", wal_dir: str, sink: str, parts: list[Any]) -> st
             found |= hit
     nowhere = len(missing - found)
     pending = {(p.partition, p.spark_attempt, p.pid): p.pending for p in parts if p.pending}
-    skipped = sum(b - a + 1 for gs in t.offset_gaps.values() for a, b in gs)
     if not nowhere:
         case = "PENDING: every missing row is still in a WAL slot (accepted, not delivered)"
-    elif skipped >= nowhere:
-        case = "READER: rows in no WAL, and the reader skipped offsets the broker holds (read again)"
     else:
         case = "LOSS: rows in neither Kafka nor any WAL"
     return (f"{case}. missing={t.lost} in_wal={len(found)} nowhere={nowhere} by_slot={where} "

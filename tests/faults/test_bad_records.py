@@ -252,7 +252,7 @@ def test_13d_non_utf8_string_key_passes_through_as_bytes(spark, broker, tmp_path
     scenario.lost = n - len(by_row)
     scenario.duplicates = len(got.records) - len(by_row)
     scenario.figures.update(acked=rep.acked, keys_altered=len(wrong), sample_key=repr(got.records[0].key),
-                            reader_gap_reads=got.gap_reads, per_partition={f"{t}[{p}]": c for (t, p), c in
+                            per_partition={f"{t}[{p}]": c for (t, p), c in
                                                                             got.per_partition().items()},
                             reader_errors=got.errors[:5])
     assert scenario.lost == 0

@@ -1,8 +1,13 @@
-"""Scenario 15: exactly-once through a broker outage longer than ``ack_timeout_s`` and the transaction timeout.
+"""Scenarios 15, 16: exactly-once through a broker outage, and through workers killed inside open transactions.
 
 Read back with ``isolation.level=read_committed``: every row exactly once,
-and the query never fails; the batch caught by the outage stays open (its
-units wait in the WALs) until the broker is back.
+and the query never fails. 15: the broker SIGSTOPped for longer than
+``ack_timeout_s`` and the transaction timeout; the batch caught by the outage
+stays open (its units wait in the WALs) until the broker is back, and the
+transaction the broker aborted is redone. 16: Python workers SIGKILLed with
+their transaction open and records of it on the broker; the broker aborts
+those transactions (their records stay in the log, invisible to
+read_committed readers) and the re-run tasks commit every row once.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaSink
 
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
+from .procs import alive, kill9
 from .proxy import SINK_CLIENT_ID
 from .readback import read_back
 from .streams import BatchProbe, start_stream, write_source
@@ -60,3 +66,46 @@ def test_15_exactly_once_through_a_broker_outage(spark, own_broker, tmp_path, sc
     assert sum(r.pending for r in sink.reports) > 0, "no task returned with its unit pending: the outage missed"
     assert open_during, "no batch was waiting for its transactions during the outage"
     assert (t.lost, t.duplicates) == (0, 0), f"lost {t.lost}, duplicates {t.duplicates}: {t.lost_sample}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_16_exactly_once_workers_sigkilled_inside_open_transactions(spark, broker, tmp_path, scenario, hooks,
+                                                                     engine):
+    """Three Python workers SIGKILLed, each with its transaction open and records of it on the broker."""
+    scenario.scenario = "16_exactly_once_kills_in_transactions" + engine_suffix(engine)
+    scenario.title = f"Exactly-once: 3 Python workers SIGKILLed inside open transactions ({engine} engine)"
+    scenario.fault = ("kill -9 of the pyspark worker parked at eo.produced_chunk (its first chunk produced into "
+                      "its open transaction, 1 s for it to reach the broker), in 3 successive batches")
+    n, files, kills = 24000, 6, 3
+    src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
+    write_source(src, n, files, value_size=200)
+    topic = new_topic(broker.bootstrap)
+    sink = RecoverableKafkaSink(sink_name("f16"), {"bootstrap.servers": broker.bootstrap}, topic=topic,
+                                wal_dir=wal, ack_timeout_s=30.0, guarantee="exactly_once", delivery_engine=engine)
+    probe = BatchProbe(sink)
+    killed: list[dict] = []
+    parked = hooks.park("eo.produced_chunk", batch__ge=1)
+    q = start_stream(spark, src, probe, str(tmp_path / "chk"), files_per_trigger=1)
+    try:
+        for k in range(kills):
+            at = parked.wait(120)
+            time.sleep(1.0)  # its chunk leaves the client (linger.ms) into the open transaction on the broker
+            fault_at = kill9(at["pid"])
+            parked.release()  # nobody is left to read it: the process is gone
+            killed.append({"pid": at["pid"], "coords": at["coords"], "at": fault_at})
+            if k + 1 < kills:  # the next kill in a later batch: each killed task is re-run once, in peace
+                parked = hooks.park("eo.produced_chunk", batch__ge=at["coords"]["batch"] + 1)
+    finally:
+        parked.release()
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    t = read_back(broker.bootstrap, topic, range(n), isolation="read_committed")
+    raw = read_back(broker.bootstrap, topic, range(n), isolation="read_uncommitted")
+    scenario.apply(t)
+    scenario.recovery(killed[0]["at"], max(probe.ended.values()))
+    scenario.figures.update(killed=killed, records_in_log=raw.records_read,
+                            aborted_rows_in_log=raw.records_read - t.records_read)
+    assert len(killed) == kills and all(not alive(k["pid"]) for k in killed)
+    assert (t.lost, t.duplicates) == (0, 0), f"lost {t.lost}, duplicates {t.duplicates}: {t.lost_sample}"
+    # The killed transactions' records are in the log, aborted: read_uncommitted sees them, read_committed not.
+    assert raw.duplicates > 0, "no record of a killed transaction reached the broker: the kills missed"

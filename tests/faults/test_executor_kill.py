@@ -42,8 +42,8 @@ def _executor_of(pid: int, executors: list[int]) -> int | None:
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scenario, hooks, guarantee, engine):
     eo = guarantee == "exactly_once"
-    # exactly-once: killed after its unit is committed in the WAL, before its transaction (a kill inside
-    # an open transaction is the case the test broker cannot honour: see test_exactly_once.py)
+    # exactly-once: killed after its unit is committed in the WAL, before its transaction (workers killed
+    # inside open transactions: test_exactly_once_faults.py, scenario 16)
     point = "eo.before_transaction" if eo else "task.mid_task"
     scenario.scenario = "03_executor_sigkill" + ("_exactly_once" if eo else "") + engine_suffix(engine)
     scenario.title = ("Executor JVM SIGKILLed mid-batch (local-cluster)" + (", exactly-once" if eo else "")

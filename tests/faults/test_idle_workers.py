@@ -33,7 +33,7 @@ pytestmark = pytest.mark.spark
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("how", ["drain", "next_run"])
 def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
-        spark, tansu, tmp_path, scenario, caplog, how, engine):
+        spark, proxied_broker, tmp_path, scenario, caplog, how, engine):
     scenario.scenario = f"14_idle_workers_closed_{how}" + engine_suffix(engine)
     scenario.title = {"drain": "Async job ends, broker down, its workers closed: sink.drain()",
                       "next_run": "Async job ends, broker down, its workers closed: the next run"}[how] + \
@@ -44,14 +44,14 @@ def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
     n, files = 6000, 2
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
     write_source(src, n, files, value_size=200)
-    topic = new_topic(tansu.bootstrap)
+    topic = new_topic(proxied_broker.bootstrap)
     name = sink_name("f14")
-    conf = {"bootstrap.servers": tansu.bootstrap, "client.id": SINK_CLIENT_ID, "message.timeout.ms": 3000}
+    conf = {"bootstrap.servers": proxied_broker.bootstrap, "client.id": SINK_CLIENT_ID, "message.timeout.ms": 3000}
     # The broker is unreachable from the sink's very first batch: without wait_for_broker the first-contact
     # check would fail the query (BrokerUnreachableError) instead of letting the records wait in the WAL.
     sink = RecoverableKafkaSink(name, conf, topic=topic, wal_dir=wal, ack_timeout_s=0.0, retry_backoff_max_s=1.0,
                                 wait_for_broker=True, delivery_engine=engine)
-    tansu.proxy.refuse()  # reset before their first request reaches the broker: nothing of the sink gets there
+    proxied_broker.proxy.refuse()  # reset before their first request reaches the broker: nothing of the sink gets there
     try:
         with caplog.at_level(logging.WARNING, logger="spark_recoverable_sink.sink"):
             q = start_stream(spark, src, BatchProbe(sink), str(tmp_path / "chk"), files_per_trigger=1)
@@ -65,9 +65,9 @@ def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
             kill9(pid)
         assert all(wait_dead(pid, 30) for pid in holders)
     finally:
-        tansu.proxy.restore()
+        proxied_broker.proxy.restore()
     # Nobody is left to deliver them: no process holds a runtime of this sink.
-    nobody = read_topic(tansu.bootstrap, topic, idle_s=3.0, timeout_s=10)
+    nobody = read_topic(proxied_broker.bootstrap, topic, idle_s=3.0, timeout_s=10)
     if how == "drain":
         drained = sink.drain(spark, timeout_s=60)
         scenario.figures.update(drain_replayed=drained.replayed, drain_pending=drained.pending,
@@ -77,7 +77,7 @@ def test_14_pending_records_of_closed_idle_workers_are_reported_and_delivered(
                                      delivery_engine=engine)
         rep = again.write(spark.createDataFrame([("next-run", b"x")], "key string, value binary"), batch_id=10**6)
         scenario.figures.update(next_run_replayed=rep.replayed)
-    t = read_back(tansu.bootstrap, topic, range(n), wait_s=60)
+    t = read_back(proxied_broker.bootstrap, topic, range(n), wait_s=60)
     scenario.apply(t)
     scenario.figures.update(pending_at_query_end=pending, workers_ended=len(holders),
                             delivered_before_drain_or_next_run=len(nobody.records), warning=warned[-1:])

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_recoverable_sink import RecoverableKafkaSink
-    from tests.faults.brokers import TansuBroker
+    from tests.faults.brokers import HurtableBroker
     from tests.faults.procs import alive, spark_python_workers
     from tests.faults.proxy import SINK_CLIENT_ID
     from tests.faults.slots import slot_holders, slot_row_keys
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.kafka_helpers import create_topic, read_topic
 
     work = tempfile.mkdtemp(prefix="rks-idle-")
-    broker = TansuBroker(os.path.join(work, "tansu.log")).start()
+    broker = HurtableBroker(os.path.join(work, "kafka")).start()
     spark = (SparkSession.builder.master("local[2,3]").appName("rks-idle-worker")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4")

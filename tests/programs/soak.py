@@ -3,7 +3,7 @@
     python -m tests.programs.soak [--seed 1] [--minutes 3] [--rows-per-second 1000] [--results PATH]
 
 A feeder writes a parquet file every second; a processing-time query writes
-it through the sink to a Tansu broker of its own behind the TcpProxy. Every
+it through the sink to a Kafka broker of its own behind the TcpProxy. Every
 8-15 s (seeded) one fault from this list is injected:
 
 * ``kill_worker``   -- kill -9 of a pyspark worker parked mid-task (test hook ``task.mid_task``)
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_recoverable_sink import RecoverableKafkaSink
-    from tests.faults.brokers import TansuBroker
+    from tests.faults.brokers import HurtableBroker
     from tests.faults.procs import kill9
     from tests.faults.proxy import SINK_CLIENT_ID
     from tests.faults.readback import LiveReader, keys_of, read_back
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         log_lines.append(line)
         print(line, flush=True)
 
-    broker = TansuBroker(os.path.join(work, "tansu.log")).start()
+    broker = HurtableBroker(os.path.join(work, "kafka")).start()
     spark = (SparkSession.builder.master("local[2,3]").appName("rks-soak")
              .config("spark.ui.enabled", "false")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")

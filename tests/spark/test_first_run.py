@@ -8,7 +8,7 @@ import uuid
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from devtools.devbroker import free_port
+from devtools.kafka_broker import free_port
 from spark_recoverable_sink import BrokerUnreachableError, RecoverableKafkaSink
 
 pytestmark = pytest.mark.spark

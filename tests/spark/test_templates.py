@@ -5,10 +5,10 @@ The runnable templates are started the way a user starts them, with the real
 shipped one and ``KAFKA_BOOTSTRAP`` in the environment; each writes its batch
 totals to ``query.summary_path`` (and logs them as one ``key=value`` line),
 and the test reads the topic back: every row a report counts must be there,
-once. jobs/kafka_to_kafka.py needs Spark's Kafka connector (``--packages``,
-not installable here): its transform is tested on a stand-in DataFrame of the
-Kafka source schema and written through the sink, and building the real
-source must get exactly as far as Spark's "Failed to find data source: kafka".
+once. jobs/kafka_to_kafka.py reads with Spark's own Kafka source: the
+connector's jars (devtools/spark-kafka/pom.xml, matching the PySpark version
+of the dev extra) are fetched once from Maven Central into a cache and given
+to spark-submit with ``--jars``; every input record must reach the output.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from spark_recoverable_sink import jobs
 from spark_recoverable_sink.ids import record_id_prefix
 
 from ..job_files import load_job
-from ..kafka_helpers import read_topic
+from ..kafka_helpers import create_topic, read_topic
 from ..record_ids import check_ids_per_prefix, reported_rows
 
 pytestmark = pytest.mark.spark
@@ -50,15 +50,16 @@ def _conf(shipped: str, tmp_path: Any, **sections: dict[str, Any]) -> dict[str, 
     return raw
 
 
-def _submit(script: str, raw: dict[str, Any], tmp_path: Any, bootstrap: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """``spark-submit --master local[2] jobs/<script> --conf <file>``; returns the summary and the stop line."""
+def _submit(script: str, raw: dict[str, Any], tmp_path: Any, bootstrap: str,
+            submit_args: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
+    """``spark-submit --master local[2] [submit_args] jobs/<script> --conf <file>``; returns the summary and the stop line."""
     path = tmp_path / "job.json"
     path.write_text(json.dumps(raw))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RKS_")}  # no test hooks: a user's run
     env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, KAFKA_BOOTSTRAP=bootstrap,
                SPARK_LOCAL_IP="127.0.0.1")
     t = time.monotonic()
-    proc = subprocess.run([SPARK_SUBMIT, "--master", "local[2]", os.path.join(ROOT, "jobs", script),
+    proc = subprocess.run([SPARK_SUBMIT, "--master", "local[2]", *submit_args, os.path.join(ROOT, "jobs", script),
                            "--conf", str(path)], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=240)
     # spark-submit's JVM runs the Python driver and copies its stdout and stderr (the job's log) to stdout
@@ -164,11 +165,9 @@ KAFKA_SOURCE_SCHEMA = ("key binary, value binary, topic string, partition int, o
                        "timestampType int")
 
 
-def test_kafka_to_kafka_transform_writes_through_the_sink_and_the_plan_reaches_the_kafka_source(
+def test_kafka_to_kafka_transform_writes_through_the_sink_and_source_secrets_resolve_first(
         spark, broker, topic, tmp_path):
     from datetime import datetime
-
-    from pyspark.errors import AnalysisException
 
     mod = load_job("kafka_to_kafka")
     raw = _conf("conf/kafka_to_kafka.json", tmp_path, kafka={"topic": topic, "create_topic_partitions": 0},
@@ -191,14 +190,33 @@ def test_kafka_to_kafka_transform_writes_through_the_sink_and_the_plan_reaches_t
     assert {json.loads(r.value)["payload"] for r in got.records} == {'{"a":1}', "x"}
     check_ids_per_prefix(got.ids, reported_rows("tpl-k2k", [report]))
 
-    # The streaming plan: options are set and secrets resolved before the source is looked up ...
+    # The streaming plan: options are set and secrets resolved before the source is looked up.
     with pytest.raises(jobs.SettingsError, match="RKS_TPL_JAAS is not set"):
         mod.read_source(spark, settings.source)
-    # ... and with them set, building the job's DataFrame gets as far as Spark's Kafka connector
-    # (not on the classpath here: it comes with spark-submit --packages).
-    os.environ["RKS_TPL_JAAS"] = "org.apache.kafka.common.security.plain.PlainLoginModule required;"
-    try:
-        with pytest.raises(AnalysisException, match="Failed to find data source: kafka"):
-            mod.build_source(spark, settings.source)
-    finally:
-        del os.environ["RKS_TPL_JAAS"]
+
+
+def test_kafka_to_kafka_with_spark_submit_reads_spark_kafka_source(broker, tmp_path):
+    """The template as users run it: Spark's Kafka source on the real broker, every input record in the output."""
+    from confluent_kafka import Producer
+
+    from devtools.jvm import spark_kafka_connector_jars
+
+    jars = spark_kafka_connector_jars()
+    source, out = f"k2k-in-{uuid.uuid4().hex[:8]}", f"k2k-out-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, source, partitions=3)
+    n = 6000
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        p.produce(source, key=b"k%d" % i, value=b"v%d" % i, partition=i % 3)
+    assert p.flush(30) == 0
+    raw = _conf("conf/kafka_to_kafka.json", tmp_path, kafka={"topic": out, "create_topic_partitions": 2},
+                sink={"name": "tpl-k2k-real"},
+                source={"bootstrap_servers": broker.bootstrap, "subscribe": source, "max_offsets_per_trigger": 2500},
+                query={"available_now": True, "run_seconds": 0})
+    summary, line = _submit("kafka_to_kafka.py", raw, tmp_path, broker.bootstrap, ("--jars", ",".join(jars)))
+    assert summary["reason"] == "terminated" and summary["batches"] >= 3  # 2,500 offsets per trigger
+    got = _check_delivery(summary, line, broker.bootstrap, out)
+    seen = {(json.loads(r.value)["partition"], json.loads(r.value)["offset"]): (r.key, json.loads(r.value)["payload"])
+            for r in got.records}
+    want = {(i % 3, i // 3): (b"k%d" % i, "v%d" % i) for i in range(n)}
+    assert len(got.records) == n and seen == want

@@ -27,9 +27,10 @@ def test_missing_rows_in_no_wal_and_no_offset_gap_are_called_a_loss(tmp_path):
     assert why.startswith("LOSS") and "missing=1" in why and "nowhere=1" in why
 
 
-def test_missing_rows_the_reader_skipped_are_called_a_reader_problem(tmp_path):
+def test_missing_rows_in_no_wal_are_called_a_loss_even_with_offset_gaps(tmp_path):
     t = tally(TopicContents(records=[_rec(0, 0, 0), _rec(0, 2, 2)]), range(3))
-    assert explain_missing(t, str(tmp_path), "s", []).startswith("READER")
+    assert t.offset_gaps == {0: [(1, 1)]}
+    assert explain_missing(t, str(tmp_path), "s", []).startswith("LOSS")
 
 
 def test_missing_rows_still_in_a_wal_slot_are_called_pending(tmp_path):

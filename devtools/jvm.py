@@ -1,0 +1,131 @@
+"""What the tests' JVM programs need: Java 17+, and jars from Maven Central fetched once with ``mvn``.
+
+The cache is ``$RKS_KAFKA_CACHE`` (default ``~/.cache/spark-recoverable-sink``):
+one folder per pom and version, complete once it holds a ``.complete`` stamp.
+Two processes fetching the same jars at once take turns (``flock``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+__all__ = ["MavenError", "cache_root", "java", "maven_jars", "pom_property", "spark_kafka_connector_jars"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SPARK_KAFKA_POM = os.path.join(_HERE, "spark-kafka", "pom.xml")
+#: Of the connector's closure, what PySpark does not ship.
+SPARK_KAFKA_ARTIFACTS = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients",
+                         "commons-pool2")
+
+
+class MavenError(RuntimeError):
+    """Java 17+ is missing, or the jars are not cached and Maven is missing or could not fetch them."""
+
+
+def java() -> str:
+    """Path of a Java 17+ ``java``.
+
+    Raises:
+        MavenError: none on PATH (nor in ``$JAVA_HOME``), or an older one.
+    """
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home and os.path.exists(os.path.join(home, "bin", "java")) \
+        else shutil.which("java")
+    if not java:
+        raise MavenError("Java 17 or newer is needed to run the test Kafka broker and Spark, and no `java` "
+                               "is on PATH: install a JDK 17 (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    major = int(m.group(1)) if m else 0
+    if major == 1 and m and m.group(2):
+        major = int(m.group(2))
+    if major < 17:
+        raise MavenError(f"Java 17 or newer is needed; {java} is version {major}: install a JDK 17")
+    return java
+
+
+def cache_root() -> str:
+    return os.environ.get("RKS_KAFKA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                               "spark-recoverable-sink")
+
+
+def pom_property(pom: str, name: str) -> str:
+    """A ``<properties>`` value of ``pom``."""
+    with open(pom) as f:
+        m = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", f.read())
+    assert m, f"no {name} in {pom}"
+    return m.group(1)
+
+
+def maven_jars(pom: str, name: str, artifacts: tuple[str, ...] = ()) -> str:
+    """The folder ``<cache>/<name>`` holding the jars of ``pom``'s dependencies (only ``artifacts`` if given).
+
+    Raises:
+        MavenError: they are not cached and ``mvn`` is not on PATH, or it fails.
+    """
+    root = cache_root()
+    dest = os.path.join(root, name)
+    stamp = os.path.join(dest, ".complete")
+    if os.path.exists(stamp):
+        return dest
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching them right now
+        if os.path.exists(stamp):
+            return dest
+        mvn = shutil.which("mvn")
+        if not mvn:
+            raise MavenError(f"Maven is needed once to fetch jars from Maven Central ({pom}) and no `mvn` is on "
+                             "PATH: install Maven 3.6+ (Debian/Ubuntu: apt-get install maven), or put the jars "
+                             f"in {dest} and create {stamp}")
+        tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=root)
+        cmd = [mvn, "-q", "-B", "-f", pom, "dependency:copy-dependencies", f"-DoutputDirectory={tmp}"]
+        if artifacts:
+            cmd.append("-DincludeArtifactIds=" + ",".join(artifacts))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0 or not any(n.endswith(".jar") for n in os.listdir(tmp)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise MavenError(f"mvn could not fetch the jars of {pom} (rc={proc.returncode}): "
+                             f"{(proc.stdout + proc.stderr)[-2000:]}")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.rename(tmp, dest)
+        open(stamp, "w").close()
+    return dest
+
+
+def spark_kafka_connector_jars() -> list[str]:
+    """Paths of Spark's Kafka connector jars that PySpark lacks (for ``--jars`` / ``spark.jars``).
+
+    Raises:
+        MavenError: as :func:`maven_jars`.
+    """
+    d = maven_jars(SPARK_KAFKA_POM, f"spark-sql-kafka-{pom_property(SPARK_KAFKA_POM, 'spark.version')}",
+                   SPARK_KAFKA_ARTIFACTS)
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".jar"))
+
+
+def main() -> int:
+    """``python -m devtools.jvm``: Java checked, Kafka's and Spark's Kafka connector's jars fetched (once)."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(_HERE))
+    from devtools.kafka_broker import kafka_jars, kafka_version
+
+    try:
+        where = java()
+        kafka = kafka_jars()
+        spark = spark_kafka_connector_jars()
+    except (MavenError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"java: {where}\nApache Kafka {kafka_version()}: {kafka}\nSpark's Kafka connector: {os.path.dirname(spark[0])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
