@@ -20,7 +20,7 @@ a native extension runs on its Python engine) or ``label=installed[:engine]``
 
 Steps of one run:
 
-1. Start the embedded broker; extract each commit's package.
+1. Start a Kafka broker (devtools/kafka_broker.py); extract each commit's package.
 2. For each round, for each version (rotated): start a child process with
    its own Spark session (``local[N]``, the main benchmark's settings), its
    working directory outside the checkout, and the version's ``PYTHONPATH``.

@@ -270,7 +270,7 @@ which `bench/run.py` checks are exactly what the sink hands to confluent-kafka. 
   end of the partition.
 * **flush-writer**: the same plus a delivery callback per record that keeps the first error, a check
   for it before each send and after `flush()`, failing on the first error: what Spark's built-in Kafka
-  sink does, written in Python. It stands in for the built-in sink, whose jar cannot be installed here.
+  sink does, written in Python. It stands in for the built-in sink, which is not in the benchmark yet.
 * **flush-writer + rks-id header**: the flush-writer sending a header shaped like the sink's record id
   (`<sink>:<run>:<batch>:<partition>:<16 hex digits>-<occurrence>`), built per record in Python as
   confluent-kafka takes it: the header's cost on its own.

@@ -6,7 +6,7 @@ producer settings. Runs are interleaved (round 1 of every writer, then round 2
 ..., the order rotated each round) so that a noisy neighbour hurts every writer
 alike, and each timed run is preceded by an untimed warm-up task
 (:class:`bench.writers.Prepare`). Every run writes to a topic of its own, which
-is deleted afterwards (the embedded broker keeps everything in memory).
+is deleted afterwards (its log would fill the broker's disk).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 * :class:`RawWriter` -- the ceiling: produces every row with confluent-kafka,
   no delivery callback at all, ``flush()`` at the end of the partition.
 * :class:`FlushWriter` -- what Spark's built-in Kafka sink does, written in
-  Python (it stands in for the built-in sink, whose jar cannot be installed
-  here): a delivery callback per record that keeps the first error, a check
+  Python (it stands in for the built-in sink, which is not in the benchmark
+  yet; its jars can now be fetched, devtools/jvm.py): a delivery callback per record that keeps the first error, a check
   for that error before each send, ``flush()`` at the end of the partition and
   an error check after it; fails the task on the first error.
   With ``id_header`` set it also sends a per-record id header shaped like

@@ -87,7 +87,11 @@ def maven_jars(pom: str, name: str, artifacts: tuple[str, ...] = ()) -> str:
         cmd = [mvn, "-q", "-B", "-f", pom, "dependency:copy-dependencies", f"-DoutputDirectory={tmp}"]
         if artifacts:
             cmd.append("-DincludeArtifactIds=" + ",".join(artifacts))
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise MavenError(f"mvn did not fetch the jars of {pom} within 900 s") from None
         if proc.returncode != 0 or not any(n.endswith(".jar") for n in os.listdir(tmp)):
             shutil.rmtree(tmp, ignore_errors=True)
             raise MavenError(f"mvn could not fetch the jars of {pom} (rc={proc.returncode}): "

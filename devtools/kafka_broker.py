@@ -97,7 +97,7 @@ class Listener:
     name: str
     protocol: str = ""
     mechanisms: tuple[str, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold JAAS passwords
 
     @property
     def security_protocol(self) -> str:
@@ -251,8 +251,11 @@ class KafkaBroker:
         args = ["format", "-t", self.cluster_id, "-c", config, "--ignore-formatted"]
         for name, password in self.scram_users.items():
             args += ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]"]
-        proc = subprocess.run(self._java_cmd("kafka.tools.StorageTool", *args), capture_output=True, text=True,
-                              timeout=120)
+        try:
+            proc = subprocess.run(self._java_cmd("kafka.tools.StorageTool", *args), capture_output=True, text=True,
+                                  timeout=120)
+        except subprocess.TimeoutExpired:  # its text would hold the command line, SCRAM passwords included
+            raise BrokerSetupError("formatting the broker's storage did not end within 120 s") from None
         if proc.returncode != 0:
             out = proc.stdout + proc.stderr
             for secret in self.scram_users.values():
@@ -298,9 +301,10 @@ class KafkaBroker:
                     return
             except Exception:  # noqa: BLE001 - not serving yet
                 time.sleep(0.1)
+        tail = self.log_tail()  # before stop(), which removes a workdir the broker made itself
         self.stop()
         raise BrokerSetupError(f"the Kafka broker did not serve within {timeout_s}s; its log: {self.log_path}\n"
-                               f"{self.log_tail()}")
+                               f"{tail}")
 
     def log_tail(self, n: int = 4000) -> str:
         try:
@@ -313,10 +317,12 @@ class KafkaBroker:
 
     def pause(self) -> None:
         """SIGSTOP the broker: it stops answering but keeps its connections."""
-        os.kill(self.pid, signal.SIGSTOP)
+        assert self.proc is not None and self.proc.poll() is None, "broker not running"
+        self.proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
+        if self.proc is not None and self.proc.poll() is None:  # never a reaped (perhaps reused) pid
+            self.proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> float:
         """SIGKILL the broker (no shutdown of any kind) and reap it; returns when the signal was sent."""

@@ -43,7 +43,7 @@ from spark_recoverable_sink import (
     jobs as job,  # the templates' settings and building blocks
 )
 
-# The embedded broker launcher (devtools/) lives at the repository root, outside the installed package.
+# The test Kafka broker's launcher (devtools/) lives at the repository root, outside the installed package.
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
     sys.path.append(_REPO)
@@ -182,8 +182,8 @@ def read_back(bootstrap: str, topic: str, expected: int, idle_s: float, timeout_
 
     Stops when ``expected`` records came and nothing more arrived for a
     second, when the topic was quiet ``idle_s`` (15 s at least while fewer
-    than ``expected`` came), or after ``timeout_s``. Watermark offsets are not
-    used: the embedded broker's are wrong.
+    than ``expected`` came), or after ``timeout_s`` (a count by consuming:
+    offsets alone would not tell records from transaction markers).
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 

@@ -145,3 +145,24 @@ def read_topic(bootstrap: str, topics: str | list[str], expected: int | None = N
 
 def header_dict(r: Any) -> dict[str, Any]:
     return {k: v for k, v in r.headers}
+
+
+def wait_for_uncommitted(bootstrap: str, topic: str, batch: int, partition: int, timeout_s: float = 30.0) -> int:
+    """Wait until records of (``batch``, Spark ``partition``) are on the broker, read_uncommitted; returns how many.
+
+    For a test that kills a worker inside its open transaction: the kill
+    comes once the transaction holds records on the broker (ids
+    ``sink:run:batch:partition:...``), not after a guessed delay.
+
+    Raises:
+        AssertionError: none within ``timeout_s``.
+    """
+    end = time.monotonic() + timeout_s
+    while True:
+        got = read_topic(bootstrap, topic, idle_s=0.2, timeout_s=10)
+        n = sum(1 for r in got.records if r.rid and r.rid.split(":")[2:4] == [str(batch), str(partition)])
+        if n:
+            return n
+        if time.monotonic() > end:
+            raise AssertionError(f"no record of batch {batch} partition {partition} reached {topic} in {timeout_s}s")
+        time.sleep(0.2)

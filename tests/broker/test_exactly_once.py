@@ -34,7 +34,7 @@ from spark_recoverable_sink.delivery.exactly_once.markers import (
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
-from ..kafka_helpers import create_topic, read_topic
+from ..kafka_helpers import create_topic, read_topic, wait_for_uncommitted
 from ..record_ids import ids_of
 from .rows import batches
 
@@ -165,7 +165,7 @@ def test_worker_killed_mid_transaction_leaves_nothing_visible(broker, topic, tmp
     child = _spawn(cfg, 3, 2, 3000, "r", hooks.dir)
     try:
         pid = parked.wait()["pid"]
-        time.sleep(1.0)  # the client sends the chunk (linger.ms) into the transaction on the broker
+        wait_for_uncommitted(broker.bootstrap, topic, 3, 2)  # the chunk is on the broker, in the open transaction
         os.kill(pid, signal.SIGKILL)
     finally:
         child.wait(60)

@@ -26,7 +26,8 @@ def _fmt(v) -> str:
 
 def table(data: dict) -> str:
     rows = sorted(data.get("scenarios", {}).values(), key=lambda r: r["scenario"])
-    out = [f"Last run: {data.get('updated_at', '?')} on {data.get('machine', '?')}.", "",
+    out = [f"Last run: {data.get('updated_at', '?')} on {data.get('machine', '?')}; broker: "
+           f"{data.get('broker', 'not recorded (runs before the move to Apache Kafka: the stand-in broker)')}.", "",
            "| scenario | status | rows sent | distinct ids | lost | duplicates | fault to full delivery (s) | test (s) |",
            "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

@@ -61,6 +61,11 @@ def record_result(row: ScenarioRow, path: str | None = None) -> None:
     data.setdefault("scenarios", {})[row.scenario] = asdict(row)
     data["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     data["machine"] = f"{os.cpu_count()} cores, python {sys.version.split()[0]}"
+    from devtools.kafka_broker import external_bootstrap, kafka_version
+
+    data["broker"] = (f"the cluster at KAFKA_BOOTSTRAP={external_bootstrap()} for shared-broker scenarios, "
+                      f"Apache Kafka {kafka_version()} for the others") if external_bootstrap() else \
+        f"Apache Kafka {kafka_version()} (single-node KRaft, devtools/kafka_broker.py)"
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)

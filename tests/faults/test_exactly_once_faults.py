@@ -18,6 +18,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink
 
+from ..kafka_helpers import wait_for_uncommitted
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import alive, kill9
 from .proxy import SINK_CLIENT_ID
@@ -75,7 +76,7 @@ def test_16_exactly_once_workers_sigkilled_inside_open_transactions(spark, broke
     scenario.scenario = "16_exactly_once_kills_in_transactions" + engine_suffix(engine)
     scenario.title = f"Exactly-once: 3 Python workers SIGKILLed inside open transactions ({engine} engine)"
     scenario.fault = ("kill -9 of the pyspark worker parked at eo.produced_chunk (its first chunk produced into "
-                      "its open transaction, 1 s for it to reach the broker), in 3 successive batches")
+                      "its open transaction, killed once its records are on the broker), in 3 successive batches")
     n, files, kills = 24000, 6, 3
     src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
     write_source(src, n, files, value_size=200)
@@ -89,7 +90,8 @@ def test_16_exactly_once_workers_sigkilled_inside_open_transactions(spark, broke
     try:
         for k in range(kills):
             at = parked.wait(120)
-            time.sleep(1.0)  # its chunk leaves the client (linger.ms) into the open transaction on the broker
+            # its chunk on the broker, inside the open transaction
+            wait_for_uncommitted(broker.bootstrap, topic, at["coords"]["batch"], at["coords"]["partition"])
             fault_at = kill9(at["pid"])
             parked.release()  # nobody is left to read it: the process is gone
             killed.append({"pid": at["pid"], "coords": at["coords"], "at": fault_at})
