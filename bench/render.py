@@ -550,15 +550,23 @@ from bench.chart import chart, scaling_chart  # noqa: E402  (the figures: bench/
 
 
 def render(results: dict[str, Any], doc: str | None = None, png: str | None = None,
-           docs_dir: str | None = None) -> None:
+           docs_dir: str | None = None, versus: str | None = None) -> None:
     """Write the page and both charts (into ``docs_dir``, default docs/; ``doc``/``png`` override single paths)."""
     d = docs_dir or DOCS
     doc, png = doc or os.path.join(d, DOC_NAME), png or os.path.join(d, PNG_NAME)
     spng = os.path.join(os.path.dirname(png), SCALING_PNG_NAME)
     if "targets" not in results:
         results["targets"] = evaluate_targets(results)
+    text = markdown(results)
+    if versus:  # an earlier run beside this one (bench/versus.py)
+        from bench.versus import versus_md
+
+        with open(versus) as f:
+            old = json.load(f)
+        old["targets"] = evaluate_targets(old)
+        text += "\n" + versus_md(results, old, versus)
     with open(doc, "w") as f:
-        f.write(markdown(results))
+        f.write(text)
     chart(results, png)
     written = [doc, png]
     if _ok(results.get("scaling")) and scaling_chart(results, spng):
@@ -572,13 +580,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="?", default=os.path.join(REPO, "bench", "results", "latest.json"))
     ap.add_argument("--docs-dir", default=None, help="write PERFORMANCE.md and the charts here instead of docs/")
+    ap.add_argument("--versus", default=None, help="an earlier results JSON to set beside this run (bench/versus.py)")
     args = ap.parse_args()
     with open(args.results) as f:
         results = json.load(f)
     results["targets"] = evaluate_targets(results)
     if args.docs_dir:
         os.makedirs(args.docs_dir, exist_ok=True)
-    render(results, docs_dir=args.docs_dir)
+    render(results, docs_dir=args.docs_dir, versus=args.versus)
 
 
 if __name__ == "__main__":

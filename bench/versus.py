@@ -1,0 +1,66 @@
+"""This run against an earlier one (another broker, another commit): the figures that moved, side by side.
+
+    python bench/render.py --versus bench/results/20261124T041924.json
+
+Compares what both runs measured alike: batch throughput per writer and
+value size (median rows/s), micro-batch latency per writer (p50 trigger),
+and every target's measured ratio. Each row says by how much the figure
+moved; why is the text of docs/PERFORMANCE.md's section that names it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["versus_md"]
+
+
+def _tp(results: dict[str, Any]) -> dict[tuple[str, int], float]:
+    return {(r["writer"], int(r["value_bytes"])): float(r["rows_per_s"])
+            for r in (results.get("throughput") or {}).get("summary") or [] if r.get("rows_per_s")}
+
+
+def _lat(results: dict[str, Any]) -> dict[tuple[str, int], float]:
+    out = {}
+    for r in (results.get("latency") or {}).get("results") or []:
+        p50 = (r.get("trigger_ms") or {}).get("p50")
+        if p50 is not None and "writer" in r:
+            out[(r["writer"], int(r.get("value_bytes") or 0))] = float(p50)
+    return out
+
+
+def _targets(results: dict[str, Any]) -> dict[str, float]:
+    return {t["name"]: float(t["measured"]) for t in results.get("targets") or []
+            if isinstance(t.get("measured"), (int, float))}
+
+
+def _broker(results: dict[str, Any]) -> str:
+    return str((results.get("meta") or {}).get("machine", {}).get("broker") or "unknown")
+
+
+def versus_md(new: dict[str, Any], old: dict[str, Any], old_path: str) -> str:
+    """The Markdown section comparing ``new`` with ``old`` (read from ``old_path``)."""
+    out = [f"## Against the run of {old['meta']['timestamp']} ({_broker(old)})\n",
+           f"This run ({_broker(new)}) beside `{os.path.basename(old_path)}` (commit "
+           f"`{str(old['meta'].get('commit'))[:10]}`, broker {_broker(old)}), same machine and the same "
+           "benchmark code path for each row. \"×\" = this run ÷ that run.\n"]
+    tn, to = _tp(new), _tp(old)
+    rows = [(w, s, to[(w, s)], tn[(w, s)]) for (w, s) in sorted(tn) if (w, s) in to]
+    if rows:
+        out.append("| writer | value | rows/s then | rows/s now | × |\n|---|---:|---:|---:|---:|")
+        out += [f"| {w} | {s} B | {a:,.0f} | {b:,.0f} | {b / a:.2f} |" for w, s, a, b in rows]
+        out.append("")
+    ln, lo = _lat(new), _lat(old)
+    rows = [(w, s, lo[(w, s)], ln[(w, s)]) for (w, s) in sorted(ln) if (w, s) in lo]
+    if rows:
+        out.append("| writer (micro-batch trigger) | value | p50 then (ms) | p50 now (ms) | × |\n|---|---:|---:|---:|---:|")
+        out += [f"| {w} | {s} B | {a:,.0f} | {b:,.0f} | {b / a:.2f} |" for w, s, a, b in rows]
+        out.append("")
+    gn, go = _targets(new), _targets(old)
+    rows = [(n, go[n], gn[n]) for n in gn if n in go]
+    if rows:
+        out.append("| target (measured ratio or figure) | then | now |\n|---|---:|---:|")
+        out += [f"| {n} | {a:.3g} | {b:.3g} |" for n, a, b in rows]
+        out.append("")
+    return "\n".join(out) + "\n"
