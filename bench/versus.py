@@ -45,22 +45,20 @@ def versus_md(new: dict[str, Any], old: dict[str, Any], old_path: str) -> str:
            f"This run ({_broker(new)}) beside `{os.path.basename(old_path)}` (commit "
            f"`{str(old['meta'].get('commit'))[:10]}`, broker {_broker(old)}), same machine and the same "
            "benchmark code path for each row. \"×\" = this run ÷ that run.\n"]
-    tn, to = _tp(new), _tp(old)
-    rows = [(w, s, to[(w, s)], tn[(w, s)]) for (w, s) in sorted(tn) if (w, s) in to]
-    if rows:
-        out.append("| writer | value | rows/s then | rows/s now | × |\n|---|---:|---:|---:|---:|")
-        out += [f"| {w} | {s} B | {a:,.0f} | {b:,.0f} | {b / a:.2f} |" for w, s, a, b in rows]
-        out.append("")
-    ln, lo = _lat(new), _lat(old)
-    rows = [(w, s, lo[(w, s)], ln[(w, s)]) for (w, s) in sorted(ln) if (w, s) in lo]
-    if rows:
-        out.append("| writer (micro-batch trigger) | value | p50 then (ms) | p50 now (ms) | × |\n|---|---:|---:|---:|---:|")
-        out += [f"| {w} | {s} B | {a:,.0f} | {b:,.0f} | {b / a:.2f} |" for w, s, a, b in rows]
-        out.append("")
+    sections = [
+        ("writer | value | rows/s then | rows/s now", _tp(new), _tp(old), "{:,.0f}"),
+        ("writer (micro-batch trigger) | value | p50 then (ms) | p50 now (ms)", _lat(new), _lat(old), "{:,.0f}"),
+    ]
+    for head, now, then, fmt in sections:
+        rows = [(w, s, then[(w, s)], now[(w, s)]) for (w, s) in sorted(now) if (w, s) in then]
+        if rows:
+            out.append(f"| {head} | × |\n|---|---:|---:|---:|---:|")
+            out += [f"| {w} | {s} B | {fmt.format(a)} | {fmt.format(b)} | {b / a:.2f} |" for w, s, a, b in rows]
+            out.append("")
     gn, go = _targets(new), _targets(old)
-    rows = [(n, go[n], gn[n]) for n in gn if n in go]
-    if rows:
+    rows3 = [(n, go[n], gn[n]) for n in gn if n in go]
+    if rows3:
         out.append("| target (measured ratio or figure) | then | now |\n|---|---:|---:|")
-        out += [f"| {n} | {a:.3g} | {b:.3g} |" for n, a, b in rows]
+        out += [f"| {n} | {a:.3g} | {b:.3g} |" for n, a, b in rows3]
         out.append("")
     return "\n".join(out) + "\n"

@@ -58,12 +58,15 @@ def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> None:
     waited for ``timeout_s + BOUND_GRACE_S``. If it has not returned then,
     the producer is wedged: a fatal ``_TIMED_OUT`` error says so, its lane is
     dropped, and the lane's next producer fences it (init_transactions)
-    before the unit is tried again from the WAL. The wedged producer is
-    never touched again (the thread holds the last reference to it; it is
-    destroyed if the call ever returns).
+    before the unit is tried again from the WAL. The sink never calls the
+    wedged producer again, but it is not stopped: the thread holds the last
+    reference to it, so its librdkafka threads (and its queued records) live
+    on until the call returns, and whatever it still sends carries a fenced
+    epoch. Each wedge costs that thread and that client until then.
 
     Raises:
-        confluent_kafka.KafkaException: what the call raised, or the fatal time-out.
+        confluent_kafka.KafkaException: the fatal time-out, or what the call raised.
+        Exception: any other error the call raised, as it is.
     """
     done = threading.Event()
     failed: list[BaseException] = []
