@@ -51,27 +51,14 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     OUT_OF_ORDER_SEQUENCE_NUMBER (KAFKA-15591): that would time a broker race,
     not a writer.
     """
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from devtools.topics import wait_for_leaders
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for _t, fut in admin.create_topics([NewTopic(name, partitions, 1)]).items():
         fut.result(30)
-    end = time.monotonic() + 60
-    waiting = set(range(partitions))
-    while time.monotonic() < end and waiting:
-        futs = admin.list_offsets({TopicPartition(name, p): OffsetSpec.latest() for p in sorted(waiting)},
-                                  request_timeout=5)
-        for tp, fut in futs.items():
-            try:
-                fut.result(10)
-                waiting.discard(tp.partition)
-            except Exception:  # noqa: BLE001 - not served yet: asked again
-                pass
-        if waiting:
-            time.sleep(0.2)
-    if waiting:
-        raise RuntimeError(f"topic {name}: partitions {sorted(waiting)} have no leader answering after 60 s")
+    wait_for_leaders(bootstrap, name, partitions)
 
 
 def delete_topic(bootstrap: str, name: str) -> None:

@@ -200,7 +200,7 @@ class Brokers:
     def stop(self) -> None:
         if self.current is None:
             return
-        pid = self.current.pid
+        pid = self.current.proc.pid
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

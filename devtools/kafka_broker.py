@@ -165,11 +165,6 @@ class KafkaBroker:
         return f"127.0.0.1:{self.listener_ports[listener]}"
 
     @property
-    def pid(self) -> int:
-        assert self.proc is not None, "broker not started"
-        return self.proc.pid
-
-    @property
     def data_dir(self) -> str:
         return os.path.join(self.workdir, "data")
 
@@ -349,5 +344,5 @@ class KafkaBroker:
     def __enter__(self) -> "KafkaBroker":
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:  # noqa: D105
         self.stop()

@@ -29,6 +29,9 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3, config: dict[st
         md = admin.list_topics(name, timeout=5)
         t = md.topics.get(name)
         if t is not None and t.error is None and len(t.partitions) == partitions:
+            from devtools.topics import wait_for_leaders
+
+            wait_for_leaders(bootstrap, name, partitions)  # KAFKA-15591: no produce meets a leader not ready
             return
         time.sleep(0.1)
     raise RuntimeError(f"topic {name} did not appear")
