@@ -13,7 +13,6 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink
 
-from ..known_defects import EO_BROKER_RESTART, RUN_KNOWN_DEFECTS
 from .brokers import HurtableBroker
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .proxy import SINK_CLIENT_ID
@@ -159,11 +158,5 @@ def test_06_broker_sigkill_and_restart_on_its_log(spark, tmp_path, scenario, hoo
     scenario.recovery(fault_at, full_at)
     scenario.figures.update(down_s=down_s, after_restart_s=round(full_at - restored_at, 2) if full_at else None)
     assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"
-    if eo:
-        # Duplicates are the known defect tests/known_defects.py states (a dead transaction's
-        # records made visible by the lane's next commit after the broker restart): counted here, asserted
-        # there (RKS_KNOWN_DEFECTS=1) until fixed.
-        if t.duplicates:
-            scenario.notes.append(f"{t.duplicates} rows twice: {EO_BROKER_RESTART}")
-        if RUN_KNOWN_DEFECTS:
-            assert t.duplicates == 0, f"{t.duplicates} rows twice under exactly-once"
+    if eo:  # a dead transaction the restarted broker aborted without markers is closed by the sweep
+        assert t.duplicates == 0, f"{t.duplicates} rows twice under exactly-once"

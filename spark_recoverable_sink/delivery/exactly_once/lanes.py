@@ -36,6 +36,7 @@ class Lane:
         self.producer = producer
         self.consumer = consumer
         self.ready = False  # init_transactions() returned
+        self.swept = False  # its sweep transaction aborted on every partition the lane writes (.sweep)
         self.known: Marker | None = None  # the marker as this producer last committed or read it
         self.open: tuple[str, AttemptKey] | None = None  # (slot path, attempt) whose transaction is open
         self.chunks_in = 0  # chunks of the open unit produced into the transaction (a retry resumes after them)

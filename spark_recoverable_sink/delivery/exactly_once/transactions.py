@@ -14,7 +14,8 @@ Steps of :meth:`Committer.commit`, each resumable after a failure or a deadline:
 
 1. the lane's producer, ``init_transactions()``-ed once; re-created when the
    lane's marker moved since this producer last saw it (another worker
-   committed there, so this producer was fenced);
+   committed there, so this producer was fenced); a new one first runs its
+   lane's sweep (:mod:`.sweep`: closes what an earlier producer left open);
 2. read the marker; decide (:meth:`Committer.decide`): a unit the marker
    proves committed (same batch, same digest) is *skipped*; a later batch on
    the marker skips a recovered unit (batches end in order) but is a
@@ -48,6 +49,7 @@ from ..codes import NON_RETRIABLE, PRODUCER_RESET
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, on_delivery
 from .markers import Marker, encode_offset, encode_record, lane_id
+from .sweep import SweepFailed, lane_topics, sweep
 
 __all__ = ["Unit", "Committer", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "REFUSED", "left"]
 
@@ -115,7 +117,7 @@ class Committer:
         except KafkaException as exc:
             unit.last_error = self.note_error(lid, exc.args[0])
             unit.outcome = self._refused(lid, unit) or PENDING
-        except _Timeout as exc:
+        except (_Timeout, SweepFailed) as exc:  # resumed by a later attempt
             unit.last_error = str(exc)
             unit.outcome = PENDING
         return unit.outcome
@@ -170,6 +172,9 @@ class Committer:
             lane.producer.init_transactions(left(deadline, "init_transactions"))
             lane.ready = True
             lane.known = self._marker(lid, lane, deadline)
+        if not lane.swept:  # Step 1b: what an earlier producer of the lane left open is closed first
+            self._settle_open(lane, None, deadline)
+            sweep(self.config, lane, lid, lane_topics(self.config, unit), partial(left, deadline))
         return lane
 
     def begin_inline(self, wal_path: str, key: AttemptKey, run: str, deadline: Deadline) -> "InlineTransaction | None":
@@ -182,6 +187,8 @@ class Committer:
         from confluent_kafka import KafkaException
 
         lid = lane_id(self.config.name, run, key.partition)
+        if not self.config.topic and not getattr(self.lanes.known(lid), "swept", False):
+            return None  # its sweep needs the unit's topics: published from the WAL once committed
         try:
             lane = self._lane(lid, None, deadline)
             self._settle_open(lane, None, deadline)
@@ -193,7 +200,7 @@ class Committer:
             return InlineTransaction(self.config, self.note_error, lid, lane, (wal_path, key), run)
         except KafkaException as exc:
             self.note_error(lid, exc.args[0])
-        except _Timeout:
+        except (_Timeout, SweepFailed):
             pass
         return None
 
