@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.deadline import Deadline
 from spark_recoverable_sink.delivery.exactly_once.lanes import Lane
-from spark_recoverable_sink.delivery.exactly_once.transactions import Committer
 from spark_recoverable_sink.wal.format import AttemptKey
 
 
@@ -20,15 +17,14 @@ class RecordingProducer:
         self.calls.append("abort")
 
 
-def _committer() -> Committer:
-    cfg = SinkConfig.build("lanes", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-lanes", topic="t",
-                           guarantee="exactly_once")
-    return Committer(cfg)
+def _left(_what: str) -> float:
+    return 5.0
 
 
 def _lane(open_=None, produced=False, offsets_sent=False, must_abort=False) -> Lane:
     lane = Lane(RecordingProducer(), consumer=None)
     lane.open, lane.produced, lane.offsets_sent, lane.must_abort = open_, produced, offsets_sent, must_abort
+    lane.swept, lane.swept_topics = True, {"t"}
     return lane
 
 
@@ -38,24 +34,25 @@ A, B = ("/w/slot-0", AttemptKey(1, 0, 1)), ("/w/slot-1", AttemptKey(1, 0, 1))  #
 def test_another_units_complete_transaction_is_committed_not_aborted():
     # a commit that timed out stays "in progress" in librdkafka: an abort would fail with _CONFLICT
     lane = _lane(A, produced=True, offsets_sent=True)
-    _committer()._settle_open(lane, B, Deadline(5))
-    assert lane.producer.calls == ["commit"] and lane.open is None
+    lane.settle_open(B, _left)
+    assert lane.producer.calls == ["commit"] and lane.open is None and lane.swept
 
 
 def test_half_produced_failed_or_foreign_transactions_are_aborted():
     for lane in (_lane(A, produced=False), _lane(A, produced=True, must_abort=True), _lane(None, must_abort=True),
                  _lane(A, produced=True, offsets_sent=False)):
-        _committer()._settle_open(lane, B, Deadline(5))
+        lane.settle_open(B, _left)
         assert lane.producer.calls == ["abort"] and lane.open is None and not lane.must_abort
+        assert not lane.swept  # an abort may leave records open too (delivery/exactly_once/sweep.py)
 
 
 def test_the_callers_own_complete_transaction_is_left_for_its_commit_step():
     lane = _lane(A, produced=True, offsets_sent=True)
-    _committer()._settle_open(lane, A, Deadline(5))
+    lane.settle_open(A, _left)
     assert lane.producer.calls == [] and lane.open == A
 
 
 def test_units_of_two_slots_with_equal_keys_are_told_apart():
     lane = _lane(A, produced=True)  # A's records are in the open transaction, B must not commit them
-    _committer()._settle_open(lane, B, Deadline(5))
+    lane.settle_open(B, _left)
     assert lane.producer.calls == ["abort"]

@@ -14,7 +14,8 @@ import pytest
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.delivery.exactly_once.lanes import Lane
-from spark_recoverable_sink.delivery.exactly_once.sweep import SWEEP_KEY, SweepFailed, lane_topics, sweep
+from spark_recoverable_sink.delivery.exactly_once.sweep import (SWEEP_KEY, SweepFailed, lane_topics, sweep,
+                                                               unswept_topics)
 from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
 
 
@@ -60,6 +61,10 @@ class RecordingProducer:
     def poll(self, timeout: float):
         return []
 
+    def send_offsets(self, group_id, consumer, offsets, timeout_s) -> None:
+        self.calls.append("offsets")
+        assert group_id.startswith("rks-eo.") and len(offsets) == 1
+
     def abort_transaction(self, timeout: float) -> None:
         self.calls.append("abort")
 
@@ -77,11 +82,18 @@ def test_every_partition_of_the_lanes_topics_and_the_marker_partition_get_one_ab
     cfg = _config()
     lane = Lane(RecordingProducer({"orders": 3, "audit": 2}), consumer=None)
     assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "audit", "gone"}, _left) == 6
-    assert lane.producer.calls == ["begin", "produce", "flush", "abort"]
+    assert lane.producer.calls == ["begin", "produce", "offsets", "flush", "abort"]
     assert sorted((t, p) for t, p, _k, _v in lane.producer.sent) == sorted(
         [(cfg.marker_topic, 0), ("audit", 0), ("audit", 1), ("orders", 0), ("orders", 1), ("orders", 2)])
     assert {(k, v) for _t, _p, k, v in lane.producer.sent} == {(SWEEP_KEY, None)}
-    assert lane.swept and not lane.must_abort and lane.open is None
+    assert lane.swept and lane.swept_topics == {"orders", "audit", "gone"} and not lane.must_abort
+    # a swept lane sweeps only topics it has not swept yet, and only those
+    assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "audit"}, _left) == 1  # the marker partition
+    assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "more"}, _left) == 1
+    lane.producer.topics["more"] = 4
+    lane.swept = False  # after an abort: everything again
+    assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "more"}, _left) == 8
+    assert lane.swept_topics == {"orders", "more"}
 
 
 @pytest.mark.parametrize("fail_rows,unsent", [(1, 0), (0, 2)])
@@ -111,5 +123,14 @@ def test_a_topic_column_sweeps_the_topics_of_the_units_records():
     unit = SimpleNamespace(chunks=[(ck, len(raw)) for ck, raw in stored.items()],
                            wal=SimpleNamespace(read_chunk=stored.get))
     assert lane_topics(_config(topic=None), unit) == {"t1", "t2"}
-    assert lane_topics(_config(), unit) == {"orders"}
     assert lane_topics(_config(topic=None), None) == set()
+
+
+def test_a_chunk_on_a_topic_the_lane_has_not_swept_is_held_back_and_noted():
+    lane = Lane(RecordingProducer({}), consumer=None)
+    lane.swept, lane.swept_topics = True, {"orders"}
+    assert unswept_topics(lane, pa.RecordBatch.from_pydict({"value": [b"a"]}), "orders") == set()
+    column = pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"c"], "topic": ["orders", "audit", None]})
+    assert unswept_topics(lane, column, "orders") == {"audit"} and lane.need_topics == {"audit"}
+    lane.swept = False  # after an abort nothing counts as swept
+    assert unswept_topics(lane, column, "orders") == {"orders", "audit"}

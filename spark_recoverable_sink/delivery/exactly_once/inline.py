@@ -17,6 +17,7 @@ from ...config import SinkConfig
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey
 from .lanes import Lane, on_delivery
+from .sweep import unswept_topics
 
 __all__ = ["InlineTransaction"]
 
@@ -42,6 +43,10 @@ class InlineTransaction:
             return
         cfg = self._config
         lane = self._lane
+        if unswept_topics(lane, batch, cfg.topic):  # aborted at the commit step, then swept and produced again
+            self.broken = True
+            lane.must_abort = True
+            return
         try:
             _n, sync_failed = lane.producer.produce_chunk(
                 lane.round_for(lane.chunks_in), partial(on_delivery, lane, lane.chunks_in), batch, None, cfg.topic,

@@ -36,7 +36,9 @@ class Lane:
         self.producer = producer
         self.consumer = consumer
         self.ready = False  # init_transactions() returned
-        self.swept = False  # its sweep transaction aborted on every partition the lane writes (.sweep)
+        self.swept = False  # its sweep aborted since its last abort (.sweep): it may commit on swept_topics
+        self.swept_topics: set[str] = set()
+        self.need_topics: set[str] = set()  # topics its units write, met since (swept by the next sweep)
         self.known: Marker | None = None  # the marker as this producer last committed or read it
         self.open: tuple[str, AttemptKey] | None = None  # (slot path, attempt) whose transaction is open
         self.chunks_in = 0  # chunks of the open unit produced into the transaction (a retry resumes after them)
@@ -65,6 +67,28 @@ class Lane:
         """Every record of ``ident``'s unit is in the open transaction: only the marker and the commit are left."""
         if self.open == ident:
             self.produced = True
+
+    def settle_open(self, ident: Any, left: Callable[[str], float]) -> None:
+        """Finish what the lane has open before anything else, unless it is ``ident``'s own (it resumes).
+
+        librdkafka resumes an API call that timed out only by calling it again
+        (an abort during a pending commit fails with ``_CONFLICT``): another
+        unit's transaction with its records and marker all sent is committed
+        (resumed), anything else open or failed is aborted (or the abort
+        resumed). ``left(what)`` bounds each call. An abort un-sweeps the lane
+        (it may have left records open as well: :mod:`.sweep`).
+        """
+        if self.open is None and not self.must_abort:
+            return
+        if self.open == ident and not self.must_abort:
+            return  # the caller's own transaction: steps 3-4 resume it
+        if self.offsets_sent and not self.must_abort:
+            self.producer.commit_transaction(left("commit_transaction"))  # another unit's, complete: resumed
+        else:
+            self.producer.abort_transaction(left("abort_transaction"))
+            self.swept = False
+        self.reset()
+        self.failures = []
 
     def reset(self) -> None:
         self.open, self.chunks_in, self.produced, self.offsets_sent, self.must_abort = None, 0, False, False, False

@@ -20,20 +20,31 @@ partition the lane can write before its first real one: the ABORT marker
 on each partition closes, as aborted, whatever the lane's producer id left
 open there.
 
-Steps of :func:`sweep` (where it runs: a worker, in the task or the poller
-that first uses the lane's producer; nothing of it pickles):
+When: before a lane's producer begins a transaction, if it has not swept
+since it was initialised or since its last abort (an abort of the lane's
+own can meet the same broker state), or if the unit writes a topic it has
+not swept (a record of a chunk on such a topic aborts the transaction, and
+the next attempt sweeps that topic first: :func:`unswept_topics`).
 
-1. the partitions: every partition of the lane's topics (the sink's topic, or
-   the topics of the unit's records), and the marker topic's partition 0;
-2. begin a transaction and produce one record to each (key ``rks-sweep``, no
-   value, the id header ``<lane>:sweep:<n>``);
+Steps of :func:`sweep` (where it runs: a worker, in the task or the poller
+that uses the lane; nothing of it pickles):
+
+1. the partitions: every partition of the topics to sweep, and the marker
+   topic's partition 0;
+2. begin a transaction, produce one record to each (key ``rks-sweep``, no
+   value, the id header ``<lane>:sweep:<n>``) and the lane's group offset
+   (so a transactional offset left pending is closed too);
 3. flush, bounded: each record must be in its partition's log (a partition
    without a leader fails the sweep, which the next attempt runs again);
-4. abort, then the lane is *swept*: its producer may commit.
+4. abort, serve the purged records' reports, then the lane is *swept*.
 
-Guarantees: a lane's producer never commits a transaction before its sweep
-has aborted on every partition of step 1. Costs one small aborted
-transaction per new lane producer (read_uncommitted readers see its records).
+Guarantees: a lane's producer begins no transaction before a sweep over
+every topic it writes has completed since its last abort. Limits: an abort
+that returns is the broker's word that markers were written, which is what
+the measured defect breaks; the sweep's own records reached their leaders
+just before its abort, so only a partition losing its leader in that
+interval escapes it. Costs one small aborted transaction per new lane
+producer and per abort (read_uncommitted readers see its records).
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from ...wal.format import decode_chunk
 from ..rows import chunk_topic
 from .lanes import Lane, on_delivery
 
-__all__ = ["sweep", "lane_topics", "SWEEP_KEY", "SweepFailed"]
+__all__ = ["sweep", "lane_topics", "unswept_topics", "SWEEP_KEY", "SweepFailed"]
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +87,16 @@ def sweep(config: SinkConfig, lane: Lane, lid: str, topics: Iterable[str], left:
 
     p = lane.producer
     # Step 1
+    todo = set(topics) if not lane.swept else set(topics) - lane.swept_topics
     targets: list[tuple[str, int]] = [(config.marker_topic, 0)]
-    for topic in sorted(set(topics)):
+    for topic in sorted(todo):
         md = p.list_topics(topic, timeout=left("metadata"))
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             if t is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                continue  # no such topic: nothing of the lane can be open there
+                log.info("sink=%s lane=%s sweep topic=%s: unknown to the broker, nothing can be open there",
+                         config.name, lid, topic)
+                continue  # its records fail as the broker says (UNKNOWN_TOPIC_OR_PART), refused with that reason
             raise KafkaException(t.error if t is not None else KafkaError(KafkaError._UNKNOWN_TOPIC, topic))
         targets.extend((topic, part) for part in sorted(t.partitions))
     # Step 2
@@ -97,6 +111,7 @@ def sweep(config: SinkConfig, lane: Lane, lid: str, topics: Iterable[str], left:
     _n, failed = p.produce_chunk(lane.round_for(_SWEEP_CHUNK), partial(on_delivery, lane, _SWEEP_CHUNK), batch,
                                  None, None, config.id_header, f"{lid}:sweep:".encode(), 0, left("sweep"))
     lane.failures.extend((e, j, _SWEEP_CHUNK) for j, e in failed)
+    p.send_offsets(lid, lane.consumer, [(config.marker_topic, 0, 0)], left("send_offsets_to_transaction"))
     # Step 3
     unsent = p.flush(left("sweep flush")) if not lane.failures else 0
     lane.collect(p.poll(0))
@@ -104,34 +119,50 @@ def sweep(config: SinkConfig, lane: Lane, lid: str, topics: Iterable[str], left:
                else f"{unsent} of its records unacknowledged" if unsent else "")
     # Step 4
     p.abort_transaction(left("abort_transaction"))
+    p.poll(0)  # the purged records' reports, served now rather than inside the next transaction
     lane.reset()
     lane.failures = []
     if problem:
         raise SweepFailed(f"lane {lid}: the sweep over {len(targets)} partitions did not complete: {problem}")
+    lane.swept_topics = todo | (lane.swept_topics if lane.swept else set())
     lane.swept = True
+    lane.need_topics -= lane.swept_topics
     log.info("sink=%s lane=%s swept partitions=%d: anything an earlier producer left open there is aborted",
              config.name, lid, len(targets))
     return len(targets)
 
 
 def lane_topics(config: SinkConfig, unit: Any) -> set[str]:
-    """The topics a lane's sweep covers: the sink's topic, or those of the records of ``unit`` (its WAL chunks).
+    """The topics known to be written by ``unit`` before it is produced: the sink's topic, and with no sink topic
+    (a topic column is then required) those of its WAL chunks.
 
-    A task's own unit published as it is written (``unit`` None) has no
-    topics yet: the caller publishes it from the WAL instead when the sink
-    has a topic column.
+    A chunk on another topic (a topic column beside a sink topic) is met
+    while it is produced: :func:`unswept_topics`.
     """
     if config.topic or unit is None:
         return {config.topic} if config.topic else set()
     out: set[str] = set()
     for ck, _size in unit.chunks:
         raw = unit.wal.read_chunk(ck)
-        if raw is None:
-            continue  # the commit step reports a missing chunk
-        batch = decode_chunk(raw)
-        i = batch.schema.get_field_index("topic")
-        if i >= 0:
-            out.update(v for v in pc.unique(batch.column(i)).to_pylist() if v)
-        elif chunk_topic(batch, None):
-            out.add(chunk_topic(batch, None))  # type: ignore[arg-type]
+        if raw is not None:  # the commit step reports a missing chunk
+            out |= chunk_topics(decode_chunk(raw), None)
     return out
+
+
+def chunk_topics(batch: pa.RecordBatch, default_topic: str | None) -> set[str]:
+    """The topics the records of one normalised chunk go to."""
+    i = batch.schema.get_field_index("topic")
+    if i < 0:
+        topic = chunk_topic(batch, default_topic)
+        return {topic} if topic else set()
+    out = {v for v in pc.unique(batch.column(i)).to_pylist() if v}
+    if default_topic and batch.column(i).null_count:
+        out.add(default_topic)
+    return out
+
+
+def unswept_topics(lane: Lane, batch: pa.RecordBatch, default_topic: str | None) -> set[str]:
+    """Topics of ``batch`` the lane's last sweep did not cover, noted for the next sweep (empty: produce it)."""
+    new = chunk_topics(batch, default_topic) - lane.swept_topics if lane.swept else chunk_topics(batch, default_topic)
+    lane.need_topics |= new
+    return new

@@ -49,7 +49,7 @@ from ..codes import NON_RETRIABLE, PRODUCER_RESET
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, on_delivery
 from .markers import Marker, encode_offset, encode_record, lane_id
-from .sweep import SweepFailed, lane_topics, sweep
+from .sweep import SweepFailed, lane_topics, sweep, unswept_topics
 
 __all__ = ["Unit", "Committer", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "REFUSED", "left"]
 
@@ -158,7 +158,7 @@ class Committer:
     def _lane(self, lid: str, unit: Unit | None, deadline: Deadline) -> Lane:
         """Step 1: the lane's producer, ready, and not fenced by a commit of another producer since."""
         lane = self.lanes.get(lid, left(deadline, "marker topic"))
-        if lane.ready and lane.open is None and not lane.must_abort:
+        if lane.ready and lane.swept and lane.open is None and not lane.must_abort:
             if self._marker(lid, lane, deadline) != lane.known:  # another worker committed on this lane
                 log.info("sink=%s lane=%s moved on elsewhere since this worker used it: re-initialised",
                          self.config.name, lid)
@@ -171,11 +171,18 @@ class Committer:
                     raise _Decided(decided)
             lane.producer.init_transactions(left(deadline, "init_transactions"))
             lane.ready = True
-            lane.known = self._marker(lid, lane, deadline)
-        if not lane.swept:  # Step 1b: what an earlier producer of the lane left open is closed first
-            self._settle_open(lane, None, deadline)
-            sweep(self.config, lane, lid, lane_topics(self.config, unit), partial(left, deadline))
         return lane
+
+    def _sweep(self, lane: Lane, lid: str, topics: set[str], deadline: Deadline) -> None:
+        """Step 1b: what an earlier producer (or abort) of the lane left open on ``topics`` is closed first."""
+        topics = topics | lane.need_topics
+        if lane.swept and topics <= lane.swept_topics:
+            return
+        fresh = not lane.swept
+        lane.settle_open(None, partial(left, deadline))  # a failed sweep's transaction
+        sweep(self.config, lane, lid, topics, partial(left, deadline))
+        if fresh:
+            lane.known = self._marker(lid, lane, deadline)
 
     def begin_inline(self, wal_path: str, key: AttemptKey, run: str, deadline: Deadline) -> "InlineTransaction | None":
         """A task's unit, produced into its transaction as its chunks reach the WAL (steps 1-3 now).
@@ -187,11 +194,12 @@ class Committer:
         from confluent_kafka import KafkaException
 
         lid = lane_id(self.config.name, run, key.partition)
-        if not self.config.topic and not getattr(self.lanes.known(lid), "swept", False):
-            return None  # its sweep needs the unit's topics: published from the WAL once committed
         try:
             lane = self._lane(lid, None, deadline)
-            self._settle_open(lane, None, deadline)
+            if not self.config.topic and not lane.swept_topics:
+                return None  # its sweep needs the unit's topics: published from the WAL once committed
+            lane.settle_open(None, partial(left, deadline))
+            self._sweep(lane, lid, lane_topics(self.config, None), deadline)
             marker = self._marker(lid, lane, deadline)
             if marker is not None and marker.batch >= key.batch:
                 return None  # a re-run: the commit step decides
@@ -204,32 +212,13 @@ class Committer:
             pass
         return None
 
-    def _settle_open(self, lane: Lane, ident: Any, deadline: Deadline) -> None:
-        """Finish what the lane has open before anything else, unless it is ``ident``'s own (it resumes).
-
-        librdkafka resumes an API call that timed out only by calling it again
-        (an abort during a pending commit fails with ``_CONFLICT``): another
-        unit's transaction with its records and marker all sent is committed
-        (resumed), anything else open or failed is aborted (or the abort resumed).
-        """
-        p = lane.producer
-        if lane.open is None and not lane.must_abort:
-            return
-        if lane.open == ident and not lane.must_abort:
-            return  # the caller's own transaction: steps 3-4 resume it
-        if lane.offsets_sent and not lane.must_abort:
-            p.commit_transaction(left(deadline, "commit_transaction"))  # another unit's, complete: resumed
-        else:
-            p.abort_transaction(left(deadline, "abort_transaction"))
-        lane.reset()
-        lane.failures = []
-
     def _commit(self, lane: Lane, unit: Unit, deadline: Deadline) -> str:
         p = lane.producer
         ident = (unit.wal.path, unit.key)
-        self._settle_open(lane, ident, deadline)
+        lane.settle_open(ident, partial(left, deadline))
         lid = lane_id(self.config.name, unit.run, unit.partition)
         if lane.open is None:  # Step 2
+            self._sweep(lane, lid, lane_topics(self.config, unit), deadline)
             decided = self.decide(unit, self._marker(lid, lane, deadline))
             if decided is not None:
                 return decided
@@ -272,6 +261,9 @@ class Committer:
             if raw is None:
                 raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
             batch = decode_chunk(raw)
+            if unswept_topics(lane, batch, self.config.topic):  # swept first by the next attempt
+                lane.must_abort = True
+                raise _Timeout(f"chunk {i} writes topics {sorted(lane.need_topics)} its lane has not swept yet")
             _n, sync_failed = lane.producer.produce_chunk(
                 lane.round_for(i), partial(on_delivery, lane, i), batch, None, self.config.topic,
                 self.config.id_header, prefix, ck.first_seq, max(0.5, deadline.cap(30.0)))
