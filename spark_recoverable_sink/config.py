@@ -141,6 +141,12 @@ class SinkConfig:
         settle_timeout_s: Driver only, exactly-once: how long a batch may wait
             for its lanes' transactions before it fails with
             :class:`.SettleTimeoutError` naming every lane still pending.
+        exactly_once_lanes: Driver only, exactly-once through ``foreachBatch``
+            / ``write()``: every batch is re-split into this many Spark
+            partitions by a hash of each record's content, one lane (one
+            transactional producer, one unit) each, however Spark split the
+            input. Keep it for the life of a query: a batch re-run with another
+            value is refused (its units differ).
     """
 
     name: str
@@ -162,6 +168,7 @@ class SinkConfig:
     marker_topic: str = "rks-markers"
     offsets_retention_s: float = 7 * 24 * 3600.0
     settle_timeout_s: float = field(default=600.0, compare=False)  # driver only
+    exactly_once_lanes: int = field(default=8, compare=False)  # driver only
     delivery_engine: str = "auto"
 
     @classmethod
@@ -219,6 +226,7 @@ class SinkConfig:
         _positive("max_block_s", self.max_block_s, allow_zero=True)
         _positive("offsets_retention_s", self.offsets_retention_s)
         _positive("settle_timeout_s", self.settle_timeout_s)
+        _positive("exactly_once_lanes", self.exactly_once_lanes, integer=True)
         _positive("retry_backoff_s", self.retry_backoff_s)
         _positive("retry_backoff_max_s", self.retry_backoff_max_s)
         _positive("max_wal_bytes", self.max_wal_bytes, integer=True)

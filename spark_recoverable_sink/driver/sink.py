@@ -208,8 +208,11 @@ class RecoverableKafkaSink:
         with self._lock:
             confirmed = self._dead.confirmed()
         writer = PartitionWriter(self.config, batch_id, run, confirmed)
+        df = df.select(*columns)
+        if self.config.guarantee == EXACTLY_ONCE:  # units independent of how Spark split the batch (DESIGN.md)
+            df = df.repartition(self.config.exactly_once_lanes, *columns)
         try:
-            rows = df.select(*columns).mapInArrow(writer, REPORT_DDL).collect()
+            rows = df.mapInArrow(writer, REPORT_DDL).collect()
         except Exception:
             # The failed tasks' workers are gone, with the threads that would have
             # delivered what they accepted: leave a live worker on the job.

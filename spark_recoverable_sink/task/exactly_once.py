@@ -121,10 +121,10 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
         found = unit.found.batch if unit.found is not None else None
         raise ExactlyOnceMismatchError(
             f"sink={config.name} run={run} batch={akey.batch} partition={akey.partition}: {unit.why}. A batch "
-            "re-run after a restart must bring the same records to the same Spark partitions (read from a "
-            "replayable source; avoid non-deterministic steps before the sink: repartition() without columns, "
-            "rand(), limit without order, unordered sampling); new data needs a new run id (a new checkpoint's "
-            "query id, or another run_id=). See README 'Choosing a guarantee'. Nothing of this attempt was "
+            "re-run after a restart must bring the same records (in any split and order: read from a replayable "
+            "source; avoid non-deterministic steps before the sink: rand(), limit without order, unordered "
+            "sampling), with the same exactly_once_lanes; new data needs a new run id (a new checkpoint's query "
+            "id, or another run_id=). See README 'Choosing a guarantee'. Nothing of this attempt was "
             "published.", akey.batch, akey.partition, rows, found, run, unit.why)
     if outcome in (COMMITTED, SKIPPED):
         rt.publisher.contact.mark_reached()
