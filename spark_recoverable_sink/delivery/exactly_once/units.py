@@ -129,7 +129,13 @@ class UnitBook:
                     self._try(older, deadline)
                 mine = (id(unit.wal), unit.key) in self._pending
                 outcome = self._try(unit, deadline) if mine and not self._blocked(unit) else unit.outcome
-            if outcome != PENDING or deadline.expired():
+            if outcome != PENDING:
+                return outcome
+            if deadline.expired():
+                # The task returns without it: from now on it waits like a unit recovered from a WAL (a
+                # later batch on its lane's marker proves it committed elsewhere; another digest for its
+                # batch sets it aside, reported), never as a task's own that nobody is left to handle.
+                unit.own = False
                 return outcome
             time.sleep(deadline.cap(_BACKOFF_S[min(tries, len(_BACKOFF_S) - 1)]))
             tries += 1
