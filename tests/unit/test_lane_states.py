@@ -7,6 +7,9 @@ from spark_recoverable_sink.wal.format import AttemptKey
 
 
 class RecordingProducer:
+    def close(self) -> None:
+        pass
+
     def __init__(self) -> None:
         self.calls: list[str] = []
 
@@ -56,3 +59,28 @@ def test_units_of_two_slots_with_equal_keys_are_told_apart():
     lane = _lane(A, produced=True)  # A's records are in the open transaction, B must not commit them
     lane.settle_open(B, _left)
     assert lane.producer.calls == ["abort"]
+
+
+def test_a_commit_or_abort_without_outcome_drops_the_lanes_producer_and_an_abortable_one_aborts():
+    from confluent_kafka import KafkaError
+
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.delivery.exactly_once.transactions import Committer
+
+    cfg = SinkConfig.build("lanes", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-lanes", topic="t",
+                           guarantee="exactly_once")
+    committer = Committer(cfg)
+    timed_out = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
+    ending, producing = _lane(A, produced=True, offsets_sent=True), _lane(A, produced=False)
+    ending.ending = True  # inside commit_transaction when it failed (Committer._commit, Lane.settle_open)
+    committer.lanes._lanes.update({"ending": ending, "producing": producing})
+    committer.note_error("ending", timed_out)
+    committer.note_error("producing", timed_out)
+    assert committer.lanes.known("ending") is None  # the next producer's init settles the transaction
+    assert committer.lanes.known("producing") is producing and not producing.must_abort  # retried as it is
+    abortable = KafkaError(KafkaError._STATE, "abortable", txn_requires_abort=True)
+    again = _lane(A, produced=True, offsets_sent=True)
+    again.ending = True
+    committer.lanes._lanes["again"] = again
+    committer.note_error("again", abortable)
+    assert committer.lanes.known("again") is again and again.must_abort

@@ -45,6 +45,8 @@ class Lane:
         self.produced = False  # every record of the unit is in the open transaction
         self.offsets_sent = False  # the marker is in it too: only commit_transaction is left
         self.must_abort = False
+        #: a commit or abort was called and has not returned: an error now leaves its outcome unknown
+        self.ending = False
         #: delivery failures inside the open transaction: (error, record index or (topic, key, value), chunk)
         self.failures: list[tuple[Any, Any, int]] = []
         self._rids: dict[int, int] = {}  # the engine's round id -> chunk of the open transaction (-1: the marker)
@@ -82,11 +84,13 @@ class Lane:
             return
         if self.open == ident and not self.must_abort:
             return  # the caller's own transaction: steps 3-4 resume it
+        self.ending = True
         if self.offsets_sent and not self.must_abort:
             self.producer.commit_transaction(left("commit_transaction"))  # another unit's, complete: resumed
         else:
             self.producer.abort_transaction(left("abort_transaction"))
             self.swept = False
+        self.ending = False
         self.reset()
         self.failures = []
 

@@ -23,8 +23,9 @@ Steps of :meth:`Committer.commit`, each resumable after a failure or a deadline:
    is the same batch with another digest; else ``begin_transaction``;
 3. produce the unit's chunks from the WAL, resuming after the chunks already
    in the open transaction (the deadline is checked between chunks only);
-4. the marker (offset and record), then ``commit_transaction``; a commit that
-   timed out is retried as it is.
+4. the marker (offset and record), then ``commit_transaction``; a commit (or
+   abort) that ended without an outcome drops the lane's producer: the next
+   one's ``init_transactions`` completes or aborts it, and step 2 reads which.
 
 A record refused for good inside the transaction *refuses* the unit: no
 transaction commits it, and the unit book stores its records as dead letters.
@@ -127,11 +128,18 @@ class Committer:
         text = self.config.scrub(err.str() if hasattr(err, "str") else str(err))
         lane = self.lanes.known(lid)
         if lane is not None:
+            abortable = getattr(err, "txn_requires_abort", lambda: False)()
             if getattr(err, "fatal", lambda: False)() or getattr(err, "code", lambda: None)() in PRODUCER_RESET:
                 log.warning("sink=%s lane=%s producer failed fatally (%s); a new one takes over",
                             self.config.name, lid, text)
                 self.lanes.drop(lid)
-            elif getattr(err, "txn_requires_abort", lambda: False)():
+            elif lane.ending and not abortable:
+                # No outcome (timed out): its request could still land on a later transaction of this epoch. A
+                # new producer fences it; its init completes or aborts the transaction; the marker tells which.
+                log.warning("sink=%s lane=%s commit/abort without outcome (%s): a new producer settles it",
+                            self.config.name, lid, text)
+                self.lanes.drop(lid)
+            elif abortable:
                 lane.must_abort = True
         return text
 
@@ -240,7 +248,9 @@ class Committer:
             p.send_offsets(lid, lane.consumer, [(self.config.marker_topic, 0, encode_offset(unit.batch, unit.digest))],
                            left(deadline, "send_offsets_to_transaction"))
             lane.offsets_sent = True
-        p.commit_transaction(left(deadline, "commit_transaction"))  # a commit that timed out is retried as it is
+        lane.ending = True  # an error from here on: a new producer settles it (note_error)
+        p.commit_transaction(left(deadline, "commit_transaction"))
+        lane.ending = False
         lane.known = Marker(unit.batch, encode_offset(unit.batch, unit.digest) & 0xFFFFFFFF)
         lane.reset()
         return COMMITTED
