@@ -143,7 +143,8 @@ class SinkConfig:
             :class:`.SettleTimeoutError` naming every lane still pending.
         exactly_once_lanes: Driver only, exactly-once through ``foreachBatch``
             / ``write()``: every batch is re-split into this many Spark
-            partitions by a hash of each record's content, one lane (one
+            partitions by a hash of each record's key (topic and partition
+            columns too; the value when keyless), one lane (one
             transactional producer, one unit) each, however Spark split the
             input. Keep it for the life of a query: a batch re-run with another
             value is refused (its units differ).

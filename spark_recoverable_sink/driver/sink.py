@@ -57,6 +57,19 @@ __all__ = ["RecoverableKafkaSink"]
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
 
 
+def by_lane(df: "DataFrame", columns: list[str], lanes: int) -> "DataFrame":
+    """An exactly-once batch re-split into ``lanes`` partitions by its topic and partition columns and key.
+
+    The value stands in for a missing key. Equal records share a lane (their
+    occurrences stay defined), and so do a key's records (kept in their order
+    within the lane's transaction). SQL expressions only: the same on Spark
+    Connect.
+    """
+    lane = "coalesce(cast(key AS binary), cast(value AS binary))" if "key" in columns else "cast(value AS binary)"
+    by = [c for c in ("topic", "partition") if c in columns] + ["_rks_lane"]
+    return df.selectExpr("*", f"{lane} AS _rks_lane").repartition(lanes, *by).drop("_rks_lane")
+
+
 class RecoverableKafkaSink:
     """Publish a DataFrame's rows to Kafka through an executor-local write-ahead log.
 
@@ -210,7 +223,7 @@ class RecoverableKafkaSink:
         writer = PartitionWriter(self.config, batch_id, run, confirmed)
         df = df.select(*columns)
         if self.config.guarantee == EXACTLY_ONCE:  # units independent of how Spark split the batch (DESIGN.md)
-            df = df.repartition(self.config.exactly_once_lanes, *columns)
+            df = by_lane(df, columns, self.config.exactly_once_lanes)
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()
         except Exception:
