@@ -56,6 +56,8 @@ _SECRET_RE = re.compile(
 )
 _SAFE_DEFAULTS = {"enable.idempotence": "true", "acks": "all"}
 _JAVA_PARTITIONER = "murmur2_random"  # the Java client's default: murmur2 of the key, random when null
+#: Partitioners whose choice for a keyed record the sink computes (exactly-once splits batches by it).
+SUPPORTED_PARTITIONERS = frozenset({"murmur2_random", "murmur2", "consistent_random", "consistent"})
 _REDACTED = "***"
 
 
@@ -143,8 +145,7 @@ class SinkConfig:
             :class:`.SettleTimeoutError` naming every lane still pending.
         exactly_once_lanes: Driver only, exactly-once through ``foreachBatch``
             / ``write()``: every batch is re-split into this many Spark
-            partitions by a hash of each record's key (topic and partition
-            columns too; the value when keyless), one lane (one
+            partitions by each record's destination partition, one lane (one
             transactional producer, one unit) each, however Spark split the
             input. Keep it for the life of a query: a batch re-run with another
             value is refused (its units differ).
@@ -273,6 +274,9 @@ class SinkConfig:
                                                    "good stays in the WAL and its unit is reported pending")
         if str(conf.get("acks", "all")).lower() not in ("all", "-1"):
             raise ConfigError("kafka_conf['acks']", "must be 'all' with exactly_once (Kafka transactions need it)")
+        if conf.get("partitioner", _JAVA_PARTITIONER) not in SUPPORTED_PARTITIONERS:
+            raise ConfigError("kafka_conf['partitioner']", f"must be one of {', '.join(sorted(SUPPORTED_PARTITIONERS))} "
+                              "with exactly_once (batches are split by the partition each record goes to)")
         ms = {}
         for opt in ("transaction.timeout.ms", "message.timeout.ms", "delivery.timeout.ms"):
             try:

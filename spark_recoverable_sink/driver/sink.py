@@ -32,6 +32,7 @@ from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
+from ..task.lanes import LANE_COLUMN, LaneTagger
 from ..task.writer import PartitionWriter
 from .batches import (
     conclude_batch,
@@ -57,17 +58,17 @@ __all__ = ["RecoverableKafkaSink"]
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
 
 
-def by_lane(df: "DataFrame", columns: list[str], lanes: int) -> "DataFrame":
-    """An exactly-once batch re-split into ``lanes`` partitions by its topic and partition columns and key.
+def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
+    """An exactly-once batch re-split into ``config.exactly_once_lanes`` partitions by each record's destination.
 
-    The value stands in for a missing key. Equal records share a lane (their
-    occurrences stay defined), and so do a key's records (kept in their order
-    within the lane's transaction). SQL expressions only: the same on Spark
-    Connect.
+    The destination (topic, partition) is computed by the tasks before the
+    shuffle (:class:`..task.lanes.LaneTagger`): one lane then writes each
+    Kafka partition, and a lane holds the same records however Spark split
+    the input (DESIGN.md, "Units that do not depend on how Spark split the batch").
     """
-    lane = "coalesce(cast(key AS binary), cast(value AS binary))" if "key" in columns else "cast(value AS binary)"
-    by = [c for c in ("topic", "partition") if c in columns] + ["_rks_lane"]
-    return df.selectExpr("*", f"{lane} AS _rks_lane").repartition(lanes, *by).drop("_rks_lane")
+    schema = df.schema.add(LANE_COLUMN, "int", False)
+    tagged = df.mapInArrow(LaneTagger(config), schema)
+    return tagged.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)
 
 
 class RecoverableKafkaSink:
@@ -223,7 +224,7 @@ class RecoverableKafkaSink:
         writer = PartitionWriter(self.config, batch_id, run, confirmed)
         df = df.select(*columns)
         if self.config.guarantee == EXACTLY_ONCE:  # units independent of how Spark split the batch (DESIGN.md)
-            df = by_lane(df, columns, self.config.exactly_once_lanes)
+            df = by_lane(df, self.config)
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()
         except Exception:

@@ -1,0 +1,108 @@
+"""Exactly-once: the lane of each record, computed in the tasks before the driver re-splits the batch by it.
+
+A lane must hold the same records on every run of a batch, however Spark
+split them (DESIGN.md, "Units that do not depend on how Spark split the
+batch"), and one lane must write each Kafka partition, so that a partition
+receives an input partition's records in their order. So a record's lane is
+its destination: (topic, partition), with the partition the producer's
+partitioner will choose for its key (:mod:`..delivery.partitions`), or its
+partition column. A keyless record under a ``_random`` partitioner, which
+may land on any partition, takes the lane of the partition its value would
+hash to (it is not pinned there: Kafka keeps no order for keyless records
+across partitions).
+
+Where it runs: a ``mapInArrow`` step of the executors, ahead of the
+shuffle. What pickles: the config. Partition counts are read from the
+broker once per topic and worker process (a count that changes between two
+runs of a batch changes its lanes: the re-run is refused as a mismatch).
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..config import SinkConfig
+from ..delivery.partitions import murmur2, partitions_of
+from ..errors import ConfigError
+
+__all__ = ["LaneTagger", "LANE_COLUMN", "lane_values"]
+
+LANE_COLUMN = "_rks_lane"
+_counts: dict[tuple[str, str], int] = {}
+_counts_lock = threading.Lock()
+
+
+def partition_count(config: SinkConfig, topic: str, timeout_s: float = 30.0) -> int:
+    """The partition count of ``topic`` (cached per worker process).
+
+    Raises:
+        ConfigError: the topic does not exist (exactly-once needs its partitions before writing).
+    """
+    key = (config.producer_conf().get("bootstrap.servers", ""), topic)
+    with _counts_lock:
+        if key in _counts:
+            return _counts[key]
+    from confluent_kafka.admin import AdminClient
+
+    from ..delivery.exactly_once.markers import client_conf
+
+    md = AdminClient(client_conf(config)).list_topics(topic, timeout=timeout_s)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        raise ConfigError("topic", f"{topic!r} was not found on the broker ({t.error if t else 'no metadata'}): "
+                                   "exactly-once splits a batch by the partitions of its topics, create it first")
+    with _counts_lock:
+        _counts[key] = len(t.partitions)
+    return _counts[key]
+
+
+def lane_values(batch: pa.RecordBatch, config: SinkConfig, counts: Any = None) -> pa.Array:
+    """Each record's lane: ``crc32(topic) * 1000003 + partition`` folded into an int32 (Spark hashes it on)."""
+    counts = counts or (lambda topic: partition_count(config, topic))
+    partitioner = config.producer_conf().get("partitioner", "murmur2_random")
+    names = batch.schema.names
+    n = batch.num_rows
+    if "topic" in names:
+        topic_col = batch.column("topic").cast(pa.string()).fill_null(config.topic or "")
+        codes = topic_col.dictionary_encode()
+        uniq = codes.dictionary.to_pylist()
+        inverse = np.asarray(codes.indices, dtype=np.int64)
+        order = np.argsort(inverse, kind="stable")
+        groups = np.split(order, np.searchsorted(inverse[order], np.arange(1, len(uniq))))
+    else:
+        uniq, groups = [config.topic or ""], [np.arange(n)]
+    out = np.zeros(n, dtype=np.int64)
+    parts = (np.asarray(batch.column("partition").cast(pa.int64()).fill_null(-1)) if "partition" in names
+             else np.full(n, -1, dtype=np.int64))
+    for topic, rows in zip(uniq, groups):
+        count = counts(topic)
+        chosen = parts[rows]
+        free = np.nonzero(chosen < 0)[0]
+        if len(free):
+            sub = batch.take(pa.array(rows[free]))
+            keys = sub.column("key") if "key" in names else pa.nulls(len(free), pa.binary())
+            by_key = partitions_of(keys, count, partitioner).astype(np.int64)
+            keyless = by_key < 0
+            if keyless.any():  # the lane of the partition its value hashes to
+                values = sub.column("value").take(pa.array(np.nonzero(keyless)[0]))
+                by_key[keyless] = (murmur2(values) & np.uint32(0x7FFFFFFF)).astype(np.int64) % count
+            chosen[free] = by_key
+        out[rows] = zlib.crc32(topic.encode()) * 1000003 + chosen
+    return pa.array((out % 2147483647).astype(np.int32), pa.int32())
+
+
+class LaneTagger:
+    """Picklable ``mapInArrow`` function: every batch with its records' lanes appended (:data:`LANE_COLUMN`)."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield batch.append_column(pa.field(LANE_COLUMN, pa.int32(), nullable=False),
+                                      lane_values(batch, self.config))

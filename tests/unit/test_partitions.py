@@ -1,0 +1,74 @@
+"""Tier 1: the partition librdkafka's partitioners give keyed records, computed for whole columns.
+
+murmur2 against Apache Kafka's own vectors (UtilsTest.testMurmur2 of the
+Java client); the broker tier checks the partitions against librdkafka's.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_recoverable_sink.delivery.partitions import murmur2, partitions_of
+
+KAFKA_VECTORS = {  # org.apache.kafka.common.utils.UtilsTest.testMurmur2
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+def test_murmur2_is_kafkas_for_every_length_in_one_column():
+    keys = pa.array(list(KAFKA_VECTORS), pa.binary())
+    got = murmur2(keys).view(np.int32).tolist()
+    assert got == list(KAFKA_VECTORS.values())
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary(), pa.string()])
+def test_a_sliced_column_of_any_binary_kind_hashes_its_own_values(kind):
+    values = [b"x" * 9, None, b"21", b"foobar", b"abc"]
+    col = pa.array([v.decode() if v is not None and kind == pa.string() else v for v in values], kind).slice(2)
+    assert murmur2(col).view(np.int32).tolist() == [-973932308, -790332482, 479470107]
+
+
+def test_partitions_follow_the_partitioner_and_nulls_are_left_to_it():
+    keys = pa.array([b"21", None, b"foobar"], pa.binary())
+    want = [(-973932308 & 0x7FFFFFFF) % 7, -1, (-790332482 & 0x7FFFFFFF) % 7]
+    assert partitions_of(keys, 7, "murmur2_random").tolist() == want
+    assert partitions_of(keys, 7, "consistent_random").tolist() == [zlib.crc32(b"21") % 7, -1,
+                                                                     zlib.crc32(b"foobar") % 7]
+    assert partitions_of(keys, 7, "murmur2")[1] == (murmur2(pa.array([b""]))[0] & 0x7FFFFFFF) % 7
+    with pytest.raises(ValueError, match="fnv1a"):
+        partitions_of(keys, 7, "fnv1a_random")
+
+
+def test_a_records_lane_is_its_destination_whatever_batch_or_order_it_comes_in():
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.task.lanes import lane_values
+
+    cfg = SinkConfig.build("lanes", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-lanes", topic="orders",
+                           guarantee="exactly_once")
+    counts = {"orders": 6, "audit": 3}.__getitem__
+    rows = {"key": [b"21", None, b"foobar", b"21", None], "value": [b"a", b"v", b"b", b"c", b"v"],
+            "topic": ["orders", None, "audit", "audit", "orders"], "partition": [None, None, None, 2, None]}
+    batch = pa.RecordBatch.from_pydict(rows)
+    lanes = lane_values(batch, cfg, counts).to_pylist()
+    assert lanes[1] == lanes[4]  # equal keyless records: one lane
+    assert lanes[0] != lanes[3]  # same key, other topic (and an explicit partition)
+    shuffled = pa.RecordBatch.from_pydict({k: v[::-1] for k, v in rows.items()})
+    assert lane_values(shuffled, cfg, counts).to_pylist() == lanes[::-1]
+    one = pa.RecordBatch.from_pydict({k: v[:1] for k, v in rows.items()})
+    assert lane_values(one, cfg, counts).to_pylist() == lanes[:1]
+    # the lane of a keyed record is its partition: two keys on one partition share it
+    same = [k for k in (b"k%d" % i for i in range(200))
+            if partitions_of(pa.array([k]), 6, "murmur2_random")[0] == partitions_of(pa.array([b"21"]), 6,
+                                                                                       "murmur2_random")[0]]
+    keyed = pa.RecordBatch.from_pydict({"key": [b"21", same[1]], "value": [b"x", b"y"]})
+    a, b = lane_values(keyed, cfg, counts).to_pylist()
+    assert a == b
