@@ -124,7 +124,8 @@ def build_sink(settings: JobSettings, environ: Mapping[str, str] | None = None) 
         name=s.name, kafka_conf=producer_conf(settings.kafka, environ), topic=settings.kafka.topic,
         wal_dir=s.wal_dir, ack_timeout_s=s.ack_timeout_s, wal_sync=s.wal_sync, max_wal_bytes=s.max_wal_bytes,
         max_block_s=s.max_block_s, checkpoint_interval_s=s.checkpoint_interval_s,
-        dead_letter_topic=s.dead_letter_topic, history=1000,
+        dead_letter_topic=s.dead_letter_topic, guarantee=s.guarantee, exactly_once_lanes=s.exactly_once_lanes,
+        settle_timeout_s=s.settle_timeout_s, history=1000,
     )
 
 

@@ -91,6 +91,9 @@ class SinkSettings:
     max_block_s: float = 60.0
     checkpoint_interval_s: float = 1.0
     dead_letter_topic: str | None = None
+    guarantee: str = "at_least_once"
+    exactly_once_lanes: int = 8
+    settle_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,197 @@
+"""Scenario 17: Kafka → Spark → Kafka exactly-once through hard bounces (real Spark, Spark's Kafka source, Apache Kafka).
+
+Modelled on Apache Kafka's own ``tests/kafkatest/tests/core/transactions_test.py``:
+input records are copied by ``jobs/kafka_to_kafka.py`` (run by spark-submit,
+``guarantee=exactly_once``) while the test bounces it from outside, each
+fault at a named point the job reaches (never a guessed delay):
+
+1. the whole query (spark-submit's process group) SIGKILLed while a task of
+   batch >= 2 is parked inside its open transaction; restarted from its checkpoint;
+2. the Python worker of a task parked before its commit (batch >= 4) SIGKILLed
+   (Spark re-runs the task);
+3. the broker SIGKILLed while a task of batch >= 6 is parked mid-unit,
+   restarted on its log 6 s later; the query is restarted whenever it died.
+
+A read_committed consumer reads the output all along; afterwards a full
+read_committed read. Both must hold every input record exactly once
+(identified by the input partition and offset the transform writes into
+each output value), and each output partition must hold an input
+partition's records in their input order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from ..hooks import env_for
+from ..kafka_helpers import create_topic, read_topic
+from .brokers import HurtableBroker
+from .procs import kill9
+
+pytestmark = pytest.mark.spark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPARK_SUBMIT = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+N, IN_PARTS, OUT_PARTS, PER_TRIGGER = 120_000, 4, 3, 10_000
+
+
+def _conf(tmp_path: Any, bootstrap: str, source: str, out: str) -> str:
+    with open(os.path.join(ROOT, "conf", "kafka_to_kafka.json"), encoding="utf-8") as fh:
+        raw = json.load(fh)
+    raw["spark"]["conf"]["spark.driver.memory"] = "1g"
+    raw["kafka"].update(bootstrap_servers=bootstrap, topic=out, create_topic_partitions=0)
+    raw["kafka"]["producer_conf"]["transaction.timeout.ms"] = 20000
+    raw["kafka"]["producer_conf"]["message.timeout.ms"] = 20000
+    raw["sink"].update(name=f"k2k-eo-{uuid.uuid4().hex[:6]}", wal_dir=str(tmp_path / "wal"), guarantee="exactly_once",
+                       exactly_once_lanes=4, settle_timeout_s=300.0)
+    raw["source"].update(bootstrap_servers=bootstrap, subscribe=source, max_offsets_per_trigger=PER_TRIGGER)
+    raw["query"].update(checkpoint_location=str(tmp_path / "chk"), summary_path=str(tmp_path / "summary.json"),
+                        available_now=True, run_seconds=0, stop_grace_s=30.0)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+class Job:
+    """jobs/kafka_to_kafka.py under spark-submit, in a process group of its own (so all of it can be killed)."""
+
+    def __init__(self, tmp_path: Any, conf: str, hook_dir: str, jars: list[str], bootstrap: str) -> None:
+        self.tmp_path, self.conf, self.jars = tmp_path, conf, jars
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RKS_")}
+        self.env.update(env_for(hook_dir), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                        KAFKA_BOOTSTRAP=bootstrap, SPARK_LOCAL_IP="127.0.0.1",
+                        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        self.proc: subprocess.Popen | None = None
+        self.runs = 0
+
+    def start(self) -> None:
+        self.runs += 1
+        log = open(self.tmp_path / f"job-{self.runs}.log", "w")
+        self.proc = subprocess.Popen(
+            [SPARK_SUBMIT, "--master", "local[2,3]", "--jars", ",".join(self.jars),
+             os.path.join(ROOT, "jobs", "kafka_to_kafka.py"), "--conf", self.conf],
+            env=self.env, cwd=str(self.tmp_path), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def wait(self, timeout_s: float) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the job did not end within {timeout_s:.0f} s (log: job-{self.runs}.log)") from None
+
+
+class LiveReader(threading.Thread):
+    """A read_committed consumer of the output topic for the whole run: every record it reads, in order."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"live-{uuid.uuid4().hex[:6]}",
+                                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                  "enable.auto.commit": "false"})
+        self.consumer.subscribe([topic])
+        self.seen: list[tuple[int, int, int]] = []  # (output partition, input partition, input offset)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for m in self.consumer.consume(1000, 0.5):
+                if m.error() is None:
+                    v = json.loads(m.value())
+                    self.seen.append((m.partition(), v["partition"], v["offset"]))
+        self.consumer.close()
+
+
+def _check(records: list[tuple[int, int, int]], who: str) -> None:
+    coords = [(p, o) for _out, p, o in records]
+    assert len(coords) == len(set(coords)), f"{who}: {len(coords) - len(set(coords))} input records twice"
+    assert set(coords) == {(i % IN_PARTS, i // IN_PARTS) for i in range(N)}, \
+        f"{who}: {N - len(set(coords))} input records missing"
+    last: dict[tuple[int, int], int] = {}
+    for out, p, o in records:  # within an output partition, an input partition's records in input order
+        assert last.get((out, p), -1) < o, f"{who}: output partition {out} holds input {p}:{o} after {last[(out, p)]}"
+        last[(out, p)] = o
+
+
+def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tmp_path, hooks):
+    from confluent_kafka import Producer
+
+    from devtools.jvm import spark_kafka_connector_jars
+
+    broker = HurtableBroker(str(tmp_path / "kafka"), proxied=False).start()
+    job = None
+    reader = None
+    try:
+        source, out = f"k2k-in-{uuid.uuid4().hex[:6]}", f"k2k-out-{uuid.uuid4().hex[:6]}"
+        create_topic(broker.bootstrap, source, partitions=IN_PARTS)
+        create_topic(broker.bootstrap, out, partitions=OUT_PARTS)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
+        for i in range(N):
+            p.produce(source, key=b"k%d" % (i % 5000), value=b"v%d" % i, partition=i % IN_PARTS)
+            if i % 10000 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
+        reader = LiveReader(broker.bootstrap, out)
+        reader.start()
+        job = Job(tmp_path, _conf(tmp_path, broker.bootstrap, source, out), hooks.dir,
+                  spark_kafka_connector_jars(), broker.bootstrap)
+
+        # Fault 1: the whole query, killed inside an open transaction; restarted from its checkpoint
+        parked = hooks.park("eo.produced_chunk", batch__ge=2)
+        job.start()
+        parked.wait(240)
+        job.kill()
+        parked.release()
+
+        # Fault 2: a worker killed before its commit (Spark re-runs its task); fault 3: the broker bounced
+        before_commit = hooks.park("eo.before_commit", batch__ge=4)
+        mid_unit = hooks.park("task.mid_task", batch__ge=6)
+        job.start()
+        kill9(before_commit.wait(240)["pid"])
+        before_commit.release()
+        mid_unit.wait(240)
+        broker.kill()
+        mid_unit.release()
+        time.sleep(6.0)  # the outage's length, not a synchronisation
+        broker.start()
+        # The query may die of the outage (its source's consumer, a settle bound): restart it until it ends well
+        for _ in range(4):
+            if job.wait(600) == 0:
+                break
+            job.start()
+        else:
+            raise AssertionError("the job failed after 4 restarts")
+        job.start()  # one more run from the final checkpoint: nothing left, nothing written twice
+        assert job.wait(300) == 0
+        got = read_topic(broker.bootstrap, out, expected=N, isolation="read_committed")
+        final = [(r.partition, *(lambda v: (v["partition"], v["offset"]))(json.loads(r.value))) for r in got.records]
+        _check(final, "post-hoc reader")
+        deadline = time.monotonic() + 60
+        while len(reader.seen) < N and time.monotonic() < deadline:
+            time.sleep(0.5)
+        reader.stop.set()
+        reader.join(10)
+        _check(reader.seen, "live reader")
+    finally:
+        if reader is not None:
+            reader.stop.set()
+        if job is not None and job.proc is not None and job.proc.poll() is None:
+            job.kill()
+        broker.stop()
