@@ -1,0 +1,64 @@
+"""Tier 2: a stale attempt that is still alive never commits a unit twice (Apache Kafka, real processes).
+
+The first attempt at a unit runs in its own process (``tests/programs/writer_proc``),
+is parked with its transaction open and a chunk of it in the log, and is
+SIGSTOPped (an executor frozen by a long GC pause or a suspended VM); the
+task is re-run here (as Spark would elsewhere) and commits the unit. Then the
+stale attempt is SIGCONTed: its producer was fenced by the re-run's, its open
+transaction aborted, and when it tries again its lane's marker shows the
+unit committed: it skips it. Read back read_committed, every row once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from spark_recoverable_sink.task.writer import write_partition
+
+from ..kafka_helpers import read_topic, wait_for_uncommitted
+from .rows import batches
+from .test_exactly_once import RC, ROOT, _assert_exactly, _eo
+
+pytestmark = pytest.mark.broker
+
+
+def _spawn(cfg, batch: int, partition: int, rows: int, run: str, hook_dir: str) -> subprocess.Popen:
+    """One attempt at (batch, partition) in a process of its own; its last stdout line is its report."""
+    from tests.hooks import env_for
+
+    opts = {"name": cfg.name, "kafka_conf": dict(cfg.kafka_conf_items), "wal_dir": cfg.wal_dir, "topic": cfg.topic,
+            "ack_timeout_s": cfg.ack_timeout_s, "guarantee": cfg.guarantee, "run": run}
+    return subprocess.Popen([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), str(batch),
+                             str(partition), str(rows), "50", "after_commit"], cwd=ROOT, text=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT, **env_for(hook_dir)),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+
+def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(broker, topic, tmp_path, hooks):
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
+    parked = hooks.park("eo.produced_chunk", rows=1000)
+    stale = _spawn(cfg, 3, 2, 3000, "r", hooks.dir)
+    stale_out = None
+    try:
+        pid = parked.wait()["pid"]
+        wait_for_uncommitted(broker.bootstrap, topic, 3, 2)  # its open transaction holds records on the broker
+        os.kill(pid, signal.SIGSTOP)
+        parked.release()  # it runs on only when SIGCONTed
+        rerun = write_partition(cfg, 3, 2, 1, batches(2, 3000, 50), run="r")  # the task re-run "elsewhere"
+        assert (rerun.acked, rerun.pending) == (3000, 0), rerun
+        os.kill(pid, signal.SIGCONT)
+        stale_out, _ = stale.communicate(timeout=90)
+    finally:
+        if stale.poll() is None:
+            os.kill(stale.pid, signal.SIGCONT)
+            stale.kill()
+    assert stale.returncode == 0
+    report = json.loads(stale_out.strip().splitlines()[-1])
+    assert report["acked"] == 0 and report["pending"] == 0, report  # nothing of it committed: proven, skipped
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg, "r", {(3, 2): 3000})
