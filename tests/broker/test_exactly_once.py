@@ -64,15 +64,17 @@ def _child(cfg: SinkConfig, batch: int, partition: int, rows: int, run: str, hoo
                           text=True, timeout=120)
 
 
-def _spawn(cfg: SinkConfig, batch: int, partition: int, rows: int, run: str, hook_dir: str) -> subprocess.Popen:
+def _spawn(cfg: SinkConfig, batch: int, partition: int, rows: int, run: str, hook_dir: str,
+           report: bool = False) -> subprocess.Popen:
+    """One attempt at (batch, partition) in a process of its own (``report``: its stdout, whose last line is it)."""
     opts = {"name": cfg.name, "kafka_conf": dict(cfg.kafka_conf_items), "wal_dir": cfg.wal_dir, "topic": cfg.topic,
             "ack_timeout_s": cfg.ack_timeout_s, "guarantee": cfg.guarantee, "run": run}
     from tests.hooks import env_for
 
     env = dict(os.environ, PYTHONPATH=ROOT, **env_for(hook_dir))
     return subprocess.Popen([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), str(batch),
-                             str(partition), str(rows), "50", "after_commit"], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             str(partition), str(rows), "50", "after_commit"], env=env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE if report else subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _assert_exactly(got, cfg: SinkConfig, run: str, units: dict[tuple[int, int], int]) -> None:

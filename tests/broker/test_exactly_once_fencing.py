@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -23,27 +21,15 @@ from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import read_topic, wait_for_uncommitted
 from .rows import batches
-from .test_exactly_once import RC, ROOT, _assert_exactly, _eo
+from .test_exactly_once import RC, _assert_exactly, _eo, _spawn
 
 pytestmark = pytest.mark.broker
-
-
-def _spawn(cfg, batch: int, partition: int, rows: int, run: str, hook_dir: str) -> subprocess.Popen:
-    """One attempt at (batch, partition) in a process of its own; its last stdout line is its report."""
-    from tests.hooks import env_for
-
-    opts = {"name": cfg.name, "kafka_conf": dict(cfg.kafka_conf_items), "wal_dir": cfg.wal_dir, "topic": cfg.topic,
-            "ack_timeout_s": cfg.ack_timeout_s, "guarantee": cfg.guarantee, "run": run}
-    return subprocess.Popen([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), str(batch),
-                             str(partition), str(rows), "50", "after_commit"], cwd=ROOT, text=True,
-                            env=dict(os.environ, PYTHONPATH=ROOT, **env_for(hook_dir)),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
 def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(broker, topic, tmp_path, hooks):
     cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
     parked = hooks.park("eo.produced_chunk", rows=1000)
-    stale = _spawn(cfg, 3, 2, 3000, "r", hooks.dir)
+    stale = _spawn(cfg, 3, 2, 3000, "r", hooks.dir, report=True)
     stale_out = None
     try:
         pid = parked.wait()["pid"]
