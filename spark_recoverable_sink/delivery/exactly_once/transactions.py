@@ -248,6 +248,7 @@ class Committer:
             p.send_offsets(lid, lane.consumer, [(self.config.marker_topic, 0, encode_offset(unit.batch, unit.digest))],
                            left(deadline, "send_offsets_to_transaction"))
             lane.offsets_sent = True
+        _points.point("eo.committing", batch=unit.batch, partition=unit.partition, rows=unit.rows)
         lane.ending = True  # an error from here on: a new producer settles it (note_error)
         p.commit_transaction(left(deadline, "commit_transaction"))
         lane.ending = False
@@ -324,7 +325,7 @@ def _index_of(raw: bytes | None, content: tuple[str, bytes | None, bytes | None]
 
 
 class _Timeout(Exception):
-    pass
+    """No time left for a step: the unit stays pending (resumed later)."""
 
 
 class _Decided(Exception):
@@ -339,10 +340,8 @@ _STEP_S = 2.0  # the least time one step gets: the deadline is checked between s
 def left(deadline: Deadline, what: str) -> float:
     """The timeout of one step (client call): what is left, at least ``_STEP_S``; ``_Timeout`` when none is left.
 
-    The deadline is checked before a step starts, never in the middle of one,
-    so a unit longer than any one window still progresses step by step (each
-    try resumes where the last one stopped) and a try ends at most one step
-    after its deadline.
+    The deadline is checked before a step starts, never in the middle of one, so a unit longer than any
+    window still progresses (each try resumes where the last one stopped); a try ends at most one step late.
     """
     rest = deadline.remaining()
     if rest is not None and rest <= 0:
