@@ -93,13 +93,14 @@ def test_a_lock_on_a_file_quarantined_between_open_and_flock_is_let_go(tmp_path)
     sdir = sink_dir(str(tmp_path), "s")
     acquire_free_slot(sdir).release()  # slot 0 exists, free
     hook, fired = _park_once(lambda: quarantine_slot(str(tmp_path), "s", 0))
+    before = _points._hook  # the session's test hooks (tests/hooks.py): put back after
     _points.install(hook)
     try:
         lock = SlotLock(sdir, 0)
         assert not lock.try_acquire()  # the file it opened is gone: no owner of a deleted slot
         assert fired and not lock.held
     finally:
-        _points.install(None)
+        _points.install(before)
 
 
 def test_a_lock_retries_when_the_path_was_replaced_between_open_and_flock(tmp_path):
@@ -117,6 +118,7 @@ def test_a_lock_retries_when_the_path_was_replaced_between_open_and_flock(tmp_pa
 
     holders: list[SlotLock] = []
     hook, fired = _park_once(quarantine_then_recreate)
+    before = _points._hook
     _points.install(hook)
     try:
         lock = SlotLock(sdir, 0)
@@ -129,7 +131,7 @@ def test_a_lock_retries_when_the_path_was_replaced_between_open_and_flock(tmp_pa
         assert (mine.st_dev, mine.st_ino) == (at_path.st_dev, at_path.st_ino)
         lock.release()
     finally:
-        _points.install(None)
+        _points.install(before)
 
 
 # -- a wal_dir another user could have planted or can change --------------------------
