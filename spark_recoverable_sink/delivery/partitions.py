@@ -12,8 +12,9 @@ choose:
 * ``consistent_random`` and ``consistent`` (librdkafka's own default): the
   CRC-32 of the key, modulo the partition count.
 
-A null key gets ``-1`` (the ``_random`` partitioners pick any partition;
-the others hash the empty key). Vectorised with numpy: one pass per 4-byte
+A key the partitioner places at random gets ``-1``: a null key under
+``murmur2_random``, a null or empty key under ``consistent_random`` (as in
+librdkafka's rdkafka_msg.c); the others hash a null key as the empty one. Vectorised with numpy: one pass per 4-byte
 block of the longest key over the rows that have it, no per-record Python.
 """
 
@@ -23,6 +24,7 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..config import SUPPORTED_PARTITIONERS
 
@@ -90,6 +92,8 @@ def partitions_of(keys: pa.Array, count: int, partitioner: str) -> np.ndarray:
         values = keys.cast(pa.binary()).to_pylist() if not pa.types.is_binary(keys.type) else keys.to_pylist()
         hashed = np.fromiter((zlib.crc32(v or b"") for v in values), dtype=np.int64, count=len(values))
     out = (hashed % count).astype(np.int32)
-    if partitioner.endswith("_random") and keys.null_count:
+    if partitioner == "consistent_random":  # librdkafka: an empty key (keylen 0) counts as no key here
+        out[np.asarray(pc.fill_null(pc.equal(pc.binary_length(keys), 0), True))] = -1
+    elif partitioner == "murmur2_random" and keys.null_count:  # only a null key (an empty one is hashed)
         out[np.asarray(keys.is_null())] = -1
     return out

@@ -44,6 +44,8 @@ def test_partitions_follow_the_partitioner_and_nulls_are_left_to_it():
     assert partitions_of(keys, 7, "consistent_random").tolist() == [zlib.crc32(b"21") % 7, -1,
                                                                      zlib.crc32(b"foobar") % 7]
     assert partitions_of(keys, 7, "murmur2")[1] == (murmur2(pa.array([b""]))[0] & 0x7FFFFFFF) % 7
+    empty = pa.array([b""], pa.binary())  # librdkafka: hashed by murmur2_random, random under consistent_random
+    assert partitions_of(empty, 7, "murmur2_random")[0] >= 0 and partitions_of(empty, 7, "consistent_random")[0] == -1
     with pytest.raises(ValueError, match="fnv1a"):
         partitions_of(keys, 7, "fnv1a_random")
 
