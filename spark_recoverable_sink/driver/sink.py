@@ -66,7 +66,9 @@ def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     Kafka partition, and a lane holds the same records however Spark split
     the input (DESIGN.md, "Units that do not depend on how Spark split the batch").
     """
-    schema = df.schema.add(LANE_COLUMN, "int", False)
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    schema = StructType([*df.schema.fields, StructField(LANE_COLUMN, IntegerType(), False)])  # a new one
     tagged = df.mapInArrow(LaneTagger(config), schema)
     return tagged.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)
 
