@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..config import SinkConfig
 from ..delivery.partitions import murmur2, partitions_of
@@ -61,10 +62,43 @@ def partition_count(config: SinkConfig, topic: str, timeout_s: float = 30.0) -> 
     return _counts[key]
 
 
-def lane_values(batch: pa.RecordBatch, config: SinkConfig, counts: Any = None) -> pa.Array:
-    """Each record's lane: ``crc32(topic) * 1000003 + partition`` folded into an int32 (Spark hashes it on)."""
+def _spark_hash_int(value: int) -> int:
+    """Spark's ``hash()`` of an int column (Murmur3_x86_32.hashInt, seed 42), as a signed int."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = (rotl(42 ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h = (h ^ (h >> 16)) * 0x85EBCA6B & 0xFFFFFFFF
+    h = (h ^ (h >> 13)) * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def lane_tags(lanes: int) -> np.ndarray:
+    """For each lane index, an int that Spark's hash partitioning into ``lanes`` partitions sends there."""
+    tags = np.full(lanes, -1, dtype=np.int64)
+    found, v = 0, 0
+    while found < lanes:  # bounded: each index is hit within a few times ``lanes`` tries (the hash is uniform)
+        i = _spark_hash_int(v) % lanes
+        if tags[i] < 0:
+            tags[i], found = v, found + 1
+        v += 1
+    return tags
+
+
+def lane_values(batch: pa.RecordBatch, config: SinkConfig, counts: Any = None, lanes: int = 0) -> pa.Array:
+    """Each record's lane tag: its destination ``(topic, partition)`` numbered ``crc32(topic) + partition``, modulo
+    ``lanes`` (or ``config.exactly_once_lanes``), as the int Spark's hash partitioning sends to that lane.
+
+    Column names are matched in any case (Spark's are). A row with no topic
+    at all takes lane 0 (the writer refuses it, naming the record).
+    """
     counts = counts or (lambda topic: partition_count(config, topic))
+    lanes = lanes or config.exactly_once_lanes
     partitioner = config.producer_conf().get("partitioner", "murmur2_random")
+    batch = pa.RecordBatch.from_arrays(batch.columns, names=[c.lower() for c in batch.schema.names])
     names = batch.schema.names
     n = batch.num_rows
     if "topic" in names:
@@ -80,6 +114,8 @@ def lane_values(batch: pa.RecordBatch, config: SinkConfig, counts: Any = None) -
     parts = (np.asarray(batch.column("partition").cast(pa.int64()).fill_null(-1)) if "partition" in names
              else np.full(n, -1, dtype=np.int64))
     for topic, rows in zip(uniq, groups):
+        if not topic:
+            continue  # lane 0: the writer raises InvalidRecordError naming it
         count = counts(topic)
         chosen = parts[rows]
         free = np.nonzero(chosen < 0)[0]
@@ -88,12 +124,14 @@ def lane_values(batch: pa.RecordBatch, config: SinkConfig, counts: Any = None) -
             keys = sub.column("key") if "key" in names else pa.nulls(len(free), pa.binary())
             by_key = partitions_of(keys, count, partitioner).astype(np.int64)
             keyless = by_key < 0
-            if keyless.any():  # the lane of the partition its value hashes to
+            if keyless.any():  # placed at random by librdkafka: the lane of its value's first 64 bytes
                 values = sub.column("value").take(pa.array(np.nonzero(keyless)[0]))
+                values = pc.binary_slice(values.cast(pa.binary()) if not pa.types.is_binary(values.type) else values,
+                                         0, 64)
                 by_key[keyless] = (murmur2(values) & np.uint32(0x7FFFFFFF)).astype(np.int64) % count
             chosen[free] = by_key
-        out[rows] = zlib.crc32(topic.encode()) * 1000003 + chosen
-    return pa.array((out % 2147483647).astype(np.int32), pa.int32())
+        out[rows] = (zlib.crc32(topic.encode()) + chosen) % lanes
+    return pa.array(lane_tags(lanes)[out].astype(np.int32), pa.int32())
 
 
 class LaneTagger:

@@ -67,7 +67,7 @@ def test_a_commit_caught_by_a_broker_freeze_is_settled_by_a_new_producer_once(ow
     from ..kafka_helpers import create_topic
 
     create_topic(own_broker.bootstrap, "eo-freeze", partitions=2)
-    cfg = _eo(own_broker.bootstrap, str(tmp_path), "eo-freeze", ack_timeout_s=4.0,
+    cfg = _eo(own_broker.bootstrap, str(tmp_path), "eo-freeze", ack_timeout_s=6.0,
               kafka_conf={"transaction.timeout.ms": 30000})
     committing = hooks.park("eo.committing", batch=1)
     out: dict = {}

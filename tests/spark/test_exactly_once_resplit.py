@@ -3,9 +3,9 @@
 Spark's Kafka source does not give a Kafka partition the same Spark
 partition when a batch is re-run from its offset log (measured: the first
 run put Kafka partitions 3, 2, 1, 0 in Spark partitions 0..3, the re-run
-0, 1, 2, 3). The sink re-splits every exactly-once batch by a hash of each
-record's content into ``exactly_once_lanes`` partitions, so a lane's unit
-holds the same records however the input was split. Here the re-runs bring
+0, 1, 2, 3). The sink re-splits every exactly-once batch by each record's
+destination partition into ``exactly_once_lanes`` partitions, so a lane's
+unit holds the same records however the input was split. Here the re-runs bring
 the same records in another number of partitions and in reverse order.
 """
 

@@ -84,11 +84,13 @@ class Lane:
             return
         if self.open == ident and not self.must_abort:
             return  # the caller's own transaction: steps 3-4 resume it
+        commit = self.offsets_sent and not self.must_abort  # another unit's, complete: resumed
+        timeout = left("commit_transaction" if commit else "abort_transaction")
         self.ending = True
-        if self.offsets_sent and not self.must_abort:
-            self.producer.commit_transaction(left("commit_transaction"))  # another unit's, complete: resumed
+        if commit:
+            self.producer.commit_transaction(timeout)
         else:
-            self.producer.abort_transaction(left("abort_transaction"))
+            self.producer.abort_transaction(timeout)
             self.swept = False
         self.ending = False
         self.reset()

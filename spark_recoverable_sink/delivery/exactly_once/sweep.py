@@ -118,8 +118,9 @@ def sweep(config: SinkConfig, lane: Lane, lid: str, topics: Iterable[str], left:
     problem = (f"{len(lane.failures)} of its records failed ({lane.failures[0][0]})" if lane.failures
                else f"{unsent} of its records unacknowledged" if unsent else "")
     # Step 4
+    timeout = left("abort_transaction")
     lane.ending = True
-    p.abort_transaction(left("abort_transaction"))
+    p.abort_transaction(timeout)
     lane.ending = False
     p.poll(0)  # the purged records' reports, served now rather than inside the next transaction
     lane.reset()

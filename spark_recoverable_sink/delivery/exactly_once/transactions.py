@@ -63,9 +63,8 @@ COMMITTED, SKIPPED, PENDING, MISMATCH, REFUSED = "committed", "skipped", "pendin
 class Unit:
     """One committed WAL attempt, published as one transaction.
 
-    ``own``: the unit of the task that calls (a mismatch is its error), not
-    one recovered from a WAL. ``refused``: (chunk, index, code, text) of the
-    records the broker refused for good.
+    ``own``: the unit of the task that calls (a mismatch is its error), not one recovered
+    from a WAL. ``refused``: (chunk, index, code, text) of the records refused for good.
     """
 
     wal: Any
@@ -75,6 +74,7 @@ class Unit:
     chunks: list[tuple[ChunkKey, int]]  # (key, stored size), in sequence order
     digest: int = 0
     own: bool = False
+    abandoned: bool = False  # own, but its task returned without it (a mismatch is then set aside)
     outcome: str = PENDING
     last_error: str = ""
     attempts: int = 0
@@ -249,8 +249,9 @@ class Committer:
                            left(deadline, "send_offsets_to_transaction"))
             lane.offsets_sent = True
         _points.point("eo.committing", batch=unit.batch, partition=unit.partition, rows=unit.rows)
+        timeout = left(deadline, "commit_transaction")
         lane.ending = True  # an error from here on: a new producer settles it (note_error)
-        p.commit_transaction(left(deadline, "commit_transaction"))
+        p.commit_transaction(timeout)
         lane.ending = False
         lane.known = Marker(unit.batch, encode_offset(unit.batch, unit.digest) & 0xFFFFFFFF)
         lane.reset()

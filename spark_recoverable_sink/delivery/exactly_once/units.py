@@ -132,10 +132,9 @@ class UnitBook:
             if outcome != PENDING:
                 return outcome
             if deadline.expired():
-                # The task returns without it: from now on it waits like a unit recovered from a WAL (a
-                # later batch on its lane's marker proves it committed elsewhere; another digest for its
-                # batch sets it aside, reported), never as a task's own that nobody is left to handle.
-                unit.own = False
+                # The task returns without it: a mismatch met later (its lane moved on) has nobody left to
+                # raise it, so it is set aside, kept in the WAL and reported, and holds the lane no longer.
+                unit.abandoned = True
                 return outcome
             time.sleep(deadline.cap(_BACKOFF_S[min(tries, len(_BACKOFF_S) - 1)]))
             tries += 1
@@ -178,7 +177,7 @@ class UnitBook:
                 log.warning("sink=%s batch=%d partition=%d rows=%d skipped, not published again: %s",
                             self.config.name, unit.batch, unit.partition, unit.rows, unit.why)
         elif outcome == MISMATCH:
-            if not unit.own:  # a task's own mismatch is its error (task.exactly_once); a recovered one is set aside
+            if not unit.own or unit.abandoned:  # a waiting task's own mismatch is its error (task.exactly_once)
                 del self._pending[where]  # kept in the WAL
                 why = f"batch {unit.batch} partition {unit.partition} run {unit.run}: {unit.why}"
                 self.mismatched[f"{unit.wal.path}:{unit.key}"] = why
