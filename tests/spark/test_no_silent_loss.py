@@ -74,7 +74,7 @@ def test_a_record_refused_for_good_fails_an_exactly_once_batch_naming_it(spark, 
     sink = RecoverableKafkaSink(f"eo-big-{uuid.uuid4().hex[:6]}", {"bootstrap.servers": bs,
                                                                     "message.max.bytes": 50_000},
                                 topic=topic, wal_dir=str(tmp_path / "wal"), guarantee="exactly_once",
-                                settle_timeout_s=120)
+                                settle_timeout_s=120, exactly_once_lanes=1)  # one unit: lane 0
     df = spark.range(400).selectExpr("cast(id as string) as key",
                                      "case when id = 123 then repeat('x', 80000) else 'small' end as value")
     with pytest.raises(DeadLetterError) as ei:
@@ -98,7 +98,7 @@ def test_an_exactly_once_batch_that_cannot_settle_fails_naming_its_lanes(spark, 
     create_topic(bs, topic, partitions=2)
     sink = RecoverableKafkaSink(f"eo-stuck-{uuid.uuid4().hex[:6]}", {"bootstrap.servers": bs}, topic=topic,
                                 wal_dir=str(tmp_path / "wal"), guarantee="exactly_once", ack_timeout_s=2.0,
-                                settle_timeout_s=20)
+                                settle_timeout_s=20, exactly_once_lanes=2)  # 2 partitions, 2 lanes: one each
     df = spark.range(300).selectExpr("cast(id as string) as key", "'v' as value").repartition(2, "key")
     assert sink.write(df, batch_id=0, run_id="stuck").acked == 300  # the lanes exist and have committed once
     own_broker.pause()
