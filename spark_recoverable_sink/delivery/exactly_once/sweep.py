@@ -166,6 +166,7 @@ def chunk_topics(batch: pa.RecordBatch, default_topic: str | None) -> set[str]:
 
 def unswept_topics(lane: Lane, batch: pa.RecordBatch, default_topic: str | None) -> set[str]:
     """Topics of ``batch`` the lane's last sweep did not cover, noted for the next sweep (empty: produce it)."""
-    new = chunk_topics(batch, default_topic) - lane.swept_topics if lane.swept else chunk_topics(batch, default_topic)
+    seen = chunk_topics(batch, default_topic)
+    new = seen - lane.swept_topics if lane.swept else seen
     lane.need_topics |= new
     return new

@@ -14,8 +14,7 @@ Steps of :meth:`Committer.commit`, each resumable after a failure or a deadline:
 
 1. the lane's producer, ``init_transactions()``-ed once; re-created when the
    lane's marker moved since this producer last saw it (another worker
-   committed there, so this producer was fenced); a new one first runs its
-   lane's sweep (:mod:`.sweep`: closes what an earlier producer left open);
+   committed there, so this producer was fenced); swept (:mod:`.sweep`) since its init or last abort;
 2. read the marker; decide (:meth:`Committer.decide`): a unit the marker
    proves committed (same batch, same digest) is *skipped*; a later batch on
    the marker skips a recovered unit (batches end in order) but is a
@@ -181,12 +180,12 @@ class Committer:
             lane.ready = True
         return lane
 
-    def _sweep(self, lane: Lane, lid: str, topics: set[str], deadline: Deadline) -> None:
-        """Step 1b: what an earlier producer (or abort) of the lane left open on ``topics`` is closed first."""
-        topics = topics | lane.need_topics
-        if lane.swept and topics <= lane.swept_topics:
+    def _sweep(self, lane: Lane, lid: str, unit: Unit | None, deadline: Deadline) -> None:
+        """Step 1b: an unswept lane sweeps ``unit``'s topics; a swept one only topics its chunks met since."""
+        if lane.swept and lane.need_topics <= lane.swept_topics:
             return
         fresh = not lane.swept
+        topics = lane.need_topics | (lane_topics(self.config, unit) if fresh else set())
         lane.settle_open(None, partial(left, deadline))  # a failed sweep's transaction
         sweep(self.config, lane, lid, topics, partial(left, deadline))
         if fresh:
@@ -207,7 +206,7 @@ class Committer:
             if not self.config.topic and not lane.swept_topics:
                 return None  # its sweep needs the unit's topics: published from the WAL once committed
             lane.settle_open(None, partial(left, deadline))
-            self._sweep(lane, lid, lane_topics(self.config, None), deadline)
+            self._sweep(lane, lid, None, deadline)
             marker = self._marker(lid, lane, deadline)
             if marker is not None and marker.batch >= key.batch:
                 return None  # a re-run: the commit step decides
@@ -226,7 +225,7 @@ class Committer:
         lane.settle_open(ident, partial(left, deadline))
         lid = lane_id(self.config.name, unit.run, unit.partition)
         if lane.open is None:  # Step 2
-            self._sweep(lane, lid, lane_topics(self.config, unit), deadline)
+            self._sweep(lane, lid, unit, deadline)
             decided = self.decide(unit, self._marker(lid, lane, deadline))
             if decided is not None:
                 return decided
