@@ -28,9 +28,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG = os.path.join(REPO, "docs", "performance.png")
 SCALING_PNG = os.path.join(REPO, "docs", "performance-scaling.png")
 LABELS = {NOOP: "no-op", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync (native)",
-          SYNC_PY: "sink sync (Python engine)", ASYNC: "sink async", EXACTLY: "sink exactly-once"}
+          SYNC_PY: "sink sync (Python engine)", ASYNC: "sink async", EXACTLY: "sink exactly-once",
+          "spark-kafka": "Spark's Kafka sink", "flush-writer-id": "flush-writer + rks-id header"}
 COLORS = {NOOP: "#bbbbbb", RAW: "#888888", FLUSH: "#4c72b0", SYNC: "#dd8452", SYNC_PY: "#937860",
-          ASYNC: "#55a868", EXACTLY: "#c44e52"}
+          ASYNC: "#55a868", EXACTLY: "#c44e52", "spark-kafka": "#8172b3", "flush-writer-id": "#64b5cd"}
 
 __all__ = ["chart", "scaling_chart"]
 

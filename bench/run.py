@@ -68,8 +68,8 @@ MODES: dict[str, dict[str, Any]] = {
         # quick: 4 and 64 partitions only, the sink's two modes (+ the no-op floor in latency), 2 batches each
         "scale_partitions": [4, 64], "scale_value_bytes": 100, "scale_rows": 20_000, "scale_rounds": 1,
         "scale_rows_per_s": 5_000, "scale_duration_s": 2, "scale_warmup_batches": 1, "scale_max_s": 30,
-        "scale_verify": False, "scale_tp_writers": ["sink-sync", "sink-exactly-once"],
-        "scale_lat_writers": ["noop", "sink-sync", "sink-exactly-once"],
+        "scale_verify": False, "scale_tp_writers": ["spark-kafka", "sink-sync", "sink-exactly-once"],
+        "scale_lat_writers": ["noop", "spark-kafka", "sink-sync", "sink-exactly-once"],
         "cluster_master": "local-cluster[2,1,1024]", "cluster_partitions": 4, "cluster_rows": 20_000,
         "cluster_rounds": 1, "cluster_duration_s": 2, "cluster_warmup_batches": 1, "cluster_max_s": 30,
     },
@@ -82,8 +82,8 @@ MODES: dict[str, dict[str, Any]] = {
         # scale_duration_s: micro-batches measured (after the warm-up ones), or as many as come in scale_max_s
         "scale_partitions": [4, 16, 64], "scale_value_bytes": 100, "scale_rows": 2_000_000, "scale_rounds": 3,
         "scale_rows_per_s": 50_000, "scale_duration_s": 20, "scale_warmup_batches": 3, "scale_max_s": 150,
-        "scale_verify": True, "scale_tp_writers": ["flush-writer", "sink-sync", "sink-exactly-once"],
-        "scale_lat_writers": ["noop", "flush-writer", "sink-sync", "sink-exactly-once"],
+        "scale_verify": True, "scale_tp_writers": ["flush-writer", "spark-kafka", "sink-sync", "sink-exactly-once"],
+        "scale_lat_writers": ["noop", "flush-writer", "spark-kafka", "sink-sync", "sink-exactly-once"],
         "cluster_master": "local-cluster[2,1,1024]", "cluster_partitions": 4, "cluster_rows": 1_000_000,
         "cluster_rounds": 3, "cluster_duration_s": 20, "cluster_warmup_batches": 3, "cluster_max_s": 150,
     },

@@ -27,14 +27,15 @@ RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-asy
 NOOP = "noop"  # reads its rows, writes nothing (the part of a write's time Spark itself sets)
 FLUSH_ID = "flush-writer-id"  # throughput only: the flush-writer sending the sink's id header (the header's cost)
 SYNC_PY = "sink-sync-python"  # throughput only: sink sync on the Python delivery engine (what the native one saves)
-WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SYNC, SYNC_PY, ASYNC, EXACTLY)
-LATENCY_WRITERS = (NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY)
+SPARK_KAFKA = "spark-kafka"  # Spark's own Kafka sink (connector jars from devtools/jvm.py), the writer users pick today
+WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SPARK_KAFKA, SYNC, SYNC_PY, ASYNC, EXACTLY)
+LATENCY_WRITERS = (NOOP, RAW, FLUSH, SPARK_KAFKA, SYNC, ASYNC, EXACTLY)
 #: The scaling section (4, 16, 64 partitions and local-cluster): the sink's two sync modes and the references.
-SCALING_TP_WRITERS = (FLUSH, SYNC, EXACTLY)
-SCALING_LAT_WRITERS = (NOOP, FLUSH, SYNC, EXACTLY)
+SCALING_TP_WRITERS = (FLUSH, SPARK_KAFKA, SYNC, EXACTLY)
+SCALING_LAT_WRITERS = (NOOP, FLUSH, SPARK_KAFKA, SYNC, EXACTLY)
 LABELS = {
     NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
-    FLUSH_ID: "flush-writer + rks-id header",
+    FLUSH_ID: "flush-writer + rks-id header", SPARK_KAFKA: "Spark's Kafka sink (connector 4.2.0)",
     SYNC: "sink at-least-once sync (native engine)", SYNC_PY: "sink at-least-once sync (Python engine)",
     ASYNC: "sink at-least-once async (native engine)", EXACTLY: "sink exactly-once (native engine)",
 }
@@ -63,11 +64,32 @@ def build_spark(cores: int, partitions: int, driver_memory: str, master: str | N
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.stopTimeout", "60s")
     )
-    for k, v in (extra_conf or {}).items():
+    conf = {"spark.jars": ",".join(spark_kafka_jars()), **(extra_conf or {})}
+    for k, v in conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def spark_kafka_jars() -> list[str]:
+    """Spark's Kafka connector jars (fetched once by devtools/jvm.py): Spark's own sink is a writer of every section."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from devtools.jvm import spark_kafka_connector_jars
+
+    return spark_kafka_connector_jars()
+
+
+def spark_kafka_options(conf: dict[str, str], topic: str) -> dict[str, str]:
+    """Spark's Kafka sink's options for the same producer settings (Java client names; its defaults otherwise).
+
+    The settings that decide what a write guarantees are the same for every
+    writer (acks=all, idempotence on); the Java client's tuning (linger,
+    batch size) stays at the defaults a user of Spark's sink gets.
+    """
+    java = {"bootstrap.servers": conf["bootstrap.servers"], "acks": conf.get("acks", "all"),
+            "enable.idempotence": conf.get("enable.idempotence", "true")}
+    return {"topic": topic, **{f"kafka.{k}": v for k, v in java.items()}}
 
 
 def spark_settings(spark: Any) -> dict[str, Any]:
@@ -99,6 +121,7 @@ class Target:
     ddl: str
     sink: Any = None
     wal_dir: str | None = None
+    spark_kafka: dict[str, str] | None = None  # Spark's own Kafka sink: its options
 
     def warm_up(self, spark: Any, partitions: int, value_bytes: int) -> None:
         """Untimed: drop leftovers of earlier runs in the workers, then write a few rows (batch id 0).
@@ -108,6 +131,9 @@ class Target:
         """
         n = min(partitions, WARM_TASKS)
         df = kafka_columns(spark.range(0, 10 * partitions, 1, n), "id", value_bytes)
+        if self.spark_kafka is not None:  # its producers live in the executor JVM's cache, keyed by these options
+            df.write.format("kafka").options(**self.spark_kafka).save()
+            return
         df.mapInArrow(Prepare(self.task_fn(0)), self.ddl).collect()
         if self.writer == ASYNC:
             self.wait_durable(120.0)
@@ -127,6 +153,10 @@ class Target:
             return {"rows": r.rows, "acked": r.acked, "pending": r.pending, "retried": r.retried,
                     "dead_lettered": r.dead_lettered, "replayed": r.replayed, "tasks": len(parts),
                     "workers": len({p.pid for p in parts}), "task_s_sum": sum(p.seconds for p in parts)}
+        if self.spark_kafka is not None:  # save() returns when every task's producer flushed without error
+            tasks = df.rdd.getNumPartitions()
+            df.write.format("kafka").options(**self.spark_kafka).save()
+            return {"rows": None, "tasks": tasks, "workers": None, "task_s_sum": None}
         rows = df.mapInArrow(self.fn, self.ddl).collect()
         unflushed = sum(r["unflushed"] for r in rows)
         if unflushed:
@@ -157,6 +187,13 @@ class Target:
     def foreach_batch(self) -> Callable[[Any, int], None]:
         if self.sink is not None:
             return self.sink
+        if self.spark_kafka is not None:
+            opts = self.spark_kafka
+
+            def save(batch_df: Any, _batch_id: int) -> None:
+                batch_df.write.format("kafka").options(**opts).save()
+
+            return save
         fn, ddl = self.fn, self.ddl
 
         def run(batch_df: Any, _batch_id: int) -> None:
@@ -189,6 +226,8 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
     if writer == NOOP:
         fn = NoopWriter()
         return Target(writer, topic, fn, fn.ddl)
+    if writer == SPARK_KAFKA:
+        return Target(writer, topic, None, "", spark_kafka=spark_kafka_options(conf, topic))  # type: ignore[arg-type]
     if writer not in ENGINES:
         raise ValueError(f"unknown writer {writer!r}")
     ack = 0.0 if writer == ASYNC else SYNC_ACK_TIMEOUT_S

@@ -14,7 +14,7 @@ __all__ = ["evaluate_targets", "tp_row", "lat_row", "scale_row", "NATIVE", "EARL
 
 NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
                                           "sink-exactly-once")
-FLUSH_ID, SYNC_PY = "flush-writer-id", "sink-sync-python"
+FLUSH_ID, SYNC_PY, SPARK_KAFKA = "flush-writer-id", "sink-sync-python", "spark-kafka"
 NATIVE = "native delivery engine"
 EARLIER = "earlier targets"
 #: The scaling target compares these two partition counts.
@@ -112,6 +112,17 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     add(f"exactly-once micro-batch p50 at {SCALE_HI} Spark partitions ÷ at {SCALE_LO} (same rows per batch)",
         "<= 2.00", v, f"{_r(v, 2.0)} ({phi:.0f} ms vs {plo:.0f} ms, addBatch p50)" if v is not None else "n/a",
         None if v is None else v <= 2.0, note)
+
+    ex, sk = scale_row(results, EXACTLY, SCALE_HI), scale_row(results, SPARK_KAFKA, SCALE_HI)
+    pe, ps = (ex or {}).get("p50_ms"), (sk or {}).get("p50_ms")
+    v = pe / ps if pe is not None and ps else None
+    note = ""
+    if ex is not None and sk is not None:
+        note = (f"kept up with the 1 s trigger: exactly-once {'yes' if ex.get('kept_up') else 'no'}, "
+                f"Spark's Kafka sink {'yes' if sk.get('kept_up') else 'no'}")
+    add(f"exactly-once micro-batch p50 ÷ Spark's own Kafka sink, both at {SCALE_HI} Spark partitions", "<= 1.50", v,
+        f"{_r(v, 1.5)} ({pe:.0f} ms vs {ps:.0f} ms, addBatch p50)" if v is not None else "n/a",
+        None if v is None else v <= 1.5, note)
 
     # -- earlier targets (kept) -----------------------------------------------------------------------
     group[0] = EARLIER
