@@ -32,7 +32,7 @@ from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
-from ..task.lanes import LANE_COLUMN, LaneTagger
+from ..task.lanes import LANE_COLUMN, LaneTagger, driver_counts
 from ..task.writer import PartitionWriter
 from .batches import (
     conclude_batch,
@@ -65,11 +65,17 @@ def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     shuffle (:class:`..task.lanes.LaneTagger`): one lane then writes each
     Kafka partition, and a lane holds the same records however Spark split
     the input (DESIGN.md, "Units that do not depend on how Spark split the batch").
+    The sink topic's partition count is read here, once per batch, and
+    handed to every task of it.
+
+    Raises:
+        ConfigError: the sink's topic does not exist.
+        confluent_kafka.KafkaException: no broker answered and the topic's count was never read.
     """
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     schema = StructType([*df.schema.fields, StructField(LANE_COLUMN, IntegerType(), False)])  # a new one
-    tagged = df.mapInArrow(LaneTagger(config), schema)
+    tagged = df.mapInArrow(LaneTagger(config, driver_counts(config)), schema)
     return tagged.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)
 
 

@@ -12,9 +12,12 @@ hash to (it is not pinned there: Kafka keeps no order for keyless records
 across partitions).
 
 Where it runs: a ``mapInArrow`` step of the executors, ahead of the
-shuffle. What pickles: the config. Partition counts are read from the
-broker once per topic and worker process (a count that changes between two
-runs of a batch changes its lanes: the re-run is refused as a mismatch).
+shuffle. What pickles: the config and the partition count of the sink's
+topic, read by the driver once per batch (:func:`driver_counts`), so that
+every task of a batch computes lanes from the same count. A topic column's
+other topics are read once per topic and worker process. A count that
+changes between two runs of a batch changes its lanes: the re-run is
+refused as a mismatch.
 """
 
 from __future__ import annotations
@@ -31,22 +34,23 @@ from ..config import SinkConfig
 from ..delivery.partitions import murmur2, partitions_of
 from ..errors import ConfigError
 
-__all__ = ["LaneTagger", "LANE_COLUMN", "lane_values"]
+__all__ = ["LaneTagger", "LANE_COLUMN", "driver_counts", "lane_values", "partition_count"]
 
 LANE_COLUMN = "_rks_lane"
 _counts: dict[tuple[str, str], int] = {}
 _counts_lock = threading.Lock()
 
 
-def partition_count(config: SinkConfig, topic: str, timeout_s: float = 30.0) -> int:
-    """The partition count of ``topic`` (cached per worker process).
+def partition_count(config: SinkConfig, topic: str, timeout_s: float = 30.0, fresh: bool = False) -> int:
+    """The partition count of ``topic`` (cached per process; ``fresh`` reads it again and updates the cache).
 
     Raises:
         ConfigError: the topic does not exist (exactly-once needs its partitions before writing).
+        confluent_kafka.KafkaException: no broker answered within ``timeout_s``.
     """
     key = (config.producer_conf().get("bootstrap.servers", ""), topic)
     with _counts_lock:
-        if key in _counts:
+        if key in _counts and not fresh:
             return _counts[key]
     from confluent_kafka.admin import AdminClient
 
@@ -60,6 +64,31 @@ def partition_count(config: SinkConfig, topic: str, timeout_s: float = 30.0) -> 
     with _counts_lock:
         _counts[key] = len(t.partitions)
     return _counts[key]
+
+
+def driver_counts(config: SinkConfig, timeout_s: float = 5.0) -> dict[str, int]:
+    """Driver, once per batch: the sink topic's partition count, read fresh, for every task of the batch.
+
+    When no broker answers within ``timeout_s`` the count read last is kept
+    (a batch during an outage waits in the WALs like any other); with none
+    read yet the batch fails.
+
+    Raises:
+        ConfigError: the topic does not exist.
+        confluent_kafka.KafkaException: no broker answered and no count was read before.
+    """
+    if not config.topic:
+        return {}
+    from confluent_kafka import KafkaException
+
+    key = (config.producer_conf().get("bootstrap.servers", ""), config.topic)
+    try:
+        return {config.topic: partition_count(config, config.topic, timeout_s, fresh=True)}
+    except KafkaException:
+        with _counts_lock:
+            if key not in _counts:
+                raise
+            return {config.topic: _counts[key]}
 
 
 def _spark_hash_int(value: int) -> int:
@@ -137,10 +166,15 @@ def lane_values(batch: pa.RecordBatch, config: SinkConfig, counts: Any = None, l
 class LaneTagger:
     """Picklable ``mapInArrow`` function: every batch with its records' lanes appended (:data:`LANE_COLUMN`)."""
 
-    def __init__(self, config: SinkConfig) -> None:
+    def __init__(self, config: SinkConfig, counts: dict[str, int] | None = None) -> None:
         self.config = config
+        self.counts = dict(counts or {})  # topic -> partition count, read by the driver for this batch
+
+    def count(self, topic: str) -> int:
+        """The batch's count of ``topic`` (the driver's), else this worker's (:func:`partition_count`)."""
+        return self.counts[topic] if topic in self.counts else partition_count(self.config, topic)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             yield batch.append_column(pa.field(LANE_COLUMN, pa.int32(), nullable=False),
-                                      lane_values(batch, self.config))
+                                      lane_values(batch, self.config, self.count))

@@ -88,3 +88,26 @@ def test_lanes_spread_a_topics_partitions_evenly_and_read_columns_in_any_case():
     batch = pa.RecordBatch.from_pydict({"Partition": [0, 1, 2, 3, None], "VALUE": [b"a", b"b", b"c", b"d", b"e"]})
     tags = lane_values(batch, cfg, {"orders": 4}.__getitem__).to_pylist()
     assert sorted(set(tags[:4])) == sorted(lane_tags(4).tolist())  # 4 partitions, 4 lanes: one each
+
+
+def test_every_task_of_a_batch_uses_the_drivers_partition_count_not_its_workers_stale_one():
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.task import lanes as lanes_mod
+
+    cfg = SinkConfig.build("lanes", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-lanes", topic="grown",
+                           guarantee="exactly_once", exactly_once_lanes=16)
+    key = ("127.0.0.1:1", "grown")
+    lanes_mod._counts[key] = 2  # this worker read the topic before it grew to 12 partitions
+    try:
+        batch = pa.RecordBatch.from_pydict({"key": [b"k%d" % i for i in range(300)], "value": [b"v"] * 300})
+        got = lanes_mod.LaneTagger(cfg, {"grown": 12})([batch])
+        tags = next(iter(got)).column(lanes_mod.LANE_COLUMN).to_pylist()
+        assert tags == lanes_mod.lane_values(batch, cfg, {"grown": 12}.__getitem__).to_pylist()
+        assert len(set(tags)) > 2  # 12 partitions' lanes, not the stale 2
+        # the driver's read: no broker answers, the count read last stands in (a batch during an outage)
+        assert lanes_mod.driver_counts(cfg, timeout_s=0.5) == {"grown": 2}
+        del lanes_mod._counts[key]
+        with pytest.raises(Exception, match="(?i)timed out|transport|broker"):
+            lanes_mod.driver_counts(cfg, timeout_s=0.5)  # none read before: the batch fails
+    finally:
+        lanes_mod._counts.pop(key, None)
