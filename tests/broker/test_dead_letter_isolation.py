@@ -9,6 +9,7 @@ producers wrapping the real one (fake_clients.py, the Python engine).
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import confluent_kafka
@@ -30,19 +31,32 @@ ENGINES = ["python", pytest.param("native", marks=pytest.mark.skipif(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("refusal", ["too_large", "keyless_on_compacted"])
+@pytest.mark.parametrize("refusal", ["too_large", "keyless_on_compacted", "future_timestamp"])
 def test_a_record_the_broker_refuses_is_dead_lettered_alone(broker, tmp_path, engine, refusal):
-    """Apache Kafka refuses a whole batch for one record in it: only that record is dead-lettered, with its reason."""
+    """Apache Kafka refuses a whole batch for one record in it: only that record is dead-lettered, with its reason.
+
+    ``future_timestamp``: a topic accepting timestamps at most an hour ahead,
+    one record two hours ahead: INVALID_TIMESTAMP for its whole request,
+    which before delivery/codes.py classified it was retried every backoff
+    for as long as the sink ran.
+    """
     topic = f"refuse-{uuid.uuid4().hex[:8]}"
-    config = {"max.message.bytes": "2000"} if refusal == "too_large" else {"cleanup.policy": "compact"}
+    config = {"too_large": {"max.message.bytes": "2000"}, "keyless_on_compacted": {"cleanup.policy": "compact"},
+              "future_timestamp": {"message.timestamp.after.max.ms": "3600000"}}[refusal]
     create_topic(broker.bootstrap, topic, partitions=1, config=config)
     keys: list[bytes | None] = [b"k%d" % i for i in range(200)]
     values = [b"good-%03d" % i for i in range(200)]
+    columns: dict[str, pa.Array] = {}
     if refusal == "too_large":
         values[77] = b"B" * 5000  # over the topic's limit, under the client's own message.max.bytes
-    else:
+    elif refusal == "keyless_on_compacted":
         keys[77] = None  # a compacted topic takes keyed records only
-    batch = pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": values})
+    else:
+        now_ms = int(time.time() * 1000)
+        stamps = [now_ms] * 200
+        stamps[77] = now_ms + 2 * 3600 * 1000
+        columns["timestamp"] = pa.array(stamps, pa.int64())
+    batch = pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": values, **columns})
     cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=60, name=f"ref-{engine}",
                   retry_backoff_s=0.01, delivery_engine=engine, kafka_conf={"linger.ms": 50})
     report = write_partition(cfg, 1, 0, 0, iter([batch]))
@@ -50,8 +64,9 @@ def test_a_record_the_broker_refuses_is_dead_lettered_alone(broker, tmp_path, en
     assert (report.acked, report.dead_lettered, report.pending) == (199, 1, 0), report
     [(rid, error, _t)] = report.dead_letters
     assert rid == ids[77]
-    assert ("too large" in error.lower() or "TOO_LARGE" in error) if refusal == "too_large" else \
-        ("INVALID_RECORD" in error or "failed to validate record" in error), error
+    expect = {"too_large": ("too large", "TOO_LARGE"), "keyless_on_compacted": ("INVALID_RECORD", "failed to validate"),
+              "future_timestamp": ("INVALID_TIMESTAMP", "timestamp")}[refusal]
+    assert any(e.lower() in error.lower() for e in expect), error
     got = read_topic(broker.bootstrap, topic, expected=199)
     assert got.distinct_ids() == {ids[i] for i in range(200) if i != 77}
 

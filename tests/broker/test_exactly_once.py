@@ -296,6 +296,35 @@ def test_a_record_refused_for_good_refuses_its_unit_instead_of_pending_forever(b
     assert len(stored) == 300 and get_runtime(cfg).wal.stats().chunks == 0  # every record kept, as a dead letter
 
 
+def test_a_request_kafka_refuses_for_a_future_timestamp_refuses_the_unit_at_once(broker, tmp_path):
+    """INVALID_TIMESTAMP (a topic's ``message.timestamp.after.max.ms``) is Kafka's answer for good.
+
+    Before every code had a fate (delivery/codes.py) the unit was retried
+    until the task's deadline and left pending: here it is refused within
+    seconds, the record named with Kafka's reason, nothing visible.
+    """
+    import time
+
+    import pyarrow as pa
+
+    topic = f"eo-ts-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, partitions=1, config={"message.timestamp.after.max.ms": "3600000"})
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=60)
+    now = int(time.time() * 1000)
+    rows = [{"key": b"k%d" % i, "value": b"v%d" % i, "timestamp": now + (2 * 3600 * 1000 if i == 77 else 0)}
+            for i in range(300)]
+    batch = pa.RecordBatch.from_pylist(rows)
+    t0 = time.monotonic()
+    rep = write_partition(cfg, 2, 0, 0, iter([batch]), run="r")
+    took = time.monotonic() - t0
+    assert (rep.acked, rep.pending, rep.dead_lettered) == (0, 0, 300), rep
+    assert took < 30, f"took {took:.1f}s: retried instead of refused"
+    future = ids_of(cfg.name, "r", 2, 0, [batch], topic)[77]
+    named = {rid: err for rid, err, _t in rep.dead_letters}
+    assert "INVALID_TIMESTAMP" in named[future] or "timestamp" in named[future].lower(), named[future]
+    assert read_topic(broker.bootstrap, topic, idle_s=1.0, timeout_s=5, isolation=RC).records == []
+
+
 def test_a_lane_that_moved_to_another_worker_is_reinitialised_before_its_inline_transaction(
         broker, topic, tmp_path, monkeypatch, caplog):
     from spark_recoverable_sink.delivery.exactly_once.transactions import Committer
