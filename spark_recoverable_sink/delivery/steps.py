@@ -69,6 +69,13 @@ def _settle_one(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", con
     reset = next((e for _i, e in t.failed if e is not None and e.code() in PRODUCER_RESET), None)
     if reset is not None:
         slot.request_replace(config.scrub(reset.str()))  # replaced on the next pass
+    if not t.failed and t.pending:
+        # The reports do not account for every record (acked + dead + skipped
+        # != rows): which ones are missing is unknown, so none is trusted.
+        log.error("sink=%s batch=%d partition=%d first_seq=%d rows=%d acked=%d dead=%d unaccounted=%d: "
+                  "every record not dead goes again", config.name, t.key.batch, t.key.partition,
+                  t.key.first_seq, t.rows, t.acked, len(t.dead), t.pending)
+        t.abandon_round()
     if not t.failed:
         book.move(t, State.DONE)
         return

@@ -63,11 +63,17 @@ typedef struct {
 } slot_t;
 
 typedef struct {
-    char *name;
+    char *name; /* NULL: a free slot */
     size_t len;
+    uint64_t hash;
     rd_kafka_topic_t *rkt;
 } topic_ent_t;
-#define MAX_TOPICS 4096
+/* Topic handles kept per producer: an open-addressing table of TOPIC_SLOTS
+ * (a power of two), at most TOPIC_KEEP in use. A new name when it is full
+ * releases every handle kept and starts again: any number of topics works
+ * (a message in flight holds its own reference to its topic). */
+#define TOPIC_SLOTS 8192
+#define TOPIC_KEEP 4096
 
 typedef struct {
     PyObject_HEAD
@@ -76,8 +82,9 @@ typedef struct {
     PyObject *error_cb, *stats_cb, *log_cb, *oauth_cb;
     slot_t *slots;
     size_t nslots;
-    topic_ent_t *topics;
+    topic_ent_t *topics; /* TOPIC_SLOTS entries once the first topic is met */
     size_t ntopics, last_topic;
+    int64_t topic_resets; /* times the table was full and released */
     int64_t dropped_reports; /* reports for forgotten rounds */
     int64_t lost_failures;   /* failed reports whose row could not be recorded (out of memory) */
 } Producer;
@@ -97,13 +104,19 @@ static void on_dr(rd_kafka_t *rk, const rks_message_t *m, void *opaque) {
         self->dropped_reports++;
         return;
     }
-    s->reported++;
     s->outstanding--;
     s->dirty = 1;
-    if (m->err == RKS_ERR_NO_ERROR)
+    /* A report is counted only once classified: a failure that cannot be
+     * recorded (no memory) leaves the round short of its reports, so the
+     * publisher's watchdog sends it again rather than settle it. */
+    if (m->err == RKS_ERR_NO_ERROR) {
         s->acked++;
-    else if (fails_push(&s->fails, (int64_t)(op & 0xFFFFFFFFu), m->err) < 0)
+        s->reported++;
+    } else if (fails_push(&s->fails, (int64_t)(op & 0xFFFFFFFFu), m->err) < 0) {
         self->lost_failures++;
+    } else {
+        s->reported++;
+    }
 }
 
 static void call_py(PyObject *cb, PyObject *args) {
@@ -258,12 +271,12 @@ static void destroy_handle(Producer *self) {
     /* GIL held, busy set or object unreachable */
     rd_kafka_t *rk = self->rk;
     topic_ent_t *topics = self->topics;
-    size_t nt = self->ntopics;
     self->rk = NULL; /* before the GIL is released: len() from another thread sees it closed */
     self->topics = NULL;
     self->ntopics = self->last_topic = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < nt; i++) {
+    for (size_t i = 0; topics && i < TOPIC_SLOTS; i++) {
+        if (!topics[i].name) continue;
         RK(rd_kafka_topic_destroy)(topics[i].rkt);
         free(topics[i].name);
     }
@@ -420,33 +433,58 @@ static Py_ssize_t slot_for(Producer *self, int64_t round_id) {
     return free_i;
 }
 
-/* Cached topic handle for a name (len bytes, not NUL-terminated); NULL + *err on failure. */
+static uint64_t topic_hash(const char *name, size_t len) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Release every kept handle (the table stays allocated). */
+static void topics_release(Producer *self) {
+    for (size_t i = 0; i < TOPIC_SLOTS; i++) {
+        topic_ent_t *t = &self->topics[i];
+        if (!t->name) continue;
+        RK(rd_kafka_topic_destroy)(t->rkt);
+        free(t->name);
+        *t = (topic_ent_t){NULL, 0, 0, NULL};
+    }
+    self->ntopics = self->last_topic = 0;
+    self->topic_resets++;
+}
+
+/* Cached topic handle for a name (len bytes, not NUL-terminated); NULL + *err on failure.
+ * *err: _INVALID_ARG for a name no topic can have (empty, a NUL in it) or one
+ * librdkafka refuses; _CRIT_SYS_RESOURCE when memory ran out (ours: retried). */
 static rd_kafka_topic_t *topic_get(Producer *self, const char *name, size_t len, int *err) {
     if (self->ntopics) {
         topic_ent_t *t = &self->topics[self->last_topic];
-        if (t->len == len && memcmp(t->name, name, len) == 0) return t->rkt;
-        for (size_t i = 0; i < self->ntopics; i++) {
-            t = &self->topics[i];
-            if (t->len == len && memcmp(t->name, name, len) == 0) {
-                self->last_topic = i;
-                return t->rkt;
-            }
-        }
+        if (t->name && t->len == len && memcmp(t->name, name, len) == 0) return t->rkt;
     }
     if (len == 0 || memchr(name, 0, len)) {
         *err = RKS_ERR__INVALID_ARG;
         return NULL;
     }
-    if (self->ntopics >= MAX_TOPICS) {
-        *err = RKS_ERR__INVALID_ARG; /* more distinct topics than handles kept */
+    if (!self->topics && !(self->topics = calloc(TOPIC_SLOTS, sizeof *self->topics))) {
+        *err = RKS_ERR__CRIT_SYS_RESOURCE;
         return NULL;
     }
+    uint64_t h = topic_hash(name, len);
+    size_t i = (size_t)h & (TOPIC_SLOTS - 1);
+    for (size_t probes = 0; probes < TOPIC_SLOTS && self->topics[i].name; probes++) {
+        topic_ent_t *t = &self->topics[i];
+        if (t->hash == h && t->len == len && memcmp(t->name, name, len) == 0) {
+            self->last_topic = i;
+            return t->rkt;
+        }
+        i = (i + 1) & (TOPIC_SLOTS - 1);
+    }
+    if (self->ntopics >= TOPIC_KEEP) { /* full: release all, then this name takes its home slot */
+        topics_release(self);
+        i = (size_t)h & (TOPIC_SLOTS - 1);
+    }
     char *copy = malloc(len + 1);
-    topic_ent_t *q = realloc(self->topics, (self->ntopics + 1) * sizeof *q);
-    if (q) self->topics = q;
-    if (!copy || !q) {
-        free(copy);
-        *err = RKS_ERR__INVALID_ARG;
+    if (!copy) {
+        *err = RKS_ERR__CRIT_SYS_RESOURCE;
         return NULL;
     }
     memcpy(copy, name, len);
@@ -458,8 +496,9 @@ static rd_kafka_topic_t *topic_get(Producer *self, const char *name, size_t len,
         free(copy);
         return NULL;
     }
-    self->topics[self->ntopics] = (topic_ent_t){copy, len, rkt};
-    self->last_topic = self->ntopics++;
+    self->topics[i] = (topic_ent_t){copy, len, h, rkt}; /* i: a free slot (at most half the slots are used) */
+    self->last_topic = i;
+    self->ntopics++;
     return rkt;
 }
 
@@ -884,10 +923,10 @@ static PyObject *Producer_stats(Producer *self, PyObject *noargs) {
     size_t live = 0;
     for (size_t i = 0; i < self->nslots; i++)
         if (self->slots[i].used) live++, outstanding += self->slots[i].outstanding;
-    return Py_BuildValue("{s:n,s:L,s:L,s:L,s:n}", "live_rounds", (Py_ssize_t)live, "outstanding",
+    return Py_BuildValue("{s:n,s:L,s:L,s:L,s:n,s:L}", "live_rounds", (Py_ssize_t)live, "outstanding",
                          (long long)outstanding, "dropped_reports", (long long)self->dropped_reports,
                          "lost_failures", (long long)self->lost_failures, "topic_handles",
-                         (Py_ssize_t)self->ntopics);
+                         (Py_ssize_t)self->ntopics, "topic_resets", (long long)self->topic_resets);
 }
 
 static PyMethodDef Producer_methods[] = {

@@ -31,6 +31,7 @@ typedef int rd_kafka_resp_err_t;
 #define RKS_ERR__QUEUE_FULL (-184)
 #define RKS_ERR__UNKNOWN_TOPIC (-188)
 #define RKS_ERR__INVALID_ARG (-186)
+#define RKS_ERR__CRIT_SYS_RESOURCE (-194)
 #define RKS_ERR__FATAL (-150)
 
 /* rd_kafka_type_t */

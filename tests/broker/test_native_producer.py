@@ -98,6 +98,40 @@ def test_per_row_failures_come_back_with_their_exact_rows(broker):
             assert rec.partition == parts[i]
 
 
+def test_any_number_of_topics_is_produced_to_and_none_is_refused_by_a_local_limit(broker):
+    """More distinct topics than the producer keeps handles for (4,096): none refused at produce.
+
+    Before the topic table released its handles when full, topic 4,097 of a
+    producer failed with _INVALID_ARG (reported as Kafka refusing the record)
+    for as long as the producer lived. Here 4,200 topics that do not exist
+    (auto-creation off: each fails in its delivery report as Kafka's unknown
+    topic) interleave with a real one; the real one's records, produced
+    before, across and after the table's release, are all delivered.
+    """
+    real = new_topic(broker, 1)
+    ghost = f"rks-ghost-{uuid.uuid4().hex[:8]}-"
+    p = Producer(conf(broker, **{"allow.auto.create.topics": "false", "topic.metadata.propagation.max.ms": 2000}),
+                 log_cb=lambda *_: None)
+    first, sync0 = p.produce_chunk(1, real, pa.array([b"before-%d" % i for i in range(50)]), None, None, None,
+                                   None, None, pa.array([b"b-%d" % i for i in range(50)]), b"rks-id", None, 5.0)
+    n = 4200
+    topics = [real if i % 100 == 0 else f"{ghost}{i}" for i in range(n)]
+    produced, sync = p.produce_chunk(2, real, pa.array([b"v%d" % i for i in range(n)]), None,
+                                     pa.array(topics, pa.string()), None, None, None,
+                                     pa.array([b"g-%d" % i for i in range(n)]), b"rks-id", None, 5.0)
+    assert (sync0, sync) == ([], []), sync[:3]  # no local refusal, whatever the count of topics
+    assert produced == n and p.stats()["topic_resets"] >= 1
+    res = drain(p, first + produced, timeout_s=60)
+    p.close()
+    assert res[1]["acked"] == 50
+    assert res[2]["acked"] == n // 100
+    assert res[2]["reported"] == n
+    assert {f[1] for f in res[2]["failures"]} <= {-188, 3}, {f[1:] for f in res[2]["failures"]}  # unknown topic
+    assert sorted(f[0] for f in res[2]["failures"]) == [i for i in range(n) if i % 100]
+    got = read_topic(broker.bootstrap, real, expected=50 + n // 100)
+    assert len(got.records) == 50 + n // 100
+
+
 def test_a_too_large_record_fails_alone_among_good_ones(broker, topic):
     n = 50
     values = [b"ok%d" % i for i in range(n)]

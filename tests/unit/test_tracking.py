@@ -168,3 +168,25 @@ def test_chunk_book_keeps_each_chunk_in_exactly_one_state():
     with pytest.raises(TransitionError):
         book.move(t, State.PRUNED)  # pruned twice: refused
     assert not book and t.finished
+
+
+def test_a_chunk_whose_reports_do_not_account_for_every_record_is_not_done():
+    """9 acks and no failure for 10 records (a report counted but never classified): every record goes again."""
+    import types
+
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.delivery.steps import _settle_one
+
+    cfg = SinkConfig.build("acct", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-acct")
+    book = ChunkBook()
+    t = _tracker(10)
+    book.move(t, State.IN_FLIGHT)
+    t.seal(10, [])
+    t.round.add_reports(9, 10, [])
+    assert t.round_done
+    book.move(t, State.SETTLED)
+    contact = types.SimpleNamespace(mark_reached=lambda: None)
+    slot = types.SimpleNamespace(request_replace=lambda why: None)
+    _settle_one(cfg, book, slot, contact, lambda _t: None, t, 0.0)  # type: ignore[arg-type]
+    assert t.state is State.RETRY_WAIT
+    assert sorted(i for i, _e in t.failed) == list(range(10)) and t.acked == 0
