@@ -157,14 +157,14 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers"
             bootstrap = brokers.fresh("throughput").bootstrap
             results["throughput"] = guarded(lambda: sb.throughput(
                 spark, bootstrap, rows_by_size={s: p["tp_rows"][str(s)] for s in p["sizes"]}, partitions=args.partitions,
-                topic_partitions=args.topic_partitions, rounds=p["tp_rounds"], writers=sb.WRITERS,
+                topic_partitions=args.topic_partitions, rounds=p["tp_rounds"], writers=_only(sb.WRITERS, args),
                 scratch=scratch, verify=p["verify"]))
         if "latency" in want:
             bootstrap = brokers.fresh("latency").bootstrap
             results["latency"] = guarded(lambda: sb.latency(
                 spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
                 topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
-                warmup_batches=p["lat_warmup_batches"], writers=sb.LATENCY_WRITERS, scratch=scratch))
+                warmup_batches=p["lat_warmup_batches"], writers=_only(sb.LATENCY_WRITERS, args), scratch=scratch))
         if "scaling" in want:
             bootstrap = brokers.fresh("scaling").bootstrap
             results["scaling"] = {"local": guarded(lambda: scaling_local(spark, p, bootstrap, scratch, args))}
@@ -219,7 +219,16 @@ def _scale_kw(p: dict[str, Any], prefix: str, args: argparse.Namespace, scratch:
             "rows_per_s": p["scale_rows_per_s"], "duration_s": p[f"{prefix}_duration_s"],
             "warmup_batches": p[f"{prefix}_warmup_batches"], "max_s": p[f"{prefix}_max_s"],
             "topic_partitions": args.topic_partitions, "scratch": scratch, "verify": p["scale_verify"],
-            "tp_writers": tuple(p["scale_tp_writers"]), "lat_writers": tuple(p["scale_lat_writers"])}
+            "tp_writers": _only(tuple(p["scale_tp_writers"]), args),
+            "lat_writers": _only(tuple(p["scale_lat_writers"]), args)}
+
+
+def _only(writers: tuple[str, ...], args: argparse.Namespace) -> tuple[str, ...]:
+    """``writers`` restricted to ``--writers`` (all of them without it)."""
+    if not args.writers:
+        return writers
+    keep = {w.strip() for w in args.writers.split(",")}
+    return tuple(w for w in writers if w in keep)
 
 
 def scaling_local(spark: Any, p: dict[str, Any], bootstrap: str, scratch: str,
@@ -377,6 +386,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=None, help="Spark partitions for every writer (default: cores)")
     ap.add_argument("--topic-partitions", type=int, default=4)
     ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--writers", default=None, help="comma-separated writers to run (default: each section's own)")
     ap.add_argument("--rows", type=int, default=None, help="override the throughput row count")
     ap.add_argument("--rounds", type=int, default=None, help="override the runs per writer")
     ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))

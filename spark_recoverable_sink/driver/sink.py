@@ -32,7 +32,6 @@ from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
-from ..task.lanes import LANE_COLUMN, LaneTagger, driver_counts
 from ..task.writer import PartitionWriter
 from .batches import (
     conclude_batch,
@@ -48,6 +47,7 @@ from .query import (
     query_run_id,
     streaming_query,
 )
+from .resplit import by_lane
 from .settle import settle
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,27 +56,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["RecoverableKafkaSink"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
-
-
-def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
-    """An exactly-once batch re-split into ``config.exactly_once_lanes`` partitions by each record's destination.
-
-    The destination (topic, partition) is computed by the tasks before the
-    shuffle (:class:`..task.lanes.LaneTagger`): one lane then writes each
-    Kafka partition, and a lane holds the same records however Spark split
-    the input (DESIGN.md, "Units that do not depend on how Spark split the batch").
-    The sink topic's partition count is read here, once per batch, and
-    handed to every task of it.
-
-    Raises:
-        ConfigError: the sink's topic does not exist.
-        confluent_kafka.KafkaException: no broker answered and the topic's count was never read.
-    """
-    from pyspark.sql.types import IntegerType, StructField, StructType
-
-    schema = StructType([*df.schema.fields, StructField(LANE_COLUMN, IntegerType(), False)])  # a new one
-    tagged = df.mapInArrow(LaneTagger(config, driver_counts(config)), schema)
-    return tagged.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)
 
 
 class RecoverableKafkaSink:

@@ -111,3 +111,26 @@ def test_every_task_of_a_batch_uses_the_drivers_partition_count_not_its_workers_
             lanes_mod.driver_counts(cfg, timeout_s=0.5)  # none read before: the batch fails
     finally:
         lanes_mod._counts.pop(key, None)
+
+
+def test_the_arrow_udf_gives_each_record_the_lane_of_the_whole_row():
+    """driver/resplit.py's Arrow UDF sees only the key, topic, partition and a keyless value's head: same lanes."""
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.driver.resplit import VALUE_HEAD, LaneColumn
+    from spark_recoverable_sink.task.lanes import lane_values
+
+    cfg = SinkConfig.build("lanes", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-lanes", topic="orders",
+                           guarantee="exactly_once", exactly_once_lanes=8)
+    counts = {"orders": 6, "audit": 3}
+    n = 400
+    keys = [None if i % 5 == 0 else b"k%d" % i for i in range(n)]
+    values = [(b"v%d-" % i) * (40 if i % 2 else 1) for i in range(n)]  # some longer than the head
+    topics = [None if i % 3 else "audit" for i in range(n)]
+    parts = [i % 3 if i % 7 == 0 else None for i in range(n)]
+    whole = pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": values,
+                                        "topic": pa.array(topics, pa.string()),
+                                        "partition": pa.array(parts, pa.int32())})
+    heads = pa.array([v[:VALUE_HEAD] if k is None else None for k, v in zip(keys, values)], pa.binary())
+    got = LaneColumn(cfg, counts)(whole.column("key"), whole.column("topic"), whole.column("partition"), heads)
+    assert got.to_pylist() == lane_values(whole, cfg, counts.__getitem__).to_pylist()
+    assert len(set(got.to_pylist())) > 3
