@@ -22,7 +22,8 @@ NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-s
 SYNC_PY = "sink-sync-python"
 LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync (native)",
           SYNC_PY: "sink sync (Python engine)", ASYNC: "sink async (native)", EXACTLY: "sink exactly-once (native)",
-          "flush-writer-id": "flush-writer + rks-id header", "spark-kafka": "Spark's Kafka sink"}
+          "flush-writer-id": "flush-writer + rks-id header", "spark-kafka": "Spark's Kafka sink",
+          "sink-exactly-once-no-resplit": "sink exactly-once, no re-split"}
 
 
 # -- targets: bench/targets.py ------------------------------------------------------------------

@@ -27,12 +27,13 @@ RAW, FLUSH, SYNC, ASYNC, EXACTLY = "raw", "flush-writer", "sink-sync", "sink-asy
 NOOP = "noop"  # reads its rows, writes nothing (the part of a write's time Spark itself sets)
 FLUSH_ID = "flush-writer-id"  # throughput only: the flush-writer sending the sink's id header (the header's cost)
 SYNC_PY = "sink-sync-python"  # throughput only: sink sync on the Python delivery engine (what the native one saves)
+EXACTLY_SPARK = "sink-exactly-once-no-resplit"  # exactly_once_lanes=0: Spark's partitions as lanes, no shuffle
 SPARK_KAFKA = "spark-kafka"  # Spark's own Kafka sink (connector jars from devtools/jvm.py), the writer users pick today
-WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SPARK_KAFKA, SYNC, SYNC_PY, ASYNC, EXACTLY)
+WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SPARK_KAFKA, SYNC, SYNC_PY, ASYNC, EXACTLY, EXACTLY_SPARK)
 LATENCY_WRITERS = (NOOP, RAW, FLUSH, SPARK_KAFKA, SYNC, ASYNC, EXACTLY)
 #: The scaling section (4, 16, 64 partitions and local-cluster): the sink's two sync modes and the references.
 SCALING_TP_WRITERS = (FLUSH, SPARK_KAFKA, SYNC, EXACTLY)
-SCALING_LAT_WRITERS = (NOOP, FLUSH, SPARK_KAFKA, SYNC, EXACTLY)
+SCALING_LAT_WRITERS = (NOOP, FLUSH, SPARK_KAFKA, SYNC, EXACTLY, EXACTLY_SPARK)
 LABELS = {
     NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
     FLUSH_ID: "flush-writer + rks-id header", SPARK_KAFKA: "Spark's Kafka sink (connector 4.2.0)",
@@ -40,7 +41,7 @@ LABELS = {
     ASYNC: "sink at-least-once async (native engine)", EXACTLY: "sink exactly-once (native engine)",
 }
 #: The delivery engine each sink writer runs with: explicit, so that "auto" never decides what is measured.
-ENGINES = {SYNC: "native", SYNC_PY: "python", ASYNC: "native", EXACTLY: "native"}
+ENGINES = {SYNC: "native", SYNC_PY: "python", ASYNC: "native", EXACTLY: "native", EXACTLY_SPARK: "native"}
 SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
 WARM_TASKS = 8  # tasks of a warm-up (and of the engine check): at most this many, whatever the partitions
 
@@ -231,9 +232,10 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
     if writer not in ENGINES:
         raise ValueError(f"unknown writer {writer!r}")
     ack = 0.0 if writer == ASYNC else SYNC_ACK_TIMEOUT_S
-    guarantee = "exactly_once" if writer == EXACTLY else "at_least_once"
+    guarantee = "exactly_once" if writer in (EXACTLY, EXACTLY_SPARK) else "at_least_once"
+    extra = {"exactly_once_lanes": 0} if writer == EXACTLY_SPARK else {}
     sink = RecoverableKafkaSink(name=run_name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=ack,
-                                guarantee=guarantee, delivery_engine=ENGINES[writer])
+                                guarantee=guarantee, delivery_engine=ENGINES[writer], **extra)
     return Target(writer, topic, None, SINK_DDL, sink=sink, wal_dir=wal_dir)  # type: ignore[arg-type]
 
 

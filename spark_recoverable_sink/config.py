@@ -148,7 +148,11 @@ class SinkConfig:
             partitions by each record's destination partition, one lane (one
             transactional producer, one unit) each, however Spark split the
             input. Keep it for the life of a query: a batch re-run with another
-            value is refused (its units differ).
+            value is refused (its units differ). ``0``: no re-split (no
+            shuffle): each Spark partition is a lane, which holds only for
+            sources whose re-runs bring the same records to the same Spark
+            partitions (files; not Spark's Kafka source: its re-run is then
+            refused with ``ExactlyOnceMismatchError``).
     """
 
     name: str
@@ -228,7 +232,7 @@ class SinkConfig:
         _positive("max_block_s", self.max_block_s, allow_zero=True)
         _positive("offsets_retention_s", self.offsets_retention_s)
         _positive("settle_timeout_s", self.settle_timeout_s)
-        _positive("exactly_once_lanes", self.exactly_once_lanes, integer=True)
+        _positive("exactly_once_lanes", self.exactly_once_lanes, allow_zero=True, integer=True)
         _positive("retry_backoff_s", self.retry_backoff_s)
         _positive("retry_backoff_max_s", self.retry_backoff_max_s)
         _positive("max_wal_bytes", self.max_wal_bytes, integer=True)

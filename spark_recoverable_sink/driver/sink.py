@@ -210,7 +210,7 @@ class RecoverableKafkaSink:
             confirmed = self._dead.confirmed()
         writer = PartitionWriter(self.config, batch_id, run, confirmed)
         df = df.select(*columns)
-        if self.config.guarantee == EXACTLY_ONCE:  # units independent of how Spark split the batch (DESIGN.md)
+        if self.config.guarantee == EXACTLY_ONCE and self.config.exactly_once_lanes:  # units independent of the split
             df = by_lane(df, self.config)
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()

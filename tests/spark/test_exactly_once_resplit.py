@@ -64,3 +64,19 @@ def test_a_rerun_with_a_record_changed_is_still_refused(spark, broker, tmp_path)
         sink.write(spark.createDataFrame(changed, SCHEMA).repartition(3), batch_id=0, run_id="changed")
     assert ExactlyOnceMismatchError.__name__ in str(caught.value), caught.value
     _assert_each_once(broker, topic, N)  # nothing of the changed re-run is visible
+
+
+def test_no_resplit_keeps_sparks_partitions_as_lanes_and_refuses_a_rerun_split_otherwise(spark, broker, tmp_path):
+    """``exactly_once_lanes=0``: no shuffle, one lane per Spark partition; a re-run in another split is refused."""
+    topic = f"eo-nosplit-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, 4)
+    sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30, exactly_once_lanes=0)
+    df = spark.createDataFrame(_rows(N), SCHEMA).repartition(5)
+    first = sink.write(df, batch_id=3, run_id="nosplit")
+    assert first.acked == N and len(first.partition_reports) == 5, first  # Spark's 5 partitions, no re-split
+    again = sink.write(df, batch_id=3, run_id="nosplit")  # the same split: every unit proven, skipped
+    assert again.acked == 0 and again.pending == 0, again
+    with pytest.raises(Exception) as caught:
+        sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=3, run_id="nosplit")
+    assert ExactlyOnceMismatchError.__name__ in str(caught.value), caught.value
+    _assert_each_once(broker, topic, N)

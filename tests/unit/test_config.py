@@ -35,7 +35,7 @@ def _sink(**kw):
     ({"guarantee": "exactly_once", "marker_topic": "t"}, "marker_topic"),
     ({"marker_topic": "bad topic"}, "marker_topic"),
     ({"settle_timeout_s": 0}, "settle_timeout_s"),
-    ({"exactly_once_lanes": 0}, "exactly_once_lanes"),
+    ({"exactly_once_lanes": -1}, "exactly_once_lanes"),
     ({"exactly_once_lanes": 2.5}, "exactly_once_lanes"),
     ({"offsets_retention_s": -1}, "offsets_retention_s"),
     ({"guarantee": "exactly_once", "dead_letter_topic": "dlq"}, "dead_letter_topic"),
