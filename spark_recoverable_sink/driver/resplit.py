@@ -55,6 +55,22 @@ def _arrow_udf() -> Any:
     return arrow_udf
 
 
+def _at_most_one_task_per_core(df: "DataFrame") -> "DataFrame":
+    """``df`` coalesced (no shuffle) to the cluster's cores when it has more partitions.
+
+    The lane pass costs a Python worker round trip per task (Spark's, tens
+    of ms on a small machine): 64 input partitions on 2 cores would pay it 64
+    times for work that 2 tasks do as fast. Lanes are a function of each
+    record, so how the pass is split does not change them. Spark Connect
+    exposes no core count: left as it is.
+    """
+    try:
+        cores = df.sparkSession.sparkContext.defaultParallelism
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext
+        return df
+    return df.coalesce(max(1, int(cores)))
+
+
 def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     """``df`` re-split into ``config.exactly_once_lanes`` partitions by each record's lane.
 
@@ -66,6 +82,7 @@ def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     counts = driver_counts(config)
+    df = _at_most_one_task_per_core(df)
     arrow_udf = _arrow_udf()
     if arrow_udf is None:
         schema = StructType([*df.schema.fields, StructField(LANE_COLUMN, IntegerType(), False)])
