@@ -16,7 +16,10 @@ Spark worker and owns no slot of its own):
    records already in the dead-letter store, each under the guarantee it was
    accepted under (exactly-once attempts: as units for their lane's
    transaction);
-5. keep the slot until all of that is acked and pruned, then release it.
+5. keep the slot until all of that is acked and pruned, then remove it (its
+   files' space goes back to the file system), or release it if it holds
+   dead letters. On a full disk none of this needs new space
+   (:mod:`..wal.space`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from ..config import SinkConfig
 from ..delivery.attempts import AttemptTracker
 from ..delivery.chunks import ChunkTracker
 from ..delivery.exactly_once.units import UnitBook, units_of
-from ..errors import WalError, WalUncleanError
+from ..errors import WalError, WalUncleanError, WalWriteError
 from ..wal.format import AttemptKey
 from ..wal.log import Wal, map_size_for
 from ..wal.quarantine import quarantine_chunk, quarantine_held
@@ -93,6 +96,8 @@ class SlotAdopter:
                 wal.close()
             if isinstance(exc, WalError):
                 log.error("sink=%s slot=%s %s: %s", self.config.name, lock.wal_path, what, exc)
+                if isinstance(exc, WalWriteError):  # no room on the disk (yet): tried again later
+                    return
                 if not isinstance(exc, WalUncleanError):
                     self.unreadable[lock.index] = str(exc)
                     return
@@ -242,9 +247,14 @@ class SlotAdopter:
         try:
             wal = self.open(lock)
             if wal.is_empty() and not wal.dead_letters_pending(self.config.dead_letter_topic is not None):
+                keep = bool(wal.dead_letters())
                 wal.close()
-                lock.release()
-                self._seen_empty[index] = stamp
+                if keep:  # its dead letters are the record of what was refused
+                    lock.release()
+                    self._seen_empty[index] = stamp
+                else:  # nothing to keep: its files' space goes back to the file system
+                    lock.remove()
+                    log.info("sink=%s removed empty orphan slot=%s", self.config.name, wal.path)
                 return 0
             log.warning("sink=%s pid=%d adopting orphan slot=%s", self.config.name, os.getpid(), wal.path)
             self.adopted[index] = (lock, wal)
@@ -264,11 +274,19 @@ class SlotAdopter:
                 if (self.publisher.references(wal) or (self.units is not None and self.units.references(wal))
                         or not wal.is_empty()):
                     continue
+                try:
+                    keep = bool(wal.dead_letters())
+                except WalError:  # not readable now: kept, and looked at again by the next adopter
+                    keep = True
                 wal.close()
-                lock.release()
+                if keep:
+                    lock.release()
+                else:  # nothing to keep (deletions a full disk refused included): the space goes back
+                    lock.remove()
                 del self.adopted[index]
                 released.append(index)
-                log.info("sink=%s released drained orphan slot=%s", self.config.name, wal.path)
+                log.info("sink=%s %s drained orphan slot=%s", self.config.name, "released" if keep else "removed",
+                         wal.path)
         return released
 
     def problems(self) -> tuple[str, ...]:

@@ -67,7 +67,8 @@ def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str
         pending = rt.delivery.deliver(deadline)
         waiting = rt.units.waiting() if rt.units is not None else []
         offered = rt.publisher.offer_unreported_dead()
-    return {"pid": os.getpid(), "slot": rt.wal.path, "replayed": replayed, "pending": pending,
+    return {"pid": os.getpid(), "slot": rt.wal.path if rt.wal is not None else "", "replayed": replayed,
+            "pending": pending,
             "seconds": time.monotonic() - t0, "units": json.dumps(waiting),
             "dead_letters": json.dumps([list(x) for x in offered])}
 

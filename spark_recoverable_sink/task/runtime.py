@@ -14,7 +14,11 @@ the operator CLI's ``rks replay`` uses too, wired by :mod:`..recovery.deliver`):
 3. drop the chunks of attempts that never committed (Spark re-runs those);
 4. replay the chunks of committed attempts that were never acked, skipping
    records already in the dead-letter store;
-5. keep the slot until all of that is acked and pruned, then release it.
+5. keep the slot until all of that is acked and pruned, then remove it.
+
+On a full disk a worker recovers and delivers without new space; with no
+free slot and no room for a new one it runs without a slot of its own
+(tasks fail naming the full disk until there is room; see :mod:`..wal.space`).
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from typing import TYPE_CHECKING
 
 from ..config import SinkConfig
 from ..deadline import Deadline
-from ..errors import WalError, WalFullError
+from ..errors import WalError, WalFullError, WalWriteError
 from ..recovery.deliver import Delivery
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..delivery.exactly_once.units import UnitBook
 from ..wal.log import Wal
 from ..wal.slots import SlotLock, acquire_free_slot, sink_dir
+from ..wal.space import RENEW_ABOVE_BYTES
 
 __all__ = ["WorkerRuntime", "get_runtime", "reset_runtimes"]
 
@@ -100,16 +105,13 @@ class WorkerRuntime:
         self.adopter = self.delivery.adopter  # recovery of slots and adoption of orphans
         self._replayed = 0
         self._last_scan = self._last_units = time.monotonic()
+        self.lock: SlotLock | None = None
+        self.wal: Wal | None = None  # None: no room for a slot of its own (it still delivers what others left)
         try:
-            while True:
-                self.lock, self.wal = self._take_own_slot()
-                try:
-                    self._replayed += self.adopter.recover(self.wal)
-                    break
-                except BaseException as exc:  # nothing was replayed or dropped: checked first
-                    self.adopter.give_up(self.lock, self.wal, exc, "cannot be recovered")
-                    if not isinstance(exc, WalError):
-                        raise
+            self._own_slot()
+        except WalWriteError as exc:
+            log.error("sink=%s pid=%d no room for a WAL slot of its own: it delivers what the WAL holds and "
+                      "accepts nothing until there is room: %s", config.name, os.getpid(), exc)
         except BaseException:
             self.delivery.close(0.0)
             raise
@@ -118,22 +120,61 @@ class WorkerRuntime:
             self.publisher.poller.on_idle = self._on_idle
             self.publisher.start()
         except BaseException:
-            self.delivery.close(0.0)
-            self.wal.close()
-            self.lock.release()
+            self.close(0.0)
             raise
-        log.info("sink=%s pid=%d slot=%s opened live_bytes=%d replayed=%d",
-                 config.name, os.getpid(), self.wal.path, self.wal.live_bytes, self._replayed)
+        log.info("sink=%s pid=%d slot=%s opened live_bytes=%d replayed=%d", config.name, os.getpid(),
+                 self.wal.path if self.wal else None, self.wal.live_bytes if self.wal else 0, self._replayed)
 
-    def _take_own_slot(self) -> tuple[SlotLock, Wal]:
+    def _own_slot(self) -> None:
+        """Take a slot of this worker's own, recover what it holds; recreate it if it holds nothing but free pages.
+
+        Raises:
+            WalWriteError: no free slot, and no room on the disk for a new one (or to renew an empty one).
+        """
         while True:
             lock = acquire_free_slot(self.sdir, skip=set(self.adopter.unreadable))
+            wal: Wal | None = None
             try:
-                return lock, self.adopter.open(lock)
+                wal = self.adopter.open(lock)
+                self._replayed += self.adopter.recover(wal)  # nothing is replayed or dropped before it is checked
+                if wal.data_file_bytes() > RENEW_ABOVE_BYTES and wal.renewable():
+                    wal.renew()  # the pages its drained records held go back to the file system
             except BaseException as exc:
-                self.adopter.give_up(lock, None, exc, "cannot be used")
-                if not isinstance(exc, WalError):
+                self.adopter.give_up(lock, wal, exc, "cannot be used")
+                if not isinstance(exc, WalError) or isinstance(exc, WalWriteError):
                     raise
+                continue
+            self.lock, self.wal = lock, wal
+            return
+
+    def own_wal(self) -> Wal:
+        """This worker's slot, taken now if there was no room for one before.
+
+        Raises:
+            WalWriteError: still no room for a slot (nothing of the task is accepted; Spark re-runs it).
+        """
+        if self.wal is None:
+            self._own_slot()
+        assert self.wal is not None
+        return self.wal
+
+    def renew_own_slot(self) -> bool:
+        """Recreate this worker's slot if it holds nothing to keep (a task's first append found the disk full).
+
+        Returns whether it was recreated. The caller holds the poll lock.
+
+        Raises:
+            WalWriteError: the new environment cannot be created (the slot is let go: :meth:`own_wal` retries).
+        """
+        if self.wal is None or self.lock is None or not self.wal.renewable():
+            return False
+        try:
+            self.wal.renew()
+        except BaseException:
+            self.lock.release()
+            self.lock = self.wal = None
+            raise
+        return True
 
     @property
     def units(self) -> "UnitBook | None":
@@ -142,7 +183,7 @@ class WorkerRuntime:
 
     def adopt_orphans(self) -> int:
         """Adopt every slot of this sink (but this worker's own) whose owner is dead and which holds records."""
-        return self.adopter.adopt_orphans(skip=(self.lock.index,))
+        return self.adopter.adopt_orphans(skip=(self.lock.index,) if self.lock is not None else ())
 
     def _on_idle(self) -> None:
         """Poller idle hook: release drained adopted slots; every few seconds, adopt orphans.
@@ -180,6 +221,7 @@ class WorkerRuntime:
         Raises:
             WalFullError: still no room after ``max_block_s``; nothing was dropped.
         """
+        assert self.wal is not None  # the task took it (own_wal)
         ok = self.wal.wait_for_space(nbytes, self.config.max_wal_bytes, self.config.max_block_s,
                                      on_wait=self.publisher.make_room)
         if not ok:
@@ -193,5 +235,7 @@ class WorkerRuntime:
     def close(self, flush_s: float = 5.0) -> None:
         """Flush (up to ``flush_s``), checkpoint and release every slot. Optional: nothing depends on it."""
         self.delivery.close(flush_s)
-        self.wal.close()
-        self.lock.release()
+        if self.wal is not None:
+            self.wal.close()
+        if self.lock is not None:
+            self.lock.release()

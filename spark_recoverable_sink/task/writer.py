@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from .. import _points
 from ..config import EXACTLY_ONCE, SinkConfig
+from ..errors import WalWriteError
 from ..delivery.stats import latest_summary
 from ..ids import new_occurrences, record_id_prefix, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
@@ -118,6 +119,17 @@ class TaskMode(Protocol):
     def skipped(self) -> int: ...  # rows Kafka already had (exactly-once re-runs)
 
 
+def _append(rt: "WorkerRuntime", key: ChunkKey, chunk: bytes, first: AttemptState | None) -> None:
+    """Append a chunk; a task's first chunk that finds the disk full in a slot holding nothing to keep
+    recreates the slot (the space its file held goes back) and tries once more."""
+    try:
+        rt.wal.append(key, chunk, new_attempt=first)
+    except WalWriteError:
+        if first is None or not rt.renew_own_slot():
+            raise
+        rt.wal.append(key, chunk, new_attempt=first)
+
+
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
            batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]) -> PartitionReport:
     publisher = rt.publisher
@@ -125,7 +137,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     if confirmed:  # after adopting: an adopted slot's dead letters may be among them
         publisher.confirm_dead_letters(frozenset(confirmed))
     retried0 = publisher.retried_records
-    akey = AttemptKey(batch_id, partition, rt.wal.reserve_gen())
+    akey = AttemptKey(batch_id, partition, rt.own_wal().reserve_gen())
     mode: TaskMode = (ExactlyOnceTask(rt, akey, run) if config.guarantee == EXACTLY_ONCE
                       else AtLeastOnceTask(rt, akey, t0))
     prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
@@ -142,7 +154,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                 key = ChunkKey(batch_id, partition, seq, akey.gen)
                 rt.reserve_space(len(chunk))
                 first = None if seq else AttemptState(OPEN, spark_attempt, 0, started, mode.guarantee)
-                rt.wal.append(key, chunk, new_attempt=first)  # WAL first ...
+                _append(rt, key, chunk, first)  # WAL first ...
                 mode.chunk(key, norm, len(chunk))  # ... then Kafka
                 seq += norm.num_rows
                 nbytes += payload_bytes(norm)

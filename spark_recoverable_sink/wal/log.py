@@ -56,6 +56,7 @@ from .records import (
     encode_dead_letter,
 )
 from .slots import ensure_private_dir
+from .space import SlotSpace, free_space, map_size_for, prepare_lock_file
 
 __all__ = ["Wal", "WalStats", "map_size_for", "boot_id"]
 
@@ -67,7 +68,7 @@ _GEN_KEY = b"gen"
 _SYNC_KEY = b"sync"
 _BOOT_KEY = b"boot"
 _BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
-_MIB = 1024 * 1024
+_TABLES = (b"meta", b"chunks", b"attempts", b"dead")
 
 
 def boot_id() -> bytes | None:
@@ -79,12 +80,7 @@ def boot_id() -> bytes | None:
         return None
 
 
-def map_size_for(max_wal_bytes: int) -> int:
-    """LMDB map size for a byte budget: room for the live bytes, freed pages and B-tree."""
-    return max(64 * _MIB, int(max_wal_bytes * 1.5) + 64 * _MIB)
-
-
-class Wal(SlotReads):
+class Wal(SlotReads, SlotSpace):
     """One slot's LMDB environment.
 
     Raises (from the constructor):
@@ -96,29 +92,48 @@ class Wal(SlotReads):
         self.path = path
         self.sink_name = sink_name
         self.sync = sync
+        self.map_size = map_size
         self.validated_after_reboot = False
+        self._bytes_lock = threading.Condition()
         ensure_private_dir(path, "WAL slot directory")
+        self._open()
+
+    def _open(self) -> None:
+        """Open (or create) the environment and its tables; check the format; count live bytes.
+
+        An existing slot opens without a write; creating one on a full disk is a
+        :class:`WalWriteError` (nothing is left behind but an empty directory).
+        """
+        self._gone_chunks, self._gone_attempts = {}, set()
+        data = os.path.join(self.path, "data.mdb")
+        fresh = not os.path.exists(data) or os.path.getsize(data) == 0
         try:
+            prepare_lock_file(self.path)  # LMDB writes it through a mapping: no room would be SIGBUS
             self.env = lmdb.open(
-                path, map_size=map_size, subdir=True, max_dbs=4, sync=sync, metasync=sync,
+                self.path, map_size=self.map_size, subdir=True, max_dbs=4, sync=self.sync, metasync=self.sync,
                 mode=0o600, readahead=False, max_spare_txns=2, lock=True,
             )
         except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
-            raise WalFormatError(f"WAL slot {path} is not a readable LMDB environment: {exc}", path) from exc
-        except lmdb.Error as exc:
-            raise WalError(f"cannot open WAL slot {path}: {exc}", path) from exc
+            raise WalFormatError(f"WAL slot {self.path} is not a readable LMDB environment: {exc}",
+                                 self.path) from exc
+        except (lmdb.Error, OSError) as exc:
+            if fresh:
+                raise WalWriteError(f"WAL slot {self.path} cannot be created: {exc} ({free_space(self.path)})",
+                                    self.path) from exc
+            raise WalError(f"cannot open WAL slot {self.path}: {exc}", self.path) from exc
         try:
             self._check_file_size()
-            self._meta = self.env.open_db(b"meta")
-            self._chunks = self.env.open_db(b"chunks")
-            self._attempts = self.env.open_db(b"attempts")
-            self._dead = self.env.open_db(b"dead")
+            with self._read("open") as txn:  # named tables that exist open without a write
+                fresh = fresh or any(txn.get(name) is None for name in _TABLES)
+            self._meta, self._chunks, self._attempts, self._dead = (self.env.open_db(t) for t in _TABLES)
             self._check_format()
-            self._bytes_lock = threading.Condition()
             self.live_bytes = self._count_live_bytes()
         except lmdb.Error as exc:
             self.env.close()
-            raise WalFormatError(f"WAL slot {path} is unreadable: {exc}", path) from exc
+            if fresh:
+                raise WalWriteError(f"WAL slot {self.path} cannot be created: {exc} ({free_space(self.path)})",
+                                    self.path) from exc
+            raise WalFormatError(f"WAL slot {self.path} is unreadable: {exc}", self.path) from exc
         except BaseException:
             # Whatever failed, the environment is closed before the caller releases the slot's lock.
             self.env.close()
@@ -207,16 +222,8 @@ class Wal(SlotReads):
             # ENOSPC and EIO arrive as lmdb.Error (DiskError or a generic one):
             # the transaction was aborted, so nothing of it was written.
             raise WalWriteError(
-                f"WAL slot {self.path}: {what} failed, nothing written: {exc} ({self._free_space()})", self.path,
+                f"WAL slot {self.path}: {what} failed, nothing written: {exc} ({free_space(self.path)})", self.path,
             ) from exc
-
-    def _free_space(self) -> str:
-        # LMDB reports a short write on a full disk as EIO: say how much room is left.
-        try:
-            st = os.statvfs(self.path)
-        except OSError:
-            return "free space unknown"
-        return f"{st.f_bavail * st.f_frsize} bytes free on its file system"
 
     def reserve_gen(self) -> int:
         """A fresh generation number for a task attempt in this slot.
@@ -259,18 +266,37 @@ class Wal(SlotReads):
     ) -> None:
         """In one transaction: store dead letters, delete finished chunks and attempts.
 
-        ``chunks`` pairs each key with the byte size it was counted with.
+        ``chunks`` pairs each key with the byte size it was counted with. A
+        prune without dead letters that the disk refuses is deferred, not an
+        error (see :mod:`.space`).
+
+        Raises:
+            WalWriteError: a prune that stores dead letters was refused (nothing written).
         """
-        if not (chunks or dead or attempts_done):
+        if not (chunks or dead or attempts_done or self.deferred()):
             return
-        with self._write("prune") as txn:
-            for dkey, d in dead:
-                txn.put(dkey, encode_dead_letter(d), db=self._dead)
-            for ck, _size in chunks:
-                txn.delete(ck.pack(), db=self._chunks)
-            for ak in attempts_done:
-                txn.delete(ak.pack(), db=self._attempts)
-        freed = sum(size for _ck, size in chunks)
+        gone_chunks, gone_attempts = list(self._gone_chunks), list(self._gone_attempts)
+        try:
+            with self._write("prune") as txn:
+                for dkey, d in dead:
+                    txn.put(dkey, encode_dead_letter(d), db=self._dead)
+                for ck, _size in chunks:
+                    txn.delete(ck.pack(), db=self._chunks)
+                for ak in attempts_done:
+                    txn.delete(ak.pack(), db=self._attempts)
+                for packed in gone_chunks:  # deletions a full disk refused before
+                    txn.delete(packed, db=self._chunks)
+                for packed in gone_attempts:
+                    txn.delete(packed, db=self._attempts)
+        except WalWriteError as exc:
+            if dead:  # a dead letter must be stored before its chunk goes: the caller tries again
+                raise
+            freed = self._defer_deletions(chunks, attempts_done, exc)
+        else:
+            freed = sum(size for ck, size in chunks if ck.pack() not in self._gone_chunks)
+            for packed in gone_chunks:
+                self._gone_chunks.pop(packed, None)
+            self._gone_attempts.difference_update(gone_attempts)
         if freed:
             with self._bytes_lock:
                 self.live_bytes -= freed
@@ -296,28 +322,6 @@ class Wal(SlotReads):
                 removed.append((ck, size))
         self.prune(chunks=removed, attempts_done=[key])
         return len(removed)
-
-    # -- space -----------------------------------------------------------------
-
-    def wait_for_space(self, need: int, limit: int, timeout_s: float, on_wait=None) -> bool:
-        """Block until ``live_bytes + need <= limit`` or ``timeout_s`` passes.
-
-        ``on_wait`` is called between waits (to prune what is acked). Returns
-        whether the space is there.
-        """
-        import time
-
-        end = time.monotonic() + timeout_s
-        while True:
-            with self._bytes_lock:
-                if self.live_bytes + need <= limit or (self.live_bytes == 0):
-                    return True
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._bytes_lock.wait(min(0.05, left))
-            if on_wait is not None:
-                on_wait()
 
     def close(self) -> None:
         with contextlib.suppress(lmdb.Error):

@@ -48,6 +48,10 @@ class SlotReads:
     _chunks: Any
     _attempts: Any
     _dead: Any
+    #: deletions a prune could not write (the disk refused): packed chunk key -> size, packed attempt keys.
+    #: Their records are proven delivered; they read as gone and go with the next prune (see .space).
+    _gone_chunks: dict[bytes, int]
+    _gone_attempts: set[bytes]
 
     def validate(self) -> None:
         """Decode every key and record of the slot: chunks (checksum), attempts, dead letters.
@@ -97,6 +101,8 @@ class SlotReads:
 
     def _chunk_keys(self, txn: lmdb.Transaction, pred=None) -> Iterator[tuple[ChunkKey, int]]:
         for raw_key, v in txn.cursor(db=self._chunks):
+            if self._gone_chunks and bytes(raw_key) in self._gone_chunks:
+                continue
             ck = self._key(ChunkKey, raw_key)
             if pred is None or pred(ck):
                 yield ck, len(v)
@@ -110,6 +116,8 @@ class SlotReads:
         with self._read("attempts") as txn:
             out = {}
             for k, v in txn.cursor(db=self._attempts):
+                if self._gone_attempts and bytes(k) in self._gone_attempts:
+                    continue
                 ak = self._key(AttemptKey, k)
                 out[ak] = self._decode("attempt", ak, decode_attempt, v)
             return out
@@ -159,8 +167,11 @@ class SlotReads:
         Raises:
             WalReadError: LMDB failed.
         """
+        packed = key.pack()
+        if packed in self._gone_chunks:
+            return None
         with self._read("read_chunk") as txn:
-            v = txn.get(key.pack(), db=self._chunks)
+            v = txn.get(packed, db=self._chunks)
             return None if v is None else bytes(v)
 
     def dead_letters(self) -> list[tuple[bytes, DeadLetter]]:
@@ -223,10 +234,11 @@ class SlotReads:
         return any(not (d.forwarded if forwarding else d.reported) for _k, d in self.dead_letters())
 
     def is_empty(self) -> bool:
-        """Whether the slot holds no chunk and no attempt.
+        """Whether the slot holds no chunk and no attempt (deletions not written yet count as done).
 
         Raises:
             WalReadError: LMDB failed.
         """
         with self._read("is_empty") as txn:
-            return not (txn.stat(self._chunks)["entries"] or txn.stat(self._attempts)["entries"])
+            return not (txn.stat(self._chunks)["entries"] - len(self._gone_chunks)
+                        or txn.stat(self._attempts)["entries"] - len(self._gone_attempts))

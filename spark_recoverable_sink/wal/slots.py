@@ -18,11 +18,13 @@ could otherwise plant a slot whose "committed" records the sink would publish.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
 import re
+import shutil
 import socket
 import stat
 
@@ -185,9 +187,13 @@ class SlotLock:
             if create:
                 return False
         self._fd = fd
-        # Who holds it, for operators (the lock itself is what counts).
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode(), 0)
+        # Who holds it, for operators (the lock itself is what counts): best effort, since
+        # recovering a slot on a full disk must not need new space.
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode(), 0)
+        except OSError as exc:
+            log.warning("slot lock file %s taken; its holder's pid not written: %s", self.lock_path, exc)
         return True
 
     def _still_at_path(self, fd: int) -> bool:
@@ -205,6 +211,21 @@ class SlotLock:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+
+    def remove(self) -> None:
+        """Delete the slot (its LMDB directory, then its lock file) and let the lock go.
+
+        The caller holds the lock and has closed the slot's environment; what
+        the slot held is no longer needed. A process that opened the lock file
+        before the unlink finds, once it has the lock, that the file is no
+        longer at the path, and gives up on it (:meth:`try_acquire`).
+        """
+        if self._fd is None:
+            raise RuntimeError(f"slot {self.index} removed without its lock held")
+        shutil.rmtree(self.wal_path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.lock_path)
+        self.release()
 
     def __repr__(self) -> str:
         return f"SlotLock(index={self.index}, held={self.held}, path={self.lock_path!r})"

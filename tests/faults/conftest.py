@@ -7,6 +7,7 @@ come from ``tests/conftest.py``.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from typing import Any, Iterator
@@ -105,3 +106,27 @@ ENGINES = _engines()
 def engine_suffix(engine: str) -> str:
     """The scenario name's suffix: none for the default (native) engine, ``_python`` for the Python one."""
     return "" if engine == "native" else f"_{engine}"
+
+
+def mount_tmpfs(path: str, size: str) -> None:
+    """Mount a size-limited tmpfs at ``path`` (a real ENOSPC); skips the test, saying why, where mount is refused."""
+    os.makedirs(path)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", path], capture_output=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a {size} tmpfs for ENOSPC: {p.stderr.decode().strip()}")
+
+
+def unmount(path: str) -> None:
+    for _ in range(20):
+        if subprocess.run(["umount", path], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def tmpfs_dir(tmp_path: Any) -> Iterator[str]:
+    """A 2 MiB tmpfs: a disk that fills up for real."""
+    d = str(tmp_path / "tmpfs")
+    mount_tmpfs(d, "2m")
+    yield d
+    unmount(d)

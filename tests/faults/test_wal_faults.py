@@ -162,20 +162,6 @@ def test_09a_lmdb_map_full_is_a_clear_error_and_loses_nothing(tmp_path, scenario
     assert still == len(keys) and stored == len(keys)
 
 
-@pytest.fixture
-def tmpfs_dir(tmp_path):
-    d = str(tmp_path / "tmpfs")
-    os.makedirs(d)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", d], capture_output=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a 2 MiB tmpfs for ENOSPC: {p.stderr.decode().strip()}")
-    yield d
-    for _ in range(20):
-        if subprocess.run(["umount", d], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.2)
-
-
 def test_09b_enospc_on_wal_append_is_a_clear_error_and_loses_nothing(tmpfs_dir, scenario):
     """Runs once: the WAL alone (``Wal.append``), no producer and so no delivery engine is involved."""
     scenario.scenario, scenario.title = "09b_enospc_direct", "ENOSPC under the WAL (2 MiB tmpfs), WAL level"

@@ -8,6 +8,8 @@ Usage: ``python -m tests.programs.writer_cli COMMAND ARGS_JSON``
                append each finished unit to it; ``crash_after_s`` arms a timer that logs "crash"
                and calls ``os._exit(137)``.
 * ``drain``  -- adopt every orphan slot and wait until every slot of the sink is empty.
+* ``drain_job`` -- what a task of the driver's drain job runs (``drain_worker``), until nothing is pending
+               and no adopted slot is left (or ``timeout_s``); prints what the worker had.
 
 A unit is ``[batch, partition, first_row, rows]``; record key = row number,
 value = padded bytes (see tests/faults/streams.py). Log lines carry ``time.time()``
@@ -118,13 +120,36 @@ def cmd_drain(a: dict) -> None:
     os._exit(0)
 
 
+def cmd_drain_job(a: dict) -> None:
+    from spark_recoverable_sink.task.drain import drain_worker
+    from spark_recoverable_sink.task.runtime import get_runtime
+
+    cfg = _config(a)
+    _event("start")
+    end = time.monotonic() + a.get("timeout_s", 60)
+    replayed, out = 0, {}
+    while time.monotonic() < end:
+        out = drain_worker(cfg, 2.0)
+        replayed += out["replayed"]
+        rt = get_runtime(cfg)
+        with rt.publisher.task():
+            rt.adopter.release_drained()
+        if out["pending"] == 0 and not rt.adopter.adopted:
+            break
+    rt = get_runtime(cfg)
+    print(json.dumps({"replayed": replayed, "pending": out.get("pending"), "slot": out.get("slot"),
+                      "adopted_left": sorted(rt.adopter.adopted), "problems": list(rt.problems())}), flush=True)
+    _event("exit")
+    os._exit(0)
+
+
 def main() -> None:
     command, raw = sys.argv[1], sys.argv[2]
     a = json.loads(raw)
     if a.get("log"):
         logging.basicConfig(filename=a["log"], level=logging.INFO,
                             format="%(created).6f pid=%(process)d %(name)s %(levelname)s %(message)s")
-    {"task": cmd_task, "writer": cmd_writer, "drain": cmd_drain}[command](a)
+    {"task": cmd_task, "writer": cmd_writer, "drain": cmd_drain, "drain_job": cmd_drain_job}[command](a)
 
 
 if __name__ == "__main__":
