@@ -33,7 +33,9 @@ class OpsError(RecoverableSinkError):
 
 
 def find_sinks(wal_dir: str, sink: str | None = None) -> list[tuple[str, str]]:
-    """``(sink name, sink directory)`` of every sink with slots under ``wal_dir`` (or of ``sink`` only).
+    """``(sink name, sink directory)`` of every sink under ``wal_dir`` (or of ``sink`` only).
+
+    A sink whose slots were all drained (and so removed) is listed, with no slots.
 
     Raises:
         OpsError: ``wal_dir`` is not a directory or holds no sink with slots, or ``sink`` has no slots there.
@@ -64,10 +66,11 @@ def find_sinks(wal_dir: str, sink: str | None = None) -> list[tuple[str, str]]:
 
 
 def _has_slots(sdir: str) -> bool:
-    if os.path.islink(sdir) or not os.path.isdir(sdir):
+    """A sink directory: it has slots, or had them (drained slots are removed: it holds nothing else)."""
+    if os.path.islink(sdir) or not os.path.isdir(sdir) or not _NAME_RE.match(os.path.basename(sdir)):
         return False
     try:
-        return bool(list_slots(sdir))
+        return bool(list_slots(sdir)) or all(n == "quarantine" for n in os.listdir(sdir))
     except OSError:
         return False
 

@@ -143,7 +143,7 @@ def test_failed_construction_leaks_no_poller(broker, topic, tmp_path, monkeypatc
     def boom(self):
         raise OSError("no slot for you")
 
-    monkeypatch.setattr(WorkerRuntime, "_take_own_slot", boom)
+    monkeypatch.setattr(WorkerRuntime, "_own_slot", boom)
     cfg = _config(broker.bootstrap, str(tmp_path), topic, name="leak")
     with pytest.raises(OSError):
         get_runtime(cfg)
