@@ -278,12 +278,12 @@ class SlotAdopter:
                     keep = bool(wal.dead_letters())
                 except WalError:  # not readable now: kept, and looked at again by the next adopter
                     keep = True
+                del self.adopted[index]
                 wal.close()
                 if keep:
                     lock.release()
                 else:  # nothing to keep (deletions a full disk refused included): the space goes back
                     lock.remove()
-                del self.adopted[index]
                 released.append(index)
                 log.info("sink=%s %s drained orphan slot=%s", self.config.name, "released" if keep else "removed",
                          wal.path)

@@ -37,7 +37,7 @@ from ..recovery.deliver import Delivery
 if TYPE_CHECKING:  # pragma: no cover
     from ..delivery.exactly_once.units import UnitBook
 from ..wal.log import Wal
-from ..wal.slots import SlotLock, acquire_free_slot, sink_dir
+from ..wal.slots import SlotLock, acquire_free_slot, list_slots, sink_dir
 from ..wal.space import RENEW_ABOVE_BYTES
 
 __all__ = ["WorkerRuntime", "get_runtime", "reset_runtimes"]
@@ -79,7 +79,7 @@ def _evict_same_name(config: SinkConfig) -> None:
     for old_cfg in [c for c in _RUNTIMES if c.name == config.name and c != config]:
         old = _RUNTIMES.pop(old_cfg)
         log.warning("sink=%s configuration changed: closing the previous runtime of this worker (slot=%s); "
-                    "what it held stays in the WAL for adoption", config.name, old.wal.path)
+                    "what it held stays in the WAL for adoption", config.name, old.wal.path if old.wal else None)
         try:
             old.close(flush_s=0.0)
         except Exception:  # its slot lock goes with the process at worst; the WAL keeps every record
@@ -131,7 +131,7 @@ class WorkerRuntime:
         Raises:
             WalWriteError: no free slot, and no room on the disk for a new one (or to renew an empty one).
         """
-        while True:
+        for _ in range(len(list_slots(self.sdir)) + 2):  # each failed slot is skipped from then on
             lock = acquire_free_slot(self.sdir, skip=set(self.adopter.unreadable))
             wal: Wal | None = None
             try:
@@ -146,6 +146,8 @@ class WorkerRuntime:
                 continue
             self.lock, self.wal = lock, wal
             return
+        raise WalError(f"sink={self.config.name}: no usable WAL slot under {self.sdir}: "
+                       f"{'; '.join(self.adopter.problems()) or 'every one failed'}", self.sdir)
 
     def own_wal(self) -> Wal:
         """This worker's slot, taken now if there was no room for one before.
@@ -170,7 +172,8 @@ class WorkerRuntime:
             return False
         try:
             self.wal.renew()
-        except BaseException:
+        except BaseException:  # the old Wal is retired (its prunes do nothing): its files are gone
+            self.wal.close()
             self.lock.release()
             self.lock = self.wal = None
             raise

@@ -56,7 +56,7 @@ from .records import (
     encode_dead_letter,
 )
 from .slots import ensure_private_dir
-from .space import SlotSpace, free_space, map_size_for, prepare_lock_file
+from .space import SlotSpace, free_space, map_size_for, no_room, prepare_lock_file
 
 __all__ = ["Wal", "WalStats", "map_size_for", "boot_id"]
 
@@ -94,6 +94,9 @@ class Wal(SlotReads, SlotSpace):
         self.sync = sync
         self.map_size = map_size
         self.validated_after_reboot = False
+        self.retired = False  # its files were removed (a renew that failed): prunes do nothing
+        self._fresh_gen = 0  # the generation a new environment starts from (a renewed slot keeps its own)
+        self._stamp: dict[bytes, bytes] = {}  # meta to write with the next write transaction
         self._bytes_lock = threading.Condition()
         ensure_private_dir(path, "WAL slot directory")
         self._open()
@@ -117,7 +120,7 @@ class Wal(SlotReads, SlotSpace):
             raise WalFormatError(f"WAL slot {self.path} is not a readable LMDB environment: {exc}",
                                  self.path) from exc
         except (lmdb.Error, OSError) as exc:
-            if fresh:
+            if fresh and no_room(self.path, exc):
                 raise WalWriteError(f"WAL slot {self.path} cannot be created: {exc} ({free_space(self.path)})",
                                     self.path) from exc
             raise WalError(f"cannot open WAL slot {self.path}: {exc}", self.path) from exc
@@ -130,7 +133,7 @@ class Wal(SlotReads, SlotSpace):
             self.live_bytes = self._count_live_bytes()
         except lmdb.Error as exc:
             self.env.close()
-            if fresh:
+            if fresh and no_room(self.path, exc):
                 raise WalWriteError(f"WAL slot {self.path} cannot be created: {exc} ({free_space(self.path)})",
                                     self.path) from exc
             raise WalFormatError(f"WAL slot {self.path} is unreadable: {exc}", self.path) from exc
@@ -163,8 +166,11 @@ class Wal(SlotReads, SlotSpace):
         if fmt is None:
             if populated:
                 raise WalFormatError(f"WAL slot {self.path} holds records but no format version", self.path)
-            self.gen = 0
-            self._write_meta(boot, {_SINK_KEY: self.sink_name.encode(), _GEN_KEY: b"0"})
+            self.gen = self._fresh_gen
+            self._stamp = self._meta_entries(boot, {_SINK_KEY: self.sink_name.encode(),
+                                                    _GEN_KEY: str(self.gen).encode()})
+            with self._write("create"):  # a new slot's tables and meta
+                pass
             return
         if fmt not in [str(v).encode() for v in READABLE_FORMATS]:
             raise WalFormatError(
@@ -190,29 +196,39 @@ class Wal(SlotReads, SlotSpace):
                     f"it fails validation and must be set aside (quarantine): {exc}", self.path) from exc
             self.validated_after_reboot = True
             log.warning("slot=%s written with wal_sync=none before a restart: validated in full", self.path)
-        # Stamped only on a change, so that opening a slot on a full disk needs no write.
+        # Stamped only on a change; a disk that refuses it does not stop a recovery: it goes with the next write.
         if (fmt, last_sync) != (str(FORMAT_VERSION).encode(), b"commit" if self.sync else b"none") or (
                 not self.sync and boot is not None and last_boot != boot):
-            self._write_meta(boot, {})
+            self._stamp = self._meta_entries(boot, {})
+            try:
+                with self._write("open"):
+                    pass
+            except WalWriteError as exc:
+                log.warning("slot=%s meta not stamped at open, stamped with its next write: %s", self.path, exc)
 
-    def _write_meta(self, boot: bytes | None, extra: dict[bytes, bytes]) -> None:
-        """Stamp the slot with this build's format and how it is being written (one transaction)."""
-        with self._write("open") as txn:
-            txn.put(_FORMAT_KEY, str(FORMAT_VERSION).encode(), db=self._meta)
-            txn.put(_SYNC_KEY, b"commit" if self.sync else b"none", db=self._meta)
-            if not self.sync and boot is not None:
-                txn.put(_BOOT_KEY, boot, db=self._meta)
-            for k, v in extra.items():
-                txn.put(k, v, db=self._meta)
+    def _meta_entries(self, boot: bytes | None, extra: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        """This build's format and how the slot is being written (and ``extra``), as meta entries."""
+        out = {_FORMAT_KEY: str(FORMAT_VERSION).encode(), _SYNC_KEY: b"commit" if self.sync else b"none", **extra}
+        if not self.sync and boot is not None:
+            out[_BOOT_KEY] = boot
+        return out
 
     # -- write transactions ----------------------------------------------------
 
     @contextlib.contextmanager
     def _write(self, what: str) -> Iterator[lmdb.Transaction]:
         """A write transaction; LMDB failures become typed WAL errors."""
+        stamp = self._stamp
         try:
             with self.env.begin(write=True) as txn:
                 yield txn
+                for k, v in stamp.items():  # in the same transaction as the first change
+                    txn.put(k, v, db=self._meta)
+            if stamp:
+                self._stamp = {}
+                if not self.sync:  # how the slot is written: on disk before what it says is trusted
+                    with contextlib.suppress(lmdb.Error):
+                        self.env.sync(True)
         except lmdb.MapFullError as exc:
             raise WalFullError(
                 f"WAL slot {self.path} is full (LMDB map size {self.env.info()['map_size']} bytes) during {what}",
@@ -273,7 +289,7 @@ class Wal(SlotReads, SlotSpace):
         Raises:
             WalWriteError: a prune that stores dead letters was refused (nothing written).
         """
-        if not (chunks or dead or attempts_done or self.deferred()):
+        if self.retired or not (chunks or dead or attempts_done or self.deferred()):
             return
         gone_chunks, gone_attempts = list(self._gone_chunks), list(self._gone_attempts)
         try:

@@ -89,7 +89,9 @@ def quarantine_chunk(sdir: str, wal: "Wal", key: ChunkKey, why: str) -> str:
         for path, data in ((dest, raw), (dest[:-4] + ".why", why.encode())):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, data)
+                view = memoryview(data)
+                while view:  # a short write (a nearly full disk) is written on, or raises
+                    view = view[os.write(fd, view):]
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -29,7 +29,7 @@ import socket
 import stat
 
 from .. import _points
-from ..errors import WalError
+from ..errors import WalError, WalWriteError
 
 __all__ = [
     "SlotLock", "sink_dir", "slot_paths", "acquire_free_slot", "list_slots", "resolve_wal_dir",
@@ -38,6 +38,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: errno values that mean the disk has no room (a WalWriteError: tried again later, never "unreadable")
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 _SLOT_RE = re.compile(r"^slot-(\d{5})\.lock$")
 
 
@@ -89,7 +91,8 @@ def ensure_private_dir(path: str, what: str) -> str:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise WalError(f"{what} {path} cannot be created: {exc.strerror or exc}", path) from exc
+        kind = WalWriteError if exc.errno in NO_ROOM else WalError
+        raise kind(f"{what} {path} cannot be created: {exc.strerror or exc}", path) from exc
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -166,8 +169,9 @@ class SlotLock:
                 if exc.errno == errno.ELOOP:
                     raise WalError(f"slot lock file {self.lock_path} is a symbolic link; the sink never "
                                    "follows one: remove it", self.lock_path) from exc
-                raise WalError(f"slot lock file {self.lock_path} cannot be opened: {exc.strerror or exc}",
-                               self.lock_path) from exc
+                kind = WalWriteError if exc.errno in NO_ROOM else WalError
+                raise kind(f"slot lock file {self.lock_path} cannot be opened: {exc.strerror or exc}",
+                           self.lock_path) from exc
             try:
                 check_private(self.lock_path, "slot lock file", os.fstat(fd), stat.S_IFREG)
                 _points.point("slot.lock.opened", path=self.lock_path)
@@ -222,10 +226,14 @@ class SlotLock:
         """
         if self._fd is None:
             raise RuntimeError(f"slot {self.index} removed without its lock held")
-        shutil.rmtree(self.wal_path, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.lock_path)
-        self.release()
+        try:
+            shutil.rmtree(self.wal_path, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.lock_path)
+        except OSError as exc:  # e.g. a file system remounted read-only: the slot stays, empty
+            log.warning("slot %s could not be removed (%s); released instead", self.lock_path, exc)
+        finally:
+            self.release()
 
     def __repr__(self) -> str:
         return f"SlotLock(index={self.index}, held={self.held}, path={self.lock_path!r})"

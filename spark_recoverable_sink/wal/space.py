@@ -30,8 +30,10 @@ from typing import Any, Callable, Iterable
 
 from ..errors import WalWriteError
 from .format import AttemptKey, ChunkKey
+from .slots import NO_ROOM
 
-__all__ = ["SlotSpace", "prepare_lock_file", "free_space", "map_size_for", "LOCK_FILE_BYTES", "RENEW_ABOVE_BYTES"]
+__all__ = ["SlotSpace", "prepare_lock_file", "free_space", "no_room", "map_size_for", "LOCK_FILE_BYTES",
+           "RENEW_ABOVE_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,21 @@ def prepare_lock_file(slot_path: str) -> None:
     os.close(fd)
 
 
+def no_room(path: str, exc: BaseException) -> bool:
+    """Whether a failure to create a slot at ``path`` means the disk has no room (so: try again later).
+
+    LMDB reports a short write on a full disk as EIO, so the file system's free space decides when the
+    error has no errno that says so.
+    """
+    if getattr(exc, "errno", None) in NO_ROOM:
+        return True
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < RENEW_ABOVE_BYTES
+
+
 def free_space(path: str) -> str:
     """How much room the file system of ``path`` has left, for error messages."""
     try:
@@ -84,6 +101,8 @@ class SlotSpace:
     _gone_chunks: dict[bytes, int]
     _gone_attempts: set[bytes]
     gen: int
+    retired: bool
+    _fresh_gen: int
     env: Any
     _open: Callable[[], None]
     _read: Callable[[str], Any]
@@ -139,18 +158,18 @@ class SlotSpace:
         the slot's lock and nothing in this process refers to a chunk of it.
 
         Raises:
-            WalWriteError: the new environment cannot be created (the slot is left empty, and closed).
+            WalWriteError: the new environment cannot be created (the slot is left empty, closed and
+                retired: its prunes do nothing).
         """
-        gen, size = self.gen, self.data_file_bytes()
+        size = self.data_file_bytes()
+        self.retired = True
+        self._fresh_gen = self.gen
         self.env.close()
         for name in ("data.mdb", "lock.mdb"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.path, name))
-        self._open()
-        if gen > self.gen:
-            self.gen = gen
-            with self._write("renew") as txn:
-                txn.put(b"gen", str(gen).encode(), db=self._meta)
+        self._open()  # one write: the new tables and meta, the generation counter kept
+        self.retired = False
         log.warning("slot=%s held nothing to keep in a %d-byte file: recreated, the space returned", self.path, size)
 
     def wait_for_space(self, need: int, limit: int, timeout_s: float,

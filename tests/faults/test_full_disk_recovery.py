@@ -190,3 +190,4 @@ def test_09f_a_prune_the_full_disk_refuses_is_deferred_and_the_slot_renewed(tmp_
     finally:
         closing()
         unmount(disk)
+

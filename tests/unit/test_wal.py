@@ -257,13 +257,18 @@ def test_a_format_1_slot_is_read_and_written_as_format_3(tmp_path):
     wal.close()
     _raw_put(tmp_path / "slot", b"attempts", ck.attempt.pack(), struct.pack(">4sHBIQd", b"RKSA", 1, 2, 0, 5, 1.0))
     _raw_put(tmp_path / "slot", b"meta", b"format", b"1")
+    def stamped() -> bytes:  # a disk that refuses the stamp: tests/faults/test_full_disk_recovery.py
+        env = lmdb.open(str(tmp_path / "slot"), max_dbs=4)
+        try:
+            with env.begin() as txn:
+                return txn.get(b"format", db=env.open_db(b"meta", txn=txn))
+        finally:
+            env.close()
+
     wal = _wal(tmp_path)
     assert wal.attempts()[ck.attempt].committed and wal.attempts()[ck.attempt].rows == 5
     wal.close()
-    env = lmdb.open(str(tmp_path / "slot"), max_dbs=4)
-    with env.begin() as txn:
-        assert txn.get(b"format", db=env.open_db(b"meta", txn=txn)) == b"3"
-    env.close()
+    assert stamped() == b"3"
 
 
 def test_a_failed_open_closes_the_environment_whatever_the_exception(tmp_path, monkeypatch):

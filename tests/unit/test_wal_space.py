@@ -62,3 +62,63 @@ def test_a_refused_prune_is_deferred_then_written_with_the_next_one(wal, monkeyp
         assert again.is_empty() and again.attempts() == {}
     finally:
         again.close()
+
+
+def test_a_meta_stamp_the_disk_refuses_at_open_goes_with_the_next_write(tmp_path, monkeypatch):
+    """A slot written with wal_sync="none", opened with "commit": its meta must change. A full disk refusing
+    that write must not stop the slot from opening (recovery needs no new space)."""
+    import lmdb
+
+    path = str(tmp_path / "slot-00000")
+    w = Wal(path, sink_name="s", map_size=64 << 20, sync=False)
+    w.append(ChunkKey(1, 0, 0, 1), b"x" * 10)
+    w.close()
+    real = Wal._write
+
+    @contextlib.contextmanager
+    def refuse_open(self, what):
+        if what == "open":
+            raise WalWriteError(f"WAL slot {self.path}: open failed, nothing written: No space left", self.path)
+        with real(self, what) as txn:
+            yield txn
+
+    monkeypatch.setattr(Wal, "_write", refuse_open)
+    again = Wal(path, sink_name="s", map_size=64 << 20, sync=True)
+    assert again._stamp and again.chunk_keys() == [(ChunkKey(1, 0, 0, 1), 10)]
+    again.prune(chunks=[(ChunkKey(1, 0, 0, 1), 10)])  # the first write carries the stamp
+    assert not again._stamp
+    again.close()
+    env = lmdb.open(path, max_dbs=4)
+    try:
+        with env.begin() as txn:
+            assert txn.get(b"sync", db=env.open_db(b"meta", txn=txn)) == b"commit"
+    finally:
+        env.close()
+
+
+def test_no_room_for_a_slot_directory_is_a_write_error_not_an_unreadable_slot(tmp_path, monkeypatch):
+    """ext4 on a full disk can create an empty lock file but not a directory: ENOSPC from mkdir."""
+    import errno
+    import os
+
+    from spark_recoverable_sink.wal.slots import ensure_private_dir
+
+    def full(path, mode=0o777):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(os, "mkdir", full)
+    with pytest.raises(WalWriteError):
+        ensure_private_dir(str(tmp_path / "slot-00001"), "WAL slot directory")
+
+
+def test_a_renew_that_fails_retires_the_slot_its_prunes_do_nothing(wal, monkeypatch):
+    key = ChunkKey(1, 0, 0, 1)
+
+    def no_room():
+        raise WalWriteError(f"WAL slot {wal.path} cannot be created: no room", wal.path)
+
+    monkeypatch.setattr(wal, "_open", no_room)
+    with pytest.raises(WalWriteError):
+        wal.renew()
+    assert wal.retired
+    wal.prune(chunks=[(key, 10)])  # an attempt tracker of the task that failed: nothing to do, no error
