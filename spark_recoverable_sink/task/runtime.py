@@ -179,6 +179,23 @@ class WorkerRuntime:
             raise
         return True
 
+    def settle_space(self) -> None:
+        """Write the deletions a full disk refused; recreate this worker's slot if it holds nothing else.
+
+        Without it they would wait for the next prune, which an idle worker never
+        makes. The caller holds the poll lock. Best effort: what stays deferred is
+        still proven delivered.
+        """
+        if self.wal is None or not self.wal.deferred():
+            return
+        try:
+            self.wal.prune()  # the deferred deletions alone
+            if self.wal.deferred() and self.wal.renewable():
+                self.renew_own_slot()
+        except WalError as exc:
+            log.warning("sink=%s slot=%s deferred deletions not written yet: %s", self.config.name,
+                        self.wal.path if self.wal else None, exc)
+
     @property
     def units(self) -> "UnitBook | None":
         """Exactly-once units waiting for their transaction (``None`` until this worker met one)."""
@@ -205,6 +222,7 @@ class WorkerRuntime:
                 self.units.retry_pending(Deadline(_IDLE_COMMIT_S), blocking=False)
             if self.adopter.adopted:
                 self.adopter.release_drained()
+            self.settle_space()
         finally:
             self.publisher.lock.release()
 

@@ -122,3 +122,30 @@ def test_a_renew_that_fails_retires_the_slot_its_prunes_do_nothing(wal, monkeypa
         wal.renew()
     assert wal.retired
     wal.prune(chunks=[(key, 10)])  # an attempt tracker of the task that failed: nothing to do, no error
+
+
+def test_an_idle_worker_writes_deferred_deletions_or_renews_its_empty_slot(tmp_path, monkeypatch):
+    """Deletions a full disk refused wait for the next prune, which an idle worker never makes: settle_space."""
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.task.runtime import WorkerRuntime
+
+    cfg = SinkConfig.build("s", {"bootstrap.servers": "127.0.0.1:9"}, str(tmp_path / "wal"), topic="t")
+    rt = WorkerRuntime(cfg)
+    try:
+        key = ChunkKey(1, 0, 0, 1)
+        rt.wal.append(key, b"x" * 10)
+        monkeypatch.setattr(rt.wal, "_write", rt.wal._write)
+        _refusing(rt.wal, monkeypatch)
+        rt.wal.prune(chunks=[(key, 10)])
+        assert rt.wal.deferred()
+        rt.settle_space()  # still refused, and the slot holds nothing else: recreated
+        assert not rt.wal.deferred() and rt.wal.is_empty()
+        rt.wal.append(ChunkKey(2, 0, 0, 2), b"y")
+        rt.wal.prune(chunks=[(ChunkKey(2, 0, 0, 2), 1)])
+        assert rt.wal.deferred()
+        monkeypatch.undo()
+        rt.wal.append(ChunkKey(3, 0, 0, 3), b"z")  # not empty: only the deletion is written
+        rt.settle_space()
+        assert not rt.wal.deferred() and rt.wal.chunk_keys() == [(ChunkKey(3, 0, 0, 3), 1)]
+    finally:
+        rt.close()
