@@ -38,7 +38,10 @@ def _executor_of(pid: int, executors: list[int]) -> int | None:
     return None
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+# The default engine only: the fault is the executor JVM's death (its Python workers die with it, Spark
+# re-runs its tasks, a live worker adopts its slot); no delivery-engine path is under test here, and the
+# suite's 30-minute budget needs the 75 s the second engine took.
+@pytest.mark.parametrize("engine", ENGINES[:1])
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scenario, hooks, guarantee, engine):
     eo = guarantee == "exactly_once"
