@@ -132,20 +132,26 @@ def test_an_idle_worker_writes_deferred_deletions_or_renews_its_empty_slot(tmp_p
     cfg = SinkConfig.build("s", {"bootstrap.servers": "127.0.0.1:9"}, str(tmp_path / "wal"), topic="t")
     rt = WorkerRuntime(cfg)
     try:
-        key = ChunkKey(1, 0, 0, 1)
-        rt.wal.append(key, b"x" * 10)
-        monkeypatch.setattr(rt.wal, "_write", rt.wal._write)
-        _refusing(rt.wal, monkeypatch)
-        rt.wal.prune(chunks=[(key, 10)])
-        assert rt.wal.deferred()
-        rt.settle_space()  # still refused, and the slot holds nothing else: recreated
-        assert not rt.wal.deferred() and rt.wal.is_empty()
-        rt.wal.append(ChunkKey(2, 0, 0, 2), b"y")
-        rt.wal.prune(chunks=[(ChunkKey(2, 0, 0, 2), 1)])
-        assert rt.wal.deferred()
-        monkeypatch.undo()
-        rt.wal.append(ChunkKey(3, 0, 0, 3), b"z")  # not empty: only the deletion is written
-        rt.settle_space()
-        assert not rt.wal.deferred() and rt.wal.chunk_keys() == [(ChunkKey(3, 0, 0, 3), 1)]
+        with rt.publisher.task():  # as a task or the poller's idle pass: the poll lock held
+            _settle_sequence(rt, monkeypatch)
     finally:
         rt.close()
+
+
+def _settle_sequence(rt, monkeypatch):
+    """The sequence, the poll lock held by the caller."""
+    key = ChunkKey(1, 0, 0, 1)
+    rt.wal.append(key, b"x" * 10)
+    monkeypatch.setattr(rt.wal, "_write", rt.wal._write)
+    _refusing(rt.wal, monkeypatch)
+    rt.wal.prune(chunks=[(key, 10)])
+    assert rt.wal.deferred()
+    rt.settle_space()  # still refused, and the slot holds nothing else: recreated
+    assert not rt.wal.deferred() and rt.wal.is_empty()
+    rt.wal.append(ChunkKey(2, 0, 0, 2), b"y")
+    rt.wal.prune(chunks=[(ChunkKey(2, 0, 0, 2), 1)])
+    assert rt.wal.deferred()
+    monkeypatch.undo()
+    rt.wal.append(ChunkKey(3, 0, 0, 3), b"z")  # not empty: only the deletion is written
+    rt.settle_space()
+    assert not rt.wal.deferred() and rt.wal.chunk_keys() == [(ChunkKey(3, 0, 0, 3), 1)]
