@@ -49,7 +49,7 @@ def find_sinks(wal_dir: str, sink: str | None = None) -> list[tuple[str, str]]:
     if os.path.islink(path) or not os.path.isdir(path):
         raise OpsError(f"{wal_dir} is not a WAL directory: not a directory (or a symbolic link)")
     try:
-        names = sorted(n for n in os.listdir(path) if _has_slots(os.path.join(path, n)))
+        names = sorted(n for n in os.listdir(path) if _is_sink_dir(os.path.join(path, n)))
     except OSError as exc:
         raise OpsError(f"{wal_dir} cannot be read: {exc.strerror or exc}") from exc
     if sink is None:
@@ -65,7 +65,7 @@ def find_sinks(wal_dir: str, sink: str | None = None) -> list[tuple[str, str]]:
     return [(sink, os.path.join(path, sink))]
 
 
-def _has_slots(sdir: str) -> bool:
+def _is_sink_dir(sdir: str) -> bool:
     """A sink directory: it has slots, or had them (drained slots are removed: it holds nothing else)."""
     if os.path.islink(sdir) or not os.path.isdir(sdir) or not _NAME_RE.match(os.path.basename(sdir)):
         return False

@@ -248,13 +248,9 @@ class SlotAdopter:
             wal = self.open(lock)
             if wal.is_empty() and not wal.dead_letters_pending(self.config.dead_letter_topic is not None):
                 keep = bool(wal.dead_letters())
-                wal.close()
-                if keep:  # its dead letters are the record of what was refused
-                    lock.release()
+                if keep:
                     self._seen_empty[index] = stamp
-                else:  # nothing to keep: its files' space goes back to the file system
-                    lock.remove()
-                    log.info("sink=%s removed empty orphan slot=%s", self.config.name, wal.path)
+                self._let_go(lock, wal, keep, "empty")
                 return 0
             log.warning("sink=%s pid=%d adopting orphan slot=%s", self.config.name, os.getpid(), wal.path)
             self.adopted[index] = (lock, wal)
@@ -279,15 +275,19 @@ class SlotAdopter:
                 except WalError:  # not readable now: kept, and looked at again by the next adopter
                     keep = True
                 del self.adopted[index]
-                wal.close()
-                if keep:
-                    lock.release()
-                else:  # nothing to keep (deletions a full disk refused included): the space goes back
-                    lock.remove()
+                self._let_go(lock, wal, keep, "drained")
                 released.append(index)
-                log.info("sink=%s %s drained orphan slot=%s", self.config.name, "released" if keep else "removed",
-                         wal.path)
         return released
+
+    def _let_go(self, lock: SlotLock, wal: Wal, keep: bool, what: str) -> None:
+        """Close a slot that holds nothing to deliver: release it if its dead letters are to be kept (they are the
+        record of what was refused), else remove it (deletions a full disk refused included: the space goes back)."""
+        wal.close()
+        if keep:
+            lock.release()
+        else:
+            lock.remove()
+        log.info("sink=%s %s %s orphan slot=%s", self.config.name, "released" if keep else "removed", what, wal.path)
 
     def problems(self) -> tuple[str, ...]:
         """Slots set aside: unreadable ones and those quarantined automatically."""

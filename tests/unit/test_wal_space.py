@@ -47,7 +47,6 @@ def test_a_refused_prune_is_deferred_then_written_with_the_next_one(wal, monkeyp
     a, b = ChunkKey(1, 0, 0, 1), ChunkKey(1, 0, 10, 1)
     for k in (a, b):
         wal.append(k, b"x" * 10)
-    monkeypatch.setattr(wal, "_write", wal._write)  # restored by monkeypatch.undo below
     _refusing(wal, monkeypatch)
     wal.prune(chunks=[(a, 10)], attempts_done=[AttemptKey(1, 0, 1)])
     assert wal.deferred() and wal.live_bytes == 10 and wal.chunk_keys() == [(b, 10)]
