@@ -13,6 +13,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Iterator
 
@@ -43,7 +44,7 @@ def check_same_producer_conf(bootstrap: str) -> dict[str, str]:
 # -- topics ---------------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
     """Create ``name`` and wait until every partition's leader answers a ListOffsets request.
 
     A produce to a partition its leader has not opened yet can fail
@@ -56,7 +57,7 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     from devtools.topics import wait_for_leaders
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for _t, fut in admin.create_topics([NewTopic(name, partitions, 1)]).items():
+    for _t, fut in admin.create_topics([NewTopic(name, partitions, 1, config=config or {})]).items():
         fut.result(30)
     wait_for_leaders(bootstrap, name, partitions)
 
@@ -172,10 +173,33 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
     out: dict[str, int] = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("Vm"):
+            if line.startswith(("Vm", "Rss")):
                 k, v = line.split(":", 1)
                 out[k] = int(v.split()[0])
     return out
+
+
+class PeakSampler:
+    """Peak ``RssAnon`` (KiB) of this process, sampled every ``every_s`` by a thread (the kernel keeps no peak of it)."""
+
+    def __init__(self, every_s: float = 0.05) -> None:
+        self.peak_anon_kib = proc_status().get("RssAnon", 0)
+        self._every = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.peak_anon_kib = max(self.peak_anon_kib, proc_status().get("RssAnon", 0))
+
+    def __enter__(self) -> "PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_anon_kib = max(self.peak_anon_kib, proc_status().get("RssAnon", 0))
 
 
 # -- statistics ------------------------------------------------------------------------------

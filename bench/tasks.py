@@ -77,7 +77,8 @@ def task_memory(a: dict[str, Any]) -> dict[str, Any]:
     write_partition(cfg, 0, 0, 0, common.arrow_batches(10_000, a["value_bytes"]))
     warm = common.proc_status()
     t0 = time.monotonic()
-    rep = write_partition(cfg, 1, 0, 0, common.arrow_batches(a["rows"], a["value_bytes"], start=10_000))
+    with common.PeakSampler() as anon:
+        rep = write_partition(cfg, 1, 0, 0, common.arrow_batches(a["rows"], a["value_bytes"], start=10_000))
     secs = time.monotonic() - t0
     end = common.proc_status()
     with open("/proc/self/status") as f:
@@ -88,6 +89,7 @@ def task_memory(a: dict[str, Any]) -> dict[str, Any]:
     return {"rows": a["rows"], "value_bytes": a["value_bytes"], "engine": _engine(cfg), "seconds": secs,
             "rows_per_s": a["rows"] / secs,
             "baseline_rss_kib": base["VmRSS"], "warm_hwm_kib": warm["VmHWM"], "peak_hwm_kib": end["VmHWM"],
+            "warm_anon_kib": warm.get("RssAnon", 0), "peak_anon_kib": anon.peak_anon_kib,
             "end_rss_kib": end["VmRSS"], "end_rss_parts_kib": rss_parts, "wal_map_used_kib": map_used_kib,
             "report": _report_dict(rep)}
 

@@ -153,6 +153,13 @@ class SinkConfig:
             sources whose re-runs bring the same records to the same Spark
             partitions (files; not Spark's Kafka source: its re-run is then
             refused with ``ExactlyOnceMismatchError``).
+        coalesce_tasks: Driver only, at-least-once through ``foreachBatch`` /
+            ``write()``: a batch with more Spark partitions than the cluster
+            has cores is written by one task per core (a coalesce: no
+            shuffle), as Spark starts a Python worker round trip per task.
+            Each record keeps the id its own Spark partition gives it (the
+            partition index travels with the row). ``False``: one task per
+            partition, as Spark split the batch.
     """
 
     name: str
@@ -176,6 +183,7 @@ class SinkConfig:
     settle_timeout_s: float = field(default=600.0, compare=False)  # driver only
     exactly_once_lanes: int = field(default=8, compare=False)  # driver only
     delivery_engine: str = "auto"
+    coalesce_tasks: bool = field(default=True, compare=False)  # driver only
 
     @classmethod
     def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
@@ -252,6 +260,8 @@ class SinkConfig:
             raise ConfigError("id_header", "must be a non-empty string")
         if not isinstance(self.wait_for_broker, bool):
             raise ConfigError("wait_for_broker", f"must be True or False, got {self.wait_for_broker!r}")
+        if not isinstance(self.coalesce_tasks, bool):
+            raise ConfigError("coalesce_tasks", f"must be True or False, got {self.coalesce_tasks!r}")
         if self.metrics_port is not None and (isinstance(self.metrics_port, bool) or not isinstance(
                 self.metrics_port, int) or not 0 <= self.metrics_port <= 65535):
             raise ConfigError("metrics_port", f"must be None or a port number 0-65535, got {self.metrics_port!r}")

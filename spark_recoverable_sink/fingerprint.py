@@ -143,10 +143,24 @@ class _Occurrences:
         return out
 
 
-def new_occurrences() -> Any:
-    """A counter of occurrences for one task's partition (native when it loads)."""
+#: A native occurrence table larger than this moves to a mapped file in ``spill_dir`` (:func:`new_occurrences`).
+SPILL_ABOVE = 32 << 20
+
+
+def new_occurrences(spill_dir: str | None = None) -> Any:
+    """A counter of occurrences for one task's partition (native when it loads).
+
+    With ``spill_dir`` the native table, once past :data:`SPILL_ABOVE` bytes
+    (about 1.5 M distinct records), is a shared mapping of an unlinked file
+    there: its pages are file-backed, written back and evicted by the kernel
+    under memory pressure, so a worker's anonymous memory does not grow with
+    the partition (its number() then raises OSError, e.g. ENOSPC, when the
+    file cannot be made). The Python reference keeps its table in memory.
+    """
     native = library.module()
-    return native.Occurrences() if native is not None and hasattr(native, "Occurrences") else _Occurrences()
+    if native is None or not hasattr(native, "Occurrences"):
+        return _Occurrences()
+    return native.Occurrences(spill_dir, SPILL_ABOVE) if spill_dir else native.Occurrences()
 
 
 def mix_pairs(fps: np.ndarray, occs: np.ndarray, seed: int = 0) -> int:

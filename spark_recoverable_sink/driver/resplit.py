@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from ..config import SinkConfig
 from ..task.lanes import LANE_COLUMN, LaneTagger, driver_counts, lane_values
+from .coalesce import cores_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -58,17 +59,13 @@ def _arrow_udf() -> Any:
 def _at_most_one_task_per_core(df: "DataFrame") -> "DataFrame":
     """``df`` coalesced (no shuffle) to the cluster's cores when it has more partitions.
 
-    The lane pass costs a Python worker round trip per task (Spark's, tens
-    of ms on a small machine): 64 input partitions on 2 cores would pay it 64
-    times for work that 2 tasks do as fast. Lanes are a function of each
-    record, so how the pass is split does not change them. Spark Connect
-    exposes no core count: left as it is.
+    The lane pass costs a Python worker round trip per task: 64 input
+    partitions on 2 cores would pay it 64 times for work that 2 tasks do as
+    fast. Lanes are a function of each record, so how the pass is split does
+    not change them. Spark Connect exposes no core count: left as it is.
     """
-    try:
-        cores = df.sparkSession.sparkContext.defaultParallelism
-    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext
-        return df
-    return df.coalesce(max(1, int(cores)))
+    cores = cores_of(df)
+    return df if cores is None else df.coalesce(cores)
 
 
 def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":

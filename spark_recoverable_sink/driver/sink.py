@@ -47,6 +47,7 @@ from .query import (
     query_run_id,
     streaming_query,
 )
+from .coalesce import one_task_per_core
 from .resplit import by_lane
 from .settle import settle
 
@@ -212,6 +213,7 @@ class RecoverableKafkaSink:
         df = df.select(*columns)
         if self.config.guarantee == EXACTLY_ONCE and self.config.exactly_once_lanes:  # units independent of the split
             df = by_lane(df, self.config)
+        df = one_task_per_core(df, self.config)  # at-least-once: ids keep each row's own partition
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()
         except Exception:

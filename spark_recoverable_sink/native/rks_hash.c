@@ -8,12 +8,18 @@
  *                                 occurrence) pairs: seed + sum mix(f, o) mod 2**64;
  *   Occurrences                   per row, how many earlier rows (over all calls)
  *                                 had the same fingerprint: an open-addressing
- *                                 hash table uint64 -> count.
+ *                                 hash table uint64 -> count, moved to a mapped
+ *                                 file once it outgrows spill_above bytes.
  * The loops run with the GIL released.
  */
 #include "rks_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* XXH64 (from the xxHash specification) and row fingerprints              */
 
@@ -258,6 +264,10 @@ typedef struct {
     size_t used;  /* distinct keys */
     int busy;     /* a number() call is running (GIL released) */
     int broken;   /* a call failed half-way: the counts are incomplete */
+    int mapped;   /* tab maps an unlinked file in spill_dir (not heap memory) */
+    char *spill_dir;    /* NULL: the table stays in memory */
+    size_t spill_above; /* bytes: a larger table is a file mapping */
+    int err;            /* errno of the last failed spill */
 } Occurrences;
 
 #define OCC_MIN_CAP 1024
@@ -267,17 +277,66 @@ static inline size_t occ_home(const Occurrences *o, uint64_t key) {
     return (size_t)((key * GOLDEN) >> o->shift);
 }
 
-/* Rehash into a table of newcap slots (GIL not needed); -1 if out of memory. */
+/*
+ * A zeroed table of cap slots: heap memory, or past spill_above a shared
+ * mapping of an unlinked file in spill_dir.  The file's blocks are reserved
+ * first (posix_fallocate): a full disk is an error here, never a SIGBUS when
+ * a page is first written.  Its pages are file-backed: the kernel writes
+ * them back and evicts them under memory pressure, so the table's resident
+ * size no longer grows with the partition.  NULL on failure (o->err set for
+ * a file error, 0 for out of memory).
+ */
+static occ_slot_t *occ_alloc(Occurrences *o, size_t cap, int *mapped) {
+    size_t bytes = cap * sizeof(occ_slot_t);
+    o->err = 0;
+    *mapped = 0;
+    if (!o->spill_dir || bytes <= o->spill_above) return calloc(cap, sizeof(occ_slot_t));
+    size_t n = strlen(o->spill_dir) + 32;
+    char *path = malloc(n);
+    if (!path) return NULL;
+    snprintf(path, n, "%s/.rks-occurrences-XXXXXX", o->spill_dir);
+    int fd = mkostemp(path, O_CLOEXEC);
+    if (fd < 0) {
+        o->err = errno;
+        free(path);
+        return NULL;
+    }
+    unlink(path); /* the mapping keeps it: nothing is left behind, even by a killed process */
+    free(path);
+    int r = posix_fallocate(fd, 0, (off_t)bytes);
+    void *p = r ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (!r && p == MAP_FAILED) r = errno;
+    close(fd);
+    if (r) {
+        o->err = r;
+        return NULL;
+    }
+    madvise(p, bytes, MADV_RANDOM); /* probes are random: no read-ahead */
+    *mapped = 1;
+    return p;
+}
+
+static void occ_free(occ_slot_t *tab, size_t cap, int mapped) {
+    if (mapped)
+        munmap(tab, cap * sizeof(occ_slot_t));
+    else
+        free(tab);
+}
+
+/* Rehash into a table of newcap slots (GIL not needed); -1 on failure (see occ_alloc). */
 static int occ_resize(Occurrences *o, size_t newcap) {
-    occ_slot_t *nt = calloc(newcap, sizeof *nt);
+    int mapped;
+    occ_slot_t *nt = occ_alloc(o, newcap, &mapped);
     if (!nt) return -1;
     int shift = 64;
     for (size_t c = newcap; c > 1; c >>= 1) shift--;
     occ_slot_t *old = o->tab;
     size_t oldcap = o->cap;
+    int oldmapped = o->mapped;
     o->tab = nt;
     o->cap = newcap;
     o->shift = shift;
+    o->mapped = mapped;
     for (size_t i = 0; i < oldcap; i++) {
         if (i + OCC_PREFETCH < oldcap) __builtin_prefetch(&nt[occ_home(o, old[i + OCC_PREFETCH].key)], 1);
         if (!old[i].count) continue;
@@ -285,7 +344,7 @@ static int occ_resize(Occurrences *o, size_t newcap) {
         while (nt[j].count) j = (j + 1) & (newcap - 1);
         nt[j] = old[i];
     }
-    free(old);
+    if (old) occ_free(old, oldcap, oldmapped);
     return 0;
 }
 
@@ -319,12 +378,36 @@ static int occ_number(Occurrences *o, const uint8_t *fps, uint32_t *out, Py_ssiz
 }
 
 static int Occurrences_init(Occurrences *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {NULL};
-    return PyArg_ParseTupleAndKeywords(args, kw, ":Occurrences", kwlist) ? 0 : -1;
+    static char *kwlist[] = {"spill_dir", "spill_above", NULL};
+    PyObject *dir = Py_None;
+    Py_ssize_t above = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|On:Occurrences", kwlist, &dir, &above)) return -1;
+    if (self->tab || self->spill_dir) {
+        PyErr_SetString(PyExc_RuntimeError, "Occurrences is already initialised");
+        return -1;
+    }
+    if (above < 0) {
+        PyErr_SetString(PyExc_ValueError, "spill_above must be >= 0");
+        return -1;
+    }
+    self->spill_above = (size_t)above;
+    if (dir != Py_None) {
+        PyObject *b = NULL;
+        if (!PyUnicode_FSConverter(dir, &b)) return -1;
+        const char *path = PyBytes_AsString(b);
+        self->spill_dir = path ? strdup(path) : NULL;
+        Py_DECREF(b);
+        if (!self->spill_dir) {
+            if (path) PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static void Occurrences_dealloc(Occurrences *self) {
-    free(self->tab);
+    if (self->tab) occ_free(self->tab, self->cap, self->mapped);
+    free(self->spill_dir);
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
     ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
     Py_DECREF(tp);
@@ -362,6 +445,10 @@ static PyObject *Occurrences_number(Occurrences *self, PyObject *fo) {
     if (r == OCC_OK) return out;
     Py_DECREF(out);
     self->broken = 1;
+    if (r == OCC_NOMEM && self->err) {
+        errno = self->err;
+        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, self->spill_dir);
+    }
     if (r == OCC_NOMEM) return PyErr_NoMemory();
     PyErr_SetString(PyExc_OverflowError, "a fingerprint occurred more than 2**32 times");
     return NULL;
@@ -369,6 +456,10 @@ static PyObject *Occurrences_number(Occurrences *self, PyObject *fo) {
 
 static PyObject *Occurrences_nbytes(Occurrences *self, void *closure) {
     return PyLong_FromSize_t(self->cap * sizeof(occ_slot_t));
+}
+
+static PyObject *Occurrences_spilled(Occurrences *self, void *closure) {
+    return PyBool_FromLong(self->mapped);
 }
 
 static PyMethodDef Occurrences_methods[] = {
@@ -379,11 +470,13 @@ static PyMethodDef Occurrences_methods[] = {
 
 static PyGetSetDef Occurrences_getset[] = {
     {"nbytes", (getter)Occurrences_nbytes, NULL, "bytes held by the hash table", NULL},
+    {"spilled", (getter)Occurrences_spilled, NULL, "whether the table is a file mapping in spill_dir", NULL},
     {NULL}};
 
 static PyType_Slot Occurrences_slots[] = {
-    {Py_tp_doc, (void *)"Occurrences(): occurrence numbers of fingerprints across calls; "
-                        "len() = distinct fingerprints seen"},
+    {Py_tp_doc, (void *)"Occurrences(spill_dir=None, spill_above=0): occurrence numbers of fingerprints "
+                        "across calls; len() = distinct fingerprints seen. With spill_dir, a table larger than "
+                        "spill_above bytes is a mapping of an unlinked file there (OSError if it cannot be made)"},
     {Py_tp_new, (void *)PyType_GenericNew},
     {Py_tp_init, (void *)Occurrences_init},
     {Py_tp_dealloc, (void *)Occurrences_dealloc},

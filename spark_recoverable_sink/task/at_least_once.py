@@ -41,16 +41,21 @@ OVERLAP_AFTER_S = 0.5
 
 
 class AtLeastOnceTask:
-    """One at-least-once task's chunks: produced now (sync) or handed to the poller (async)."""
+    """One at-least-once task's chunks: produced now (sync) or handed to the poller (async).
+
+    A coalesced task writes several Spark partitions, each its own WAL
+    attempt (:meth:`begin`); it waits for their acks and prunes once, at its end.
+    """
 
     guarantee = AT_LEAST_ONCE
     digest = 0
 
-    def __init__(self, rt: "WorkerRuntime", akey: AttemptKey, t0: float) -> None:
+    def __init__(self, rt: "WorkerRuntime", batch: int, t0: float) -> None:
         self.rt = rt
+        self.batch = batch
         self.publisher = rt.publisher
         self.sync = rt.config.ack_timeout_s > 0
-        self.attempt = AttemptTracker(rt.wal, akey)
+        self.attempts: dict[AttemptKey, AttemptTracker] = {}
         self.trackers: list[ChunkTracker] = []
         self._t0 = t0
         self._lend = not self.sync  # async: lend the poll lock once the task has written for a while
@@ -62,10 +67,17 @@ class AtLeastOnceTask:
         with self._overlap:
             yield
 
+    def begin(self, partition: int) -> AttemptKey:
+        """A new WAL attempt for the rows of Spark partition ``partition`` (a fresh generation in the own slot)."""
+        key = AttemptKey(self.batch, partition, self.rt.own_wal().reserve_gen())
+        self.attempts[key] = AttemptTracker(self.rt.wal, key)
+        return key
+
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:
         """The chunk ``key`` is committed in the WAL: hand it to delivery."""
-        self.attempt.add_chunk(key)
-        t = ChunkTracker(self.rt.wal, key, norm.num_rows, size, self.attempt)
+        attempt = self.attempts[key.attempt]
+        attempt.add_chunk(key)
+        t = ChunkTracker(self.rt.wal, key, norm.num_rows, size, attempt)
         self.trackers.append(t)
         if self.sync:
             self.publisher.produce_chunk(t, norm)
@@ -77,17 +89,24 @@ class AtLeastOnceTask:
             self._lend = False
 
     def abandon(self) -> None:
-        """The task failed before its attempt committed: its chunks stay until acked (or are dropped at recovery)."""
-        self.publisher.attempt_closed(self.attempt)
+        """The task failed before its attempts committed: their chunks stay until acked (or are dropped at recovery)."""
+        for attempt in self.attempts.values():
+            self.publisher.attempt_closed(attempt)
 
     def finish(self, rows: int) -> int:
-        """The attempt is committed in the WAL: wait for acks (sync), prune; returns the records acked."""
-        self.publisher.attempt_closed(self.attempt)
+        """The attempts are committed in the WAL: wait for acks (sync), prune; returns the records acked."""
+        for attempt in self.attempts.values():
+            self.publisher.attempt_closed(attempt)
         if self.trackers and self.sync:
             self.publisher.wait_finished(self.trackers,
                                          ContactDeadline(self.rt.config.ack_timeout_s, self.publisher.contact))
         self.publisher.checkpoint()
         return sum(t.acked for t in self.trackers)
+
+    def share(self, key: AttemptKey) -> tuple[int, int, int]:
+        """(acked, dead-lettered, skipped) records of one attempt of this task (after :meth:`finish`)."""
+        mine = [t for t in self.trackers if t.key.attempt == key]
+        return sum(t.acked for t in mine), sum(len(t.dead) for t in mine), 0
 
     def dead(self) -> int:
         """Records of this task refused for good (dead-lettered)."""

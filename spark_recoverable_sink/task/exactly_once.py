@@ -28,7 +28,7 @@ from ..delivery.exactly_once.transactions import (
     SKIPPED,
     Unit,
 )
-from ..errors import ExactlyOnceMismatchError
+from ..errors import ExactlyOnceMismatchError, RecoverableSinkError
 from ..ids import unit_digest
 from ..wal.format import AttemptKey, ChunkKey
 from ..wal.records import EXACTLY_ONCE
@@ -61,6 +61,17 @@ class ExactlyOnceTask:
     def writing(self) -> Iterator[None]:
         yield
 
+    def begin(self, partition: int) -> AttemptKey:
+        """The unit's WAL attempt: a unit is the rows of one Spark partition (never a coalesced task).
+
+        Raises:
+            RecoverableSinkError: the task brought rows of a second Spark partition.
+        """
+        if partition != self.akey.partition or self.chunks:
+            raise RecoverableSinkError(f"sink={self.rt.config.name} batch={self.akey.batch}: an exactly-once task "
+                                       f"got rows of Spark partitions {self.akey.partition} and {partition}")
+        return self.akey
+
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:
         """The chunk ``key`` is committed in the WAL: produce it into the unit's transaction."""
         self.chunks.append((key, size))
@@ -86,6 +97,10 @@ class ExactlyOnceTask:
         self._outcome = publish_unit(self.rt, self.rt.config, self.akey, self.run, rows, self.chunks, self.digest)
         self._rows = rows
         return rows if self._outcome == COMMITTED else 0
+
+    def share(self, key: AttemptKey) -> tuple[int, int, int]:
+        """(acked, dead-lettered, skipped) records of the unit (after :meth:`finish`)."""
+        return self._rows if self._outcome == COMMITTED else 0, self.dead(), self.skipped()
 
     def dead(self) -> int:
         """Rows of a refused unit: every one is in the dead-letter store."""

@@ -12,24 +12,26 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Collection, ContextManager, Iterable, Iterator, Protocol
+from dataclasses import dataclass
+from typing import Any, Collection, ContextManager, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 
 from .. import _points
 from ..config import EXACTLY_ONCE, SinkConfig
-from ..errors import WalWriteError
+from ..errors import RecoverableSinkError, WalWriteError
 from ..delivery.stats import latest_summary
 from ..ids import new_occurrences, record_id_prefix, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
 from ..schema import normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
-from ..wal.records import OPEN, AttemptState
+from ..wal.records import COMMITTED, OPEN, AttemptState
 from .at_least_once import AtLeastOnceTask
 from .exactly_once import ExactlyOnceTask
+from .parts import split_by_partition
 from .runtime import WorkerRuntime, get_runtime
 
-__all__ = ["PartitionWriter", "write_partition", "report_batch"]
+__all__ = ["PartitionWriter", "write_partition", "write_partitions", "report_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,9 @@ class PartitionWriter:
 
     ``run`` is the record ids' run component (see :func:`..ids.record_id`);
     ``confirmed`` holds the tokens of dead letters the driver already holds,
-    which the worker that stores them marks reported.
+    which the worker that stores them marks reported. Yields one report row
+    per Spark partition the task wrote (several for a coalesced task:
+    :mod:`.parts`), or one for a task that got no rows.
     """
 
     def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = ()) -> None:
@@ -56,37 +60,59 @@ class PartitionWriter:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        report = write_partition(self.config, self.batch_id, partition, attempt, batches, run=self.run,
-                                 confirmed=self.confirmed)
-        yield report_batch(report)
+        reports = write_partitions(self.config, self.batch_id, partition, attempt, batches, run=self.run,
+                                   confirmed=self.confirmed)
+        yield report_batch(*reports)
 
 
-def report_batch(report: PartitionReport) -> pa.RecordBatch:
-    row = report.to_row()
-    return pa.RecordBatch.from_pylist([row], schema=REPORT_SCHEMA)
+def report_batch(*reports: PartitionReport) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([r.to_row() for r in reports], schema=REPORT_SCHEMA)
 
 
 def write_partition(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
     *, run: str = "", confirmed: Collection[str] = (),
 ) -> PartitionReport:
-    """Write one partition through the WAL to Kafka.
+    """Write one partition through the WAL to Kafka; :func:`write_partitions` for a task that holds one partition.
+
+    Raises:
+        RecoverableSinkError: the batches hold rows of several Spark partitions (:mod:`.parts`).
+        The errors of :func:`write_partitions`.
+    """
+    reports = write_partitions(config, batch_id, partition, spark_attempt, batches, run=run, confirmed=confirmed)
+    if len(reports) != 1:
+        raise RecoverableSinkError(f"sink={config.name} batch={batch_id}: write_partition got rows of "
+                                   f"{len(reports)} Spark partitions; use write_partitions")
+    return reports[0]
+
+
+def write_partitions(
+    config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
+    *, run: str = "", confirmed: Collection[str] = (),
+) -> list[PartitionReport]:
+    """Write one task's rows through the WAL to Kafka; one report per Spark partition written.
 
     Steps:
 
     1. get this process's runtime (its WAL slot and cached producer);
     2. adopt orphan slots left by dead workers and replay what they committed;
-    3. for each Arrow batch: normalise it, append it to the WAL in one
-       committed transaction, *then* produce its records (each with its
-       deterministic id header); block for space first if the WAL is full;
-    4. mark the attempt committed in the WAL (durably), wait for acks up to
-       ``ack_timeout_s``, prune what is acked, and return the report. Records
-       still unacked stay in the WAL and are delivered by the poller thread.
+    3. for each Arrow batch, for each Spark partition's rows in it (a
+       coalesced task's batches carry :data:`.parts.SOURCE_PARTITION`, else
+       all rows are ``partition``'s): normalise them, append them to the WAL
+       in one committed transaction (the first chunk of a partition opens its
+       attempt), *then* produce them (each with its deterministic id header);
+       block for space first if the WAL is full;
+    4. mark the task's attempts committed in the WAL (one durable
+       transaction), wait for acks up to ``ack_timeout_s``, prune what is
+       acked, and return the reports. Records still unacked stay in the WAL
+       and are delivered by the poller thread.
 
     Record ids are ``sink:run:batch:partition:<fingerprint>-<occurrence>``
-    (:mod:`..ids`); the sink always passes a ``run`` (an empty one gives the
-    run-less ids of older builds: tools and tests only). Dead letters whose token is in ``confirmed`` are marked
-    reported; the report offers every other unreported one of this worker.
+    (:mod:`..ids`), ``partition`` being the row's own Spark partition; the
+    sink always passes a ``run`` (an empty one gives the run-less ids of
+    older builds: tools and tests only). Dead letters whose token is in
+    ``confirmed`` are marked reported; the first report offers every other
+    unreported one of this worker.
 
     With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL and
     hands each committed chunk to the worker's poller thread; the task returns
@@ -98,6 +124,7 @@ def write_partition(
         InvalidRecordError: a row cannot be a Kafka record (nothing of its batch was accepted).
         WalFullError / WalWriteError: the WAL refused an append (nothing of that batch was accepted).
         WalFormatError / ProducerError: the slot or the producer cannot be used.
+        RecoverableSinkError: an exactly-once task got rows of several Spark partitions.
     """
     t0 = time.monotonic()
     rt = get_runtime(config)
@@ -112,9 +139,11 @@ class TaskMode(Protocol):
     digest: int  # exactly-once: the unit digest so far (0 otherwise)
 
     def writing(self) -> ContextManager[None]: ...  # around the loop
+    def begin(self, partition: int) -> AttemptKey: ...  # a Spark partition's first rows: its WAL attempt
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None: ...  # after each WAL append
     def abandon(self) -> None: ...  # the task failed before its attempt committed
-    def finish(self, rows: int) -> int: ...  # the attempt committed: returns the rows acked
+    def finish(self, rows: int) -> int: ...  # the attempts committed: returns the rows acked
+    def share(self, key: AttemptKey) -> tuple[int, int, int]: ...  # (acked, dead, skipped) of one attempt
     def dead(self) -> int: ...  # rows refused for good
     def skipped(self) -> int: ...  # rows Kafka already had (exactly-once re-runs)
 
@@ -130,58 +159,91 @@ def _append(rt: "WorkerRuntime", key: ChunkKey, chunk: bytes, first: AttemptStat
         rt.wal.append(key, chunk, new_attempt=first)
 
 
+@dataclass
+class _Part:
+    """The rows of one Spark partition in a task: one WAL attempt, one id prefix, one occurrence counter."""
+
+    partition: int
+    akey: AttemptKey
+    prefix: str
+    occurrences: Any
+    seq: int = 0
+    nbytes: int = 0
+
+
+def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any) -> pa.RecordBatch:
+    """:func:`..ids.with_ids`; the occurrence table's file (a large partition) refused by the disk is a WalWriteError."""
+    try:
+        return with_ids(batch, occurrences)
+    except OSError as exc:
+        raise WalWriteError(f"sink={rt.config.name}: the occurrence table of a large partition cannot grow in "
+                            f"{rt.sdir}: {exc.strerror or exc}", rt.sdir) from exc
+
+
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
-           batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]) -> PartitionReport:
+           batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]
+           ) -> list[PartitionReport]:
     publisher = rt.publisher
     replayed = rt.take_replayed() + rt.adopt_orphans()  # Step 2
     if confirmed:  # after adopting: an adopted slot's dead letters may be among them
         publisher.confirm_dead_letters(frozenset(confirmed))
     retried0 = publisher.retried_records
-    akey = AttemptKey(batch_id, partition, rt.own_wal().reserve_gen())
-    mode: TaskMode = (ExactlyOnceTask(rt, akey, run) if config.guarantee == EXACTLY_ONCE
-                      else AtLeastOnceTask(rt, akey, t0))
-    prefix = record_id_prefix(config.name, batch_id, partition, run).decode()
-    occurrences = new_occurrences()  # ids: fingerprint and occurrence among equal records of the partition
+    mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, partition, rt.own_wal().reserve_gen()), run)
+                      if config.guarantee == EXACTLY_ONCE else AtLeastOnceTask(rt, batch_id, t0))
+    parts: dict[int, _Part] = {}
     started = time.time()
-    seq = nbytes = 0
+    rows = 0
     try:
         with mode.writing():
             for batch in batches:  # Step 3
-                if batch.num_rows == 0:
-                    continue
-                norm = with_ids(normalize_batch(batch, config.topic, prefix, seq, run), occurrences)
-                chunk = encode_chunk(norm)
-                key = ChunkKey(batch_id, partition, seq, akey.gen)
-                rt.reserve_space(len(chunk))
-                first = None if seq else AttemptState(OPEN, spark_attempt, 0, started, mode.guarantee)
-                _append(rt, key, chunk, first)  # WAL first ...
-                mode.chunk(key, norm, len(chunk))  # ... then Kafka
-                seq += norm.num_rows
-                nbytes += payload_bytes(norm)
-                _points.point("task.mid_task", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
-        if seq:
-            rt.wal.commit_attempt(akey, spark_attempt, seq, started, mode.guarantee, mode.digest)  # Step 4
-        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=seq)
+                for p, piece in split_by_partition(batch, partition):
+                    if piece.num_rows == 0:
+                        continue
+                    part = parts.get(p)
+                    if part is None:  # ids: fingerprint and occurrence among equal records of the partition
+                        part = parts[p] = _Part(p, mode.begin(p), record_id_prefix(config.name, batch_id, p, run)
+                                                .decode(), new_occurrences(rt.sdir))
+                    norm = _with_ids(rt, normalize_batch(piece, config.topic, part.prefix, part.seq, run),
+                                     part.occurrences)
+                    chunk = encode_chunk(norm)
+                    key = ChunkKey(batch_id, p, part.seq, part.akey.gen)
+                    rt.reserve_space(len(chunk))
+                    first = None if part.seq else AttemptState(OPEN, spark_attempt, 0, started, mode.guarantee)
+                    _append(rt, key, chunk, first)  # WAL first ...
+                    mode.chunk(key, norm, len(chunk))  # ... then Kafka
+                    part.seq += norm.num_rows
+                    part.nbytes += payload_bytes(norm)
+                    rows += norm.num_rows
+                    _points.point("task.mid_task", batch=batch_id, partition=p, attempt=spark_attempt, rows=rows)
+        if parts:  # Step 4
+            rt.wal.set_attempts([(x.akey, AttemptState(COMMITTED, spark_attempt, x.seq, started, mode.guarantee,
+                                                       mode.digest)) for x in parts.values()])
+        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=rows)
     except BaseException:
         mode.abandon()  # its chunks stay until acked, or are dropped as uncommitted at recovery; Spark re-runs it
         raise
-    acked = mode.finish(seq)
-    if acked:
+    if mode.finish(rows):
         publisher.contact.mark_reached()
-    dead, skipped = mode.dead(), mode.skipped()
     kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
-    report = PartitionReport(
-        partition=partition, spark_attempt=spark_attempt, rows=seq, bytes=nbytes, acked=acked,
-        pending=max(0, seq - acked - dead - skipped), skipped=skipped, retried=publisher.retried_records - retried0, dead_lettered=dead,
-        replayed=replayed, seconds=time.monotonic() - t0, pid=os.getpid(), slot=rt.wal.path,
-        dead_letters=tuple(publisher.offer_unreported_dead()),
-        problems=rt.problems(),
-        broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
-        wal_bytes=rt.wal.live_bytes,
-        kafka_queue_msgs=kstats.queue_msgs if kstats else -1, kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0,
-        kafka_txn_state=kstats.txn_state if kstats else "",
-    )
-    log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d replayed=%d "
-             "seconds=%.3f", config.name, batch_id, partition, spark_attempt, seq, acked, report.pending, dead, skipped,
-             replayed, report.seconds)
-    return report
+    reports = []
+    for i, x in enumerate(parts.values() or [_Part(partition, AttemptKey(batch_id, partition, 0), "", None)]):
+        acked, dead, skipped = mode.share(x.akey) if x.seq else (0, 0, 0)
+        first = i == 0  # the task's own figures go with its first report
+        report = PartitionReport(
+            partition=x.partition, spark_attempt=spark_attempt, rows=x.seq, bytes=x.nbytes, acked=acked,
+            pending=max(0, x.seq - acked - dead - skipped), skipped=skipped,
+            retried=publisher.retried_records - retried0 if first else 0, dead_lettered=dead,
+            replayed=replayed if first else 0, seconds=time.monotonic() - t0, pid=os.getpid(),
+            slot=rt.wal.path if rt.wal is not None else "",
+            dead_letters=tuple(publisher.offer_unreported_dead()) if first else (),
+            problems=rt.problems() if first else (),
+            broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
+            wal_bytes=rt.wal.live_bytes if rt.wal is not None else 0,
+            kafka_queue_msgs=kstats.queue_msgs if kstats else -1, kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0,
+            kafka_txn_state=kstats.txn_state if kstats else "",
+        )
+        log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
+                 "replayed=%d seconds=%.3f", config.name, batch_id, x.partition, spark_attempt, x.seq, acked,
+                 report.pending, dead, skipped, report.replayed, report.seconds)
+        reports.append(report)
+    return reports

@@ -32,7 +32,7 @@ import contextlib
 import logging
 import os
 import threading
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import lmdb
 
@@ -266,8 +266,13 @@ class Wal(SlotReads, SlotSpace):
 
     def set_attempt(self, key: AttemptKey, state: AttemptState) -> None:
         """Record an attempt's state (e.g. committed) durably."""
+        self.set_attempts([(key, state)])
+
+    def set_attempts(self, states: Iterable[tuple[AttemptKey, AttemptState]]) -> None:
+        """Record attempts' states in one transaction, durably (a coalesced task commits all of its own at once)."""
         with self._write("set_attempt") as txn:
-            txn.put(key.pack(), encode_attempt(state), db=self._attempts)
+            for key, state in states:
+                txn.put(key.pack(), encode_attempt(state), db=self._attempts)
 
     def commit_attempt(self, key: AttemptKey, spark_attempt: int, rows: int, started_at: float,
                        guarantee: int = AT_LEAST_ONCE, digest: int = 0) -> None:

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
@@ -239,6 +240,43 @@ def test_each_write_gets_its_own_ids_and_a_run_id_reproduces_them(spark, broker,
     assert all(i.startswith(f"{sink.name}:backfill-2024.05.06:4:") for i in three.values())
     with pytest.raises(ConfigError, match="run_id"):
         sink.write(df.withColumn("topic", F.lit(fresh)), run_id="a:b")
+
+
+def _tasks_of(spark, group: str) -> list[int]:
+    tracker = spark.sparkContext.statusTracker()
+    return [tracker.getStageInfo(s).numTasks for j in tracker.getJobIdsForGroup(group)
+            for s in tracker.getJobInfo(j).stageIds]
+
+
+def test_a_batch_of_more_partitions_than_cores_runs_one_task_per_core_and_keeps_each_partitions_ids(
+        spark, broker, tmp_path):
+    # 8 Spark partitions on local[2,3]: at-least-once writes them in 2 tasks (coalesce_tasks, the default), and
+    # every record keeps the id its own partition gives it (equal records included: their occurrences).
+    parts, per_part = 8, 500
+    topic = _new_topic(broker, "coalesce")
+    df = spark.range(0, parts * per_part, 1, parts).selectExpr("cast(id % 300 as string) as key",
+                                                              "cast(id % 7 as string) as value")
+    rows = df.rdd.glom().collect()
+    sink = _sink(broker, tmp_path, name=f"coal-{uuid.uuid4().hex[:6]}", topic=topic)
+    spread = _sink(broker, tmp_path, name=sink.name, topic=topic, coalesce_tasks=False)
+    schema = pa.schema([("key", pa.string()), ("value", pa.string())])
+    expected: set[str] = set()
+    for run, s, tasks in (("coalesced", sink, 2), ("spread", spread, parts)):
+        spark.sparkContext.setJobGroup(run, run)
+        try:
+            report = s.write(df, batch_id=2, run_id=run)
+        finally:
+            spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+        assert _tasks_of(spark, run) == [tasks]
+        assert [(p.partition, p.rows, p.acked) for p in report.partition_reports] == [
+            (i, per_part, per_part) for i in range(parts)]
+        expected |= {rid for i, part in enumerate(rows) for rid in ids_of(
+            sink.name, run, 2, i, [pa.RecordBatch.from_pylist([r.asDict() for r in part], schema)], topic)}
+    got = read_topic(broker.bootstrap, topic, expected=2 * parts * per_part).records
+    assert len(got) == 2 * parts * per_part and {r.rid for r in got} == expected
+    by_run = {run: sorted(r.rid.split(":", 2)[2] for r in got if r.rid.split(":")[1] == run)
+              for run in ("coalesced", "spread")}
+    assert by_run["coalesced"] == by_run["spread"], "coalescing changed record ids"
 
 
 # -- dead letters raised where the user sees them (issue 7.4) -------------------------------------

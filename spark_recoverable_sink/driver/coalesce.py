@@ -1,0 +1,57 @@
+"""At-least-once, driver: a batch of more Spark partitions than the cluster has cores, written by one task per core.
+
+Spark starts a Python worker round trip for every task of a ``mapInArrow``
+(tens of ms on a small machine, measured in docs/PERFORMANCE.md): at 200
+partitions (Spark's default shuffle width) on 2 cores that alone took 5.6 s
+per micro-batch, whatever the sink did. Coalescing (no shuffle) to the
+cluster's cores gives the same parallelism for one round trip per core.
+
+Record ids must not change with it (:mod:`..ids`: a record's id names its
+Spark partition), so each row carries its own partition's index,
+``spark_partition_id()`` taken before the coalesce
+(:data:`..task.parts.SOURCE_PARTITION`): a coalesced task writes each
+partition's rows as that partition's own WAL attempt and id prefix. Ids are
+then the same whether the batch is coalesced or not, and however Spark
+groups the partitions.
+
+Exactly-once is left alone: its units are lanes (:mod:`.resplit`), and with
+``exactly_once_lanes=0`` each Spark partition is one.
+
+Where it runs: the driver, once per batch (it only builds the plan).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..config import EXACTLY_ONCE, SinkConfig
+from ..task.parts import SOURCE_PARTITION
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
+
+__all__ = ["cores_of", "one_task_per_core"]
+
+
+def cores_of(df: "DataFrame") -> int | None:
+    """The cluster's cores (Spark's default parallelism), or ``None`` where it cannot be read (Spark Connect)."""
+    try:
+        return max(1, int(df.sparkSession.sparkContext.defaultParallelism))
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext
+        return None
+
+
+def one_task_per_core(df: "DataFrame", config: SinkConfig) -> "DataFrame":
+    """``df`` coalesced to the cluster's cores, each row tagged with its own Spark partition (at-least-once).
+
+    Left as it is under exactly-once, with ``coalesce_tasks=False``, or where
+    the core count cannot be read (Spark Connect).
+    """
+    if config.guarantee == EXACTLY_ONCE or not config.coalesce_tasks:
+        return df
+    cores = cores_of(df)
+    if cores is None:
+        return df
+    from pyspark.sql import functions as F
+
+    return df.withColumn(SOURCE_PARTITION, F.spark_partition_id()).coalesce(cores)
