@@ -14,6 +14,14 @@ partition's rows as that partition's own WAL attempt and id prefix. Ids are
 then the same whether the batch is coalesced or not, and however Spark
 groups the partitions.
 
+What it costs: a coalesce without a shuffle narrows the whole last stage
+(the reading and transforming before the sink run in those tasks too); it
+groups partitions by count, not size (a skewed batch has stragglers); a
+failed task re-sends a core's share of the batch rather than one
+partition's. Under dynamic allocation the core count is only what is
+registered now, and a stage of that many tasks would never ask for more
+executors: there the batch is left as Spark split it.
+
 Exactly-once is left alone: its units are lanes (:mod:`.resplit`), and with
 ``exactly_once_lanes=0`` each Spark partition is one.
 
@@ -41,16 +49,23 @@ def cores_of(df: "DataFrame") -> int | None:
         return None
 
 
+def _dynamic_allocation(df: "DataFrame") -> bool:
+    try:
+        return str(df.sparkSession.conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true"
+    except Exception:  # noqa: BLE001 - not readable: assume a fixed cluster
+        return False
+
+
 def one_task_per_core(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     """``df`` coalesced to the cluster's cores, each row tagged with its own Spark partition (at-least-once).
 
-    Left as it is under exactly-once, with ``coalesce_tasks=False``, or where
-    the core count cannot be read (Spark Connect).
+    Left as it is under exactly-once, with ``coalesce_tasks=False``, under
+    dynamic allocation, or where the core count cannot be read (Spark Connect).
     """
     if config.guarantee == EXACTLY_ONCE or not config.coalesce_tasks:
         return df
     cores = cores_of(df)
-    if cores is None:
+    if cores is None or _dynamic_allocation(df):
         return df
     from pyspark.sql import functions as F
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 /* XXH64 (from the xxHash specification) and row fingerprints              */
@@ -278,31 +279,68 @@ static inline size_t occ_home(const Occurrences *o, uint64_t key) {
 }
 
 /*
- * A zeroed table of cap slots: heap memory, or past spill_above a shared
- * mapping of an unlinked file in spill_dir.  The file's blocks are reserved
- * first (posix_fallocate): a full disk is an error here, never a SIGBUS when
- * a page is first written.  Its pages are file-backed: the kernel writes
- * them back and evicts them under memory pressure, so the table's resident
- * size no longer grows with the partition.  NULL on failure (o->err set for
- * a file error, 0 for out of memory).
+ * File systems where a posix_fallocate'd block is written back in place, so
+ * a dirty page of the table can always be written back (ext2/3/4, XFS,
+ * tmpfs).  On copy-on-write ones (btrfs, ZFS) or unknown ones, writeback can
+ * itself need space and fail silently: the table stays in memory there (0).
+ * -1 with errno when dir cannot be looked at.
+ */
+static int occ_spill_fs(const char *dir) {
+    struct statfs st;
+    if (statfs(dir, &st) != 0) return -1; /* errno set */
+    switch ((unsigned long)st.f_type) {
+    case 0xEF53UL:     /* ext2/3/4 */
+    case 0x58465342UL: /* XFS */
+    case 0x01021994UL: /* tmpfs */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* An anonymous file in dir (O_TMPFILE: never has a name), else a named one unlinked at once; -1 with errno. */
+static int occ_tmpfile(const char *dir) {
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+    size_t n = strlen(dir) + 32;
+    char *path = malloc(n);
+    if (!path) {
+        errno = ENOMEM;
+        return -1;
+    }
+    snprintf(path, n, "%s/.rks-occurrences-XXXXXX", dir);
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd >= 0) unlink(path);
+    free(path);
+    return fd;
+}
+
+/*
+ * A zeroed table of cap slots: heap memory, or past spill_above (on a file
+ * system occ_spill_fs accepts) a shared mapping of an anonymous file in
+ * spill_dir.  The file's blocks are reserved first (posix_fallocate): a full
+ * disk is an error here, never a SIGBUS when a page is first written.  Its
+ * pages are file-backed: the kernel writes them back and evicts them under
+ * memory pressure, so the table's resident size no longer grows with the
+ * partition.  NULL on failure (o->err set for a file error, 0 for out of
+ * memory).
  */
 static occ_slot_t *occ_alloc(Occurrences *o, size_t cap, int *mapped) {
     size_t bytes = cap * sizeof(occ_slot_t);
     o->err = 0;
     *mapped = 0;
     if (!o->spill_dir || bytes <= o->spill_above) return calloc(cap, sizeof(occ_slot_t));
-    size_t n = strlen(o->spill_dir) + 32;
-    char *path = malloc(n);
-    if (!path) return NULL;
-    snprintf(path, n, "%s/.rks-occurrences-XXXXXX", o->spill_dir);
-    int fd = mkostemp(path, O_CLOEXEC);
-    if (fd < 0) {
+    int fs = occ_spill_fs(o->spill_dir);
+    if (fs < 0) {
         o->err = errno;
-        free(path);
         return NULL;
     }
-    unlink(path); /* the mapping keeps it: nothing is left behind, even by a killed process */
-    free(path);
+    if (!fs) return calloc(cap, sizeof(occ_slot_t));
+    int fd = occ_tmpfile(o->spill_dir);
+    if (fd < 0) {
+        o->err = errno;
+        return NULL;
+    }
     int r = posix_fallocate(fd, 0, (off_t)bytes);
     void *p = r ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (!r && p == MAP_FAILED) r = errno;

@@ -180,6 +180,28 @@ def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any) -> p
                             f"{rt.sdir}: {exc.strerror or exc}", rt.sdir) from exc
 
 
+def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch_id: int, p: int,
+             run: str) -> _Part:
+    """The part of Spark partition ``p``, begun at its first rows; the one before it ends (its occurrence table is
+    freed: a worker holds one at a time, as a coalesced task reads its partitions one after another).
+
+    Raises:
+        RecoverableSinkError: rows of a partition that had ended came again (its occurrences are gone: its ids
+            could repeat).
+    """
+    last = next(reversed(parts.values()), None)
+    if last is not None and last.partition == p:
+        return last
+    if p in parts:
+        raise RecoverableSinkError(f"sink={rt.config.name} batch={batch_id}: rows of Spark partition {p} came "
+                                   "again after other partitions' rows in one task: their ids cannot be numbered")
+    if last is not None:
+        last.occurrences = None
+    part = parts[p] = _Part(p, mode.begin(p), record_id_prefix(rt.config.name, batch_id, p, run).decode(),
+                            new_occurrences(rt.sdir))  # ids: fingerprint, occurrence among equal records of p
+    return part
+
+
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
            batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]
            ) -> list[PartitionReport]:
@@ -188,7 +210,8 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     if confirmed:  # after adopting: an adopted slot's dead letters may be among them
         publisher.confirm_dead_letters(frozenset(confirmed))
     retried0 = publisher.retried_records
-    mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, partition, rt.own_wal().reserve_gen()), run)
+    wal = rt.own_wal()  # every task holds a slot (or fails naming why), whether rows come or not
+    mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, partition, wal.reserve_gen()), run)
                       if config.guarantee == EXACTLY_ONCE else AtLeastOnceTask(rt, batch_id, t0))
     parts: dict[int, _Part] = {}
     started = time.time()
@@ -199,10 +222,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                 for p, piece in split_by_partition(batch, partition):
                     if piece.num_rows == 0:
                         continue
-                    part = parts.get(p)
-                    if part is None:  # ids: fingerprint and occurrence among equal records of the partition
-                        part = parts[p] = _Part(p, mode.begin(p), record_id_prefix(config.name, batch_id, p, run)
-                                                .decode(), new_occurrences(rt.sdir))
+                    part = _part_of(rt, mode, parts, batch_id, p, run)
                     norm = _with_ids(rt, normalize_batch(piece, config.topic, part.prefix, part.seq, run),
                                      part.occurrences)
                     chunk = encode_chunk(norm)
