@@ -13,12 +13,15 @@ import re
 import shutil
 import subprocess
 import tempfile
+from typing import Callable
 
-__all__ = ["MavenError", "cache_root", "java", "maven_jars", "pom_property", "spark_kafka_connector_jars"]
+__all__ = ["MavenError", "cache_root", "java", "maven_jars", "pom_property", "spark_kafka_connector_jars",
+           "spark_avro_jars", "maven_artifact"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SPARK_KAFKA_POM = os.path.join(_HERE, "spark-kafka", "pom.xml")
 #: Of the connector's closure, what PySpark does not ship.
+SPARK_AVRO_POM = os.path.join(_HERE, "spark-avro", "pom.xml")
 SPARK_KAFKA_ARTIFACTS = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients",
                          "commons-pool2")
 
@@ -62,11 +65,11 @@ def pom_property(pom: str, name: str) -> str:
     return m.group(1)
 
 
-def maven_jars(pom: str, name: str, artifacts: tuple[str, ...] = ()) -> str:
-    """The folder ``<cache>/<name>`` holding the jars of ``pom``'s dependencies (only ``artifacts`` if given).
+def _fetch_once(name: str, what: str, args: list[str], ok: Callable[[str], bool]) -> str:
+    """The folder ``<cache>/<name>``, filled once by ``mvn <args> -DoutputDirectory=<tmp>`` (``ok`` judges it).
 
     Raises:
-        MavenError: they are not cached and ``mvn`` is not on PATH, or it fails.
+        MavenError: it is not cached and ``mvn`` is not on PATH, or it fails.
     """
     root = cache_root()
     dest = os.path.join(root, name)
@@ -80,26 +83,36 @@ def maven_jars(pom: str, name: str, artifacts: tuple[str, ...] = ()) -> str:
             return dest
         mvn = shutil.which("mvn")
         if not mvn:
-            raise MavenError(f"Maven is needed once to fetch jars from Maven Central ({pom}) and no `mvn` is on "
-                             "PATH: install Maven 3.6+ (Debian/Ubuntu: apt-get install maven), or put the jars "
+            raise MavenError(f"Maven is needed once to fetch {what} from Maven Central and no `mvn` is on "
+                             "PATH: install Maven 3.6+ (Debian/Ubuntu: apt-get install maven), or put the files "
                              f"in {dest} and create {stamp}")
         tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=root)
-        cmd = [mvn, "-q", "-B", "-f", pom, "dependency:copy-dependencies", f"-DoutputDirectory={tmp}"]
-        if artifacts:
-            cmd.append("-DincludeArtifactIds=" + ",".join(artifacts))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            proc = subprocess.run([mvn, "-q", "-B", *args, f"-DoutputDirectory={tmp}"], capture_output=True,
+                                  text=True, timeout=900)
         except subprocess.TimeoutExpired:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise MavenError(f"mvn did not fetch the jars of {pom} within 900 s") from None
-        if proc.returncode != 0 or not any(n.endswith(".jar") for n in os.listdir(tmp)):
+            raise MavenError(f"mvn did not fetch {what} within 900 s") from None
+        if proc.returncode != 0 or not ok(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-            raise MavenError(f"mvn could not fetch the jars of {pom} (rc={proc.returncode}): "
+            raise MavenError(f"mvn could not fetch {what} (rc={proc.returncode}): "
                              f"{(proc.stdout + proc.stderr)[-2000:]}")
         shutil.rmtree(dest, ignore_errors=True)
         os.rename(tmp, dest)
         open(stamp, "w").close()
     return dest
+
+
+def maven_jars(pom: str, name: str, artifacts: tuple[str, ...] = ()) -> str:
+    """The folder ``<cache>/<name>`` holding the jars of ``pom``'s dependencies (only ``artifacts`` if given).
+
+    Raises:
+        MavenError: they are not cached and ``mvn`` is not on PATH, or it fails.
+    """
+    args = ["-f", pom, "dependency:copy-dependencies"]
+    if artifacts:
+        args.append("-DincludeArtifactIds=" + ",".join(artifacts))
+    return _fetch_once(name, f"the jars of {pom}", args, lambda d: any(n.endswith(".jar") for n in os.listdir(d)))
 
 
 def spark_kafka_connector_jars() -> list[str]:
@@ -113,6 +126,27 @@ def spark_kafka_connector_jars() -> list[str]:
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".jar"))
 
 
+def spark_avro_jars() -> list[str]:
+    """Path of Spark's Avro package jar (``to_avro``), which PySpark lacks.
+
+    Raises:
+        MavenError: as :func:`maven_jars`.
+    """
+    d = maven_jars(SPARK_AVRO_POM, f"spark-avro-{pom_property(SPARK_AVRO_POM, 'spark.version')}",
+                   ("spark-avro_2.13",))
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".jar"))
+
+
+def maven_artifact(coordinate: str, name: str) -> str:
+    """The folder ``<cache>/<name>`` holding one artifact (``group:artifact:version:type:classifier``), fetched once.
+
+    Raises:
+        MavenError: it is not cached and ``mvn`` is missing or fails.
+    """
+    return _fetch_once(name, coordinate, ["org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy",
+                                          f"-Dartifact={coordinate}"], lambda d: bool(os.listdir(d)))
+
+
 def main() -> int:
     """``python -m devtools.jvm``: Java checked, Kafka's and Spark's Kafka connector's jars fetched (once)."""
     import sys
@@ -124,10 +158,15 @@ def main() -> int:
         where = java()
         kafka = kafka_jars()
         spark = spark_kafka_connector_jars()
+        avro = spark_avro_jars()
+        from devtools.schema_registry import registry_app
+
+        registry = registry_app()
     except (MavenError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"java: {where}\nApache Kafka {kafka_version()}: {kafka}\nSpark's Kafka connector: {os.path.dirname(spark[0])}")
+    print(f"java: {where}\nApache Kafka {kafka_version()}: {kafka}\nSpark's Kafka connector: {os.path.dirname(spark[0])}"
+          f"\nSpark's Avro package: {avro[0]}\nSchema Registry (Apicurio): {registry}")
     return 0
 
 

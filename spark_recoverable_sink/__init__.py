@@ -7,6 +7,7 @@ README.md for the guarantee and docs/DESIGN.md for the data path.
 """
 
 from .config import SinkConfig
+from .driver.formats import Avro, JsonSchema
 from .driver.sink import RecoverableKafkaSink
 from .errors import (
     BrokerUnreachableError,
@@ -16,7 +17,11 @@ from .errors import (
     InvalidRecordError,
     ProducerError,
     RecoverableSinkError,
+    RegistryAuthError,
+    RegistryError,
+    RegistryUnavailableError,
     SchemaError,
+    SchemaIncompatibleError,
     WalError,
     WalFormatError,
     WalFullError,
@@ -36,6 +41,8 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the data source needs pys
 __all__ = [
     "RecoverableKafkaSink",
     "RecoverableKafkaDataSource",
+    "Avro",
+    "JsonSchema",
     "SinkConfig",
     "BatchReport",
     "PartitionReport",
@@ -51,6 +58,10 @@ __all__ = [
     "ProducerError",
     "BrokerUnreachableError",
     "ExactlyOnceMismatchError",
+    "RegistryError",
+    "RegistryUnavailableError",
+    "RegistryAuthError",
+    "SchemaIncompatibleError",
 ]
 
 __version__ = "0.1.0"

@@ -51,7 +51,7 @@ DEFAULT_MAX_WAL_BYTES = 20 * 1024**3
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SECRET_RE = re.compile(
-    r"(password|secret|passwd|\.pem$|jaas|oauthbearer\.config|token|credential|api\.key|private)",
+    r"(password|secret|passwd|\.pem$|jaas|oauthbearer\.config|token|credential|api\.key|private|user\.info)",
     re.IGNORECASE,
 )
 _SAFE_DEFAULTS = {"enable.idempotence": "true", "acks": "all"}

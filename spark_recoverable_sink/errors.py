@@ -25,6 +25,10 @@ __all__ = [
     "BrokerUnreachableError",
     "ExactlyOnceMismatchError",
     "SettleTimeoutError",
+    "RegistryError",
+    "RegistryUnavailableError",
+    "RegistryAuthError",
+    "SchemaIncompatibleError",
 ]
 
 
@@ -179,3 +183,31 @@ class SettleTimeoutError(RecoverableSinkError):
     def __init__(self, message: str, lanes: Sequence[dict[str, Any]]) -> None:
         super().__init__(message)
         self.lanes = tuple(lanes)
+
+
+class RegistryError(RecoverableSinkError):
+    """The Schema Registry refused or failed a request of a ``value_format`` / ``key_format``.
+
+    Raised on the driver before any record of the batch is written. ``subject``
+    names the subject, ``status`` the HTTP status (``None`` when no answer
+    came) and ``code`` the registry's error code (``-1`` when none). Messages
+    never hold the registry's credentials.
+    """
+
+    def __init__(self, message: str, subject: str, status: int | None = None, code: int = -1) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.status = status
+        self.code = code
+
+
+class RegistryUnavailableError(RegistryError):
+    """No answer from the registry (down, unreachable, timed out, or a 5xx answer)."""
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused the credentials (HTTP 401) or the subject to them (HTTP 403)."""
+
+
+class SchemaIncompatibleError(RegistryError):
+    """The subject's compatibility rules refuse the schema (HTTP 409): nothing was registered or written."""

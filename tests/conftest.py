@@ -89,13 +89,16 @@ def hooks() -> Iterator[Hooks]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One SparkSession per test session: local[2,3] (two cores, task retries allowed)."""
+    """One SparkSession per test session: local[2,3] (two cores, task retries allowed), with Spark's Avro package."""
     from pyspark.sql import SparkSession
+
+    from devtools.jvm import spark_avro_jars
 
     t = time.monotonic()
     session = (
         SparkSession.builder.master("local[2,3]")
         .appName("spark-recoverable-sink-tests")
+        .config("spark.jars", ",".join(spark_avro_jars()))  # to_avro: the Schema Registry formats
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")

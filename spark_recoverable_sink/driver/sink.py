@@ -48,6 +48,8 @@ from .query import (
     streaming_query,
 )
 from .coalesce import one_task_per_core
+from .encode import encode_columns
+from .formats import RegistryFormat
 from .resplit import by_lane
 from .settle import settle
 
@@ -83,6 +85,10 @@ class RecoverableKafkaSink:
             waits for acks before the error is re-raised (0: no drain). The
             drain leaves a live worker delivering what the failed workers had
             accepted, even if the broker is still down.
+        value_format / key_format: A Schema Registry format of the
+            ``value`` / ``key`` column (:class:`.Avro`, :class:`.JsonSchema`):
+            the column (a ``struct``) is encoded in the JVM, in Confluent's
+            wire format, before the batch is written (:mod:`.formats`).
         run_id: A fixed run for every ``foreachBatch`` batch instead of the
             query's id (where it cannot be read, e.g. Spark Connect): then the
             caller keeps it different between queries and the same across
@@ -100,9 +106,17 @@ class RecoverableKafkaSink:
     def __init__(
         self, name: str, kafka_conf: Mapping[str, Any], topic: str | None = None,
         wal_dir: str = DEFAULT_WAL_DIR, ack_timeout_s: float = 30.0,
-        history: int = 100, drain_on_failure_s: float = 10.0, run_id: str | None = None, **options: Any,
+        history: int = 100, drain_on_failure_s: float = 10.0, run_id: str | None = None,
+        value_format: RegistryFormat | None = None, key_format: RegistryFormat | None = None, **options: Any,
     ) -> None:
         self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
+        self.formats = {"value": value_format, "key": key_format}
+        for column, fmt in self.formats.items():
+            if fmt is not None and not isinstance(fmt, RegistryFormat):
+                raise ConfigError(f"{column}_format", f"must be Avro(...), JsonSchema(...) or None, got "
+                                                      f"{type(fmt).__name__}")
+            if fmt is not None and self.config.topic is None:
+                fmt.subject_for(None, column)  # a subject named after the topic needs the sink's topic
         self.drain_on_failure_s = float(drain_on_failure_s)
         self.run_id = check_run_id("run_id", run_id)
         self.reports: deque[BatchReport] = deque(maxlen=max(1, history))
@@ -206,6 +220,8 @@ class RecoverableKafkaSink:
         if self.config.guarantee == EXACTLY_ONCE and not 0 <= batch_id <= MAX_BATCH:
             raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
                                           f"got {batch_id}")
+        if any(self.formats.values()):  # struct columns -> Confluent's wire format, in the JVM
+            df = encode_columns(df, self.config.topic, self.formats)
         columns = validate_spark_schema(df.schema, self.config.topic)
         with self._lock:
             confirmed = self._dead.confirmed()
@@ -259,12 +275,14 @@ class RecoverableKafkaSink:
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration only: reports and locks stay on the driver.
-        return {"config": self.config, "drain_on_failure_s": self.drain_on_failure_s, "run_id": self.run_id}
+        return {"config": self.config, "drain_on_failure_s": self.drain_on_failure_s, "run_id": self.run_id,
+                "formats": self.formats}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.config = state["config"]
         self.drain_on_failure_s = state["drain_on_failure_s"]
         self.run_id = state.get("run_id")
+        self.formats = state.get("formats", {"value": None, "key": None})
         self.reports = deque(maxlen=100)
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()

@@ -13,7 +13,7 @@ from ..config import resolve_env_values
 from ..errors import ConfigError
 from .settings import KafkaSettings, SettingsError
 
-__all__ = ["CLIENT_CONF_PREFIXES", "resolve_client_conf", "producer_conf", "load_schema"]
+__all__ = ["CLIENT_CONF_PREFIXES", "resolve_client_conf", "producer_conf", "load_schema", "registry_format"]
 
 #: Producer options other clients (admin, consumer) need too: connection and security.
 CLIENT_CONF_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "client.id", "socket.",
@@ -67,3 +67,31 @@ def load_schema(path: str) -> Any:
         return StructType.fromJson(json.loads(text))
     except (ValueError, KeyError, TypeError) as exc:
         raise SettingsError(f"{path}: not a Spark StructType JSON schema: {exc!r}") from None
+
+
+def registry_format(key: str, fmt: Mapping[str, Any] | None) -> Any:
+    """The :class:`..driver.formats.Avro` / ``JsonSchema`` of a checked format setting (``None`` for ``None``).
+
+    ``{"env": NAME}`` values of its registry stay references: the driver
+    reads them when it asks the registry.
+
+    Raises:
+        SettingsError: the schema file cannot be read, or the format refuses a value (naming ``key``).
+    """
+    if fmt is None:
+        return None
+    from ..driver.formats import Avro, JsonSchema
+
+    schema = fmt.get("schema")
+    if schema is None:
+        try:
+            with open(fmt["schema_file"], encoding="utf-8") as fh:
+                schema = fh.read()
+        except OSError as exc:
+            raise SettingsError(f"{key}.schema_file: cannot be read: {exc.strerror or exc}") from None
+    kind = Avro if fmt["type"] == "avro" else JsonSchema
+    try:
+        return kind(schema, dict(fmt["registry"]), subject=fmt.get("subject"),
+                    strategy=fmt.get("strategy", "topic"), auto_register=fmt.get("auto_register", True))
+    except ConfigError as exc:
+        raise SettingsError(f"{key}.{exc.option}: {exc.reason}") from None

@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..auth import with_callbacks
-from .resolve import CLIENT_CONF_PREFIXES, producer_conf
+from .resolve import CLIENT_CONF_PREFIXES, producer_conf, registry_format
 from .settings import (
     JobSettings,
     KafkaSettings,
@@ -126,6 +126,8 @@ def build_sink(settings: JobSettings, environ: Mapping[str, str] | None = None) 
         max_block_s=s.max_block_s, checkpoint_interval_s=s.checkpoint_interval_s,
         dead_letter_topic=s.dead_letter_topic, guarantee=s.guarantee, exactly_once_lanes=s.exactly_once_lanes,
         settle_timeout_s=s.settle_timeout_s, history=1000,
+        value_format=registry_format("sink.value_format", s.value_format),
+        key_format=registry_format("sink.key_format", s.key_format),
     )
 
 

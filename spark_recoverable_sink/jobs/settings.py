@@ -34,7 +34,7 @@ __all__ = [
     "SettingsError", "SparkSettings", "KafkaSettings", "SinkSettings", "QuerySettings", "JobSettings",
     "COMMON_SECTIONS", "ENV_OVERRIDES", "sections_for", "setting_keys",
     "required_keys", "section_keys", "parse_sections", "settings_from_dict", "load_settings", "read_json",
-    "check_client_conf",
+    "check_client_conf", "check_format",
 ]
 
 
@@ -81,7 +81,14 @@ class KafkaSettings:
 
 @dataclass(frozen=True)
 class SinkSettings:
-    """``sink``: the :class:`RecoverableKafkaSink` options (see ``SinkConfig``)."""
+    """``sink``: the :class:`RecoverableKafkaSink` options (see ``SinkConfig``).
+
+    ``value_format`` / ``key_format`` (``null``: plain bytes) is a Schema
+    Registry format of the column: ``{"type": "avro" | "json_schema",
+    "schema_file": path (or "schema": text), "registry": {"url": ...,
+    "basic.auth.user.info": {"env": "NAME"}, ...}, "subject": null,
+    "strategy": "topic" | "record" | "topic_record", "auto_register": true}``.
+    """
 
     name: str
     wal_dir: str
@@ -94,6 +101,8 @@ class SinkSettings:
     guarantee: str = "at_least_once"
     exactly_once_lanes: int = 8
     settle_timeout_s: float = 600.0
+    value_format: dict | None = field(default=None, repr=False)
+    key_format: dict | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,29 @@ def check_client_conf(key: str, conf: Mapping[str, Any]) -> None:
                                 "the variable, not in the conf file")
 
 
+FORMAT_KEYS = frozenset({"type", "schema", "schema_file", "registry", "subject", "strategy", "auto_register"})
+FORMAT_TYPES = ("avro", "json_schema")
+
+
+def check_format(key: str, fmt: Mapping[str, Any]) -> None:
+    """Check a ``sink.value_format`` / ``sink.key_format`` object (see :class:`SinkSettings`).
+
+    Raises:
+        SettingsError: naming the dotted key, never a secret value.
+    """
+    bad = sorted(set(fmt) - FORMAT_KEYS)
+    if bad:
+        raise SettingsError(f"{key}: unknown key(s) {bad}; allowed: {sorted(FORMAT_KEYS)}")
+    if fmt.get("type") not in FORMAT_TYPES:
+        raise SettingsError(f"{key}.type: must be one of {FORMAT_TYPES}, got {fmt.get('type')!r}")
+    if ("schema" in fmt) == ("schema_file" in fmt):
+        raise SettingsError(f"{key}: give exactly one of schema (its text) and schema_file (a path)")
+    registry = fmt.get("registry")
+    if not isinstance(registry, Mapping) or not registry.get("url"):
+        raise SettingsError(f"{key}.registry: must be an object with the registry's url")
+    check_client_conf(f"{key}.registry", registry)
+
+
 def _check_common(s: JobSettings) -> None:
     for key, v in (("kafka.create_topic_replication_factor", s.kafka.create_topic_replication_factor),):
         if v <= 0:
@@ -243,6 +275,9 @@ def _check_common(s: JobSettings) -> None:
         if not v:
             raise SettingsError(f"{key}: must not be empty")
     check_client_conf("kafka.producer_conf", s.kafka.producer_conf)
+    for key, fmt in (("sink.value_format", s.sink.value_format), ("sink.key_format", s.sink.key_format)):
+        if fmt is not None:
+            check_format(key, fmt)
     if "bootstrap.servers" in s.kafka.producer_conf:
         raise SettingsError("kafka.producer_conf['bootstrap.servers']: set kafka.bootstrap_servers instead")
 

@@ -1,0 +1,110 @@
+"""A batch's ``value`` / ``key`` columns encoded in a Schema Registry format, in the JVM (:mod:`.formats` steps 1-3).
+
+Where it runs: the driver, once per batch, before the Kafka sink schema is
+checked (the encoded columns are ``binary``). It builds the plan only: the
+rows are encoded by Spark's ``to_avro`` / ``to_json`` in the executors' JVMs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..errors import ConfigError, SchemaError
+from .formats import AVRO_PACKAGE, MAGIC, Avro, JsonSchema, RegistryFormat, check_json_fields
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["encode_columns"]
+
+
+def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, RegistryFormat | None],
+                   environ: Mapping[str, str] | None = None) -> "DataFrame":
+    """``df`` with each column of ``formats`` (``"value"``, ``"key"``) encoded (steps 1-3 of :mod:`.formats`).
+
+    ``topic`` is the sink's default topic; a ``topic`` column means the rows
+    have no single topic.
+
+    Raises:
+        SchemaError: the column is missing, or does not fit the schema (JSON
+            Schema: a required property missing; Avro: Spark's check of the
+            struct against the schema, where the JVM can be asked).
+        ConfigError: the subject cannot be named, or Avro and the
+            ``spark-avro`` package is not on the classpath (the message names
+            the ``--packages`` coordinate).
+        RegistryError: the registry refused or failed (its subclasses).
+    """
+    from pyspark.sql import functions as F
+
+    cols = {c.lower(): c for c in df.columns}
+    single = None if "topic" in cols else topic
+    for column, fmt in formats.items():
+        if fmt is None:
+            continue
+        if column not in cols:
+            raise SchemaError(f"{column}_format is set and the DataFrame has no {column!r} column", column)
+        name = cols[column]
+        data_type = df.schema[name].dataType
+        subject = fmt.subject_for(single, column)  # Step 1
+        src = F.col(f"`{name}`")
+        if isinstance(fmt, Avro):
+            _check_avro(df, fmt, name, data_type)
+            payload = _to_avro(src, fmt.schema)
+        elif isinstance(fmt, JsonSchema):
+            if type(data_type).__name__ not in ("StructType", "MapType", "ArrayType"):
+                raise SchemaError(f"{name}: JsonSchema needs a struct, map or array column, got "
+                                  f"{data_type.simpleString()}", name, data_type.simpleString(), ("struct",))
+            check_json_fields(fmt, name, data_type)
+            payload = F.to_json(src).cast("binary")
+        else:
+            raise ConfigError(f"{column}_format", f"must be Avro(...) or JsonSchema(...), got {type(fmt).__name__}")
+        sid = fmt.client(environ).schema_id(subject, fmt.schema, fmt.schema_type, fmt.auto_register)  # Step 2
+        header = MAGIC + sid.to_bytes(4, "big")
+        df = df.withColumn(name, F.concat(F.lit(bytearray(header)), payload))  # Step 3: a null stays null
+    return df
+
+
+def _to_avro(col: "Column", schema: str) -> "Column":
+    from pyspark.sql.avro.functions import to_avro
+
+    return to_avro(col, schema)
+
+
+def _missing_avro(spark_version: str, why: str) -> ConfigError:
+    return ConfigError("value_format", f"Avro needs Spark's spark-avro package on the classpath ({why}): start "
+                                       f"Spark with --packages {AVRO_PACKAGE}:{spark_version} (or spark.jars."
+                                       f"packages; the jar spark-avro_2.13-{spark_version}.jar in spark.jars)")
+
+
+def _check_avro(df: "DataFrame", fmt: Avro, name: str, data_type: Any) -> None:
+    """The spark-avro package is there, and (classic Spark) its serializer accepts the struct for the schema."""
+    spark = df.sparkSession
+    jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if _classic(spark) else None
+    if jvm is None:  # Spark Connect: the server resolves to_avro; a missing package fails the plan's analysis
+        try:
+            df.select(_to_avro(df[name], fmt.schema)).schema
+        except Exception as exc:  # noqa: BLE001 - told apart by its text only
+            if "avro" in str(exc).lower() and ("not found" in str(exc).lower() or "class" in str(exc).lower()):
+                raise _missing_avro(spark.version, type(exc).__name__) from exc
+            raise SchemaError(f"{name}: Spark refuses to_avro of this column with the schema: {exc}", name) from exc
+        return
+    if type(getattr(jvm, "org.apache.spark.sql.avro.functions")).__name__ != "JavaClass":
+        raise _missing_avro(spark.version, "class org.apache.spark.sql.avro.functions not found")
+    try:
+        parsed = jvm.org.apache.avro.Schema.Parser().parse(fmt.schema)
+        catalyst = jvm.org.apache.spark.sql.types.DataType.fromJson(data_type.json())
+        nullable = bool(df.schema[name].nullable)
+        jvm.org.apache.spark.sql.avro.AvroSerializer(catalyst, parsed, nullable)
+    except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's error
+        text = str(exc).splitlines()
+        reason = next((ln.strip() for ln in text if "Exception" in ln), text[0] if text else type(exc).__name__)
+        raise SchemaError(f"{name}: the struct does not fit the Avro schema: {reason}", name,
+                          data_type.simpleString()) from None
+
+
+def _classic(spark: Any) -> bool:
+    try:
+        from pyspark.sql.utils import is_remote
+    except ImportError:  # pragma: no cover - older PySpark
+        return True
+    return not is_remote() and hasattr(spark, "_jsparkSession")

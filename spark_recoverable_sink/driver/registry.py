@@ -1,0 +1,133 @@
+"""Schema Registry, driver side: the id of a schema under a subject, registered (or looked up) once per process.
+
+Confluent's wire format puts the schema's registry id in every record
+(:mod:`.formats`); the id comes from the registry, asked here through
+confluent-kafka's ``SchemaRegistryClient`` (extra ``registry``). Ids are
+cached for the life of the driver process, keyed by registry URL, subject,
+schema type and schema text: a batch asks the registry only for a schema it
+has not seen, and a restarted query asks again (registering an existing
+schema returns its id; an evolved one gets its new id after the subject's
+compatibility check).
+
+Failures become :class:`..errors.RegistryError` subclasses, raised before
+any record of the batch is written: no answer (``RegistryUnavailableError``),
+credentials refused (``RegistryAuthError``), schema refused by the subject's
+compatibility rules (``SchemaIncompatibleError``). Their messages, and the
+exceptions they are chained from, never hold the registry's credentials
+(``basic.auth.user.info``, tokens, passwords, a URL's ``user:password@``).
+
+Where it runs: the driver only; the client is created on first use and
+never pickled.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Mapping
+
+from ..config import is_secret_option
+from ..errors import (
+    ConfigError,
+    RegistryAuthError,
+    RegistryError,
+    RegistryUnavailableError,
+    SchemaIncompatibleError,
+)
+
+__all__ = ["RegistryClient", "scrub_url"]
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_IDS: dict[tuple[str, str, str, str], int] = {}
+_IDS_LOCK = threading.Lock()
+
+
+def scrub_url(url: str) -> str:
+    """``url`` without a ``user:password@`` part (``***@`` instead)."""
+    return _USERINFO.sub("***@", url)
+
+
+class RegistryClient:
+    """A registry's client conf (values resolved) and, once used, its ``SchemaRegistryClient``.
+
+    Raises:
+        ConfigError: confluent-kafka's Schema Registry client is not installed, or refuses the conf.
+    """
+
+    def __init__(self, conf: Mapping[str, str]) -> None:
+        self._conf = dict(conf)
+        self.url = scrub_url(str(self._conf.get("url", "")))
+        self._secrets = sorted({str(v) for k, v in self._conf.items() if is_secret_option(k) and str(v)}
+                               | set(_USERINFO.findall(str(self._conf.get("url", "")))), key=len, reverse=True)
+        self._client: Any = None
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the registry's credentials replaced by ``***``."""
+        for secret in self._secrets:
+            text = text.replace(secret.rstrip("@"), "***")
+        return scrub_url(text)
+
+    def _get(self) -> Any:
+        if self._client is None:
+            try:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+            except ImportError as exc:
+                raise ConfigError("registry", "needs confluent-kafka's Schema Registry client: pip install "
+                                              f"'spark-recoverable-sink[registry]' ({exc.name} is missing)") from None
+            try:
+                self._client = SchemaRegistryClient(self._conf)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError("registry", self.scrub(str(exc))) from None
+        return self._client
+
+    def schema_id(self, subject: str, schema: str, schema_type: str, auto_register: bool) -> int:
+        """The id of ``schema`` under ``subject``: registered if ``auto_register`` (the subject's compatibility
+        rules apply), else looked up (it must be registered already).
+
+        Raises:
+            RegistryUnavailableError / RegistryAuthError / SchemaIncompatibleError / RegistryError: see above.
+            ConfigError: the client cannot be created.
+        """
+        key = (self.url, subject, schema_type, schema)
+        with _IDS_LOCK:
+            if key in _IDS:
+                return _IDS[key]
+        client = self._get()
+        from confluent_kafka.schema_registry import Schema
+
+        try:
+            if auto_register:
+                sid = int(client.register_schema(subject, Schema(schema, schema_type)))
+            else:
+                sid = int(client.lookup_schema(subject, Schema(schema, schema_type)).schema_id)
+        except Exception as exc:  # noqa: BLE001 - every failure is mapped, credentials scrubbed
+            raise self._error(exc, subject, auto_register) from (None if self._leaks(exc) else exc)
+        with _IDS_LOCK:
+            _IDS[key] = sid
+        return sid
+
+    def _leaks(self, exc: BaseException) -> bool:
+        text = repr(exc) + str(exc)
+        return any(s.rstrip("@") in text for s in self._secrets)
+
+    def _error(self, exc: Exception, subject: str, auto_register: bool) -> RegistryError:
+        status = getattr(exc, "http_status_code", None)
+        code = int(getattr(exc, "error_code", -1) or -1)
+        said = self.scrub(str(getattr(exc, "error_message", "") or exc))
+        where = f"Schema Registry {self.url} subject {subject!r}"
+        if status is None or not isinstance(status, int) or status < 0:
+            return RegistryUnavailableError(f"{where}: no answer ({type(exc).__name__}: {said}); nothing of "
+                                            "the batch was written", subject, None, code)
+        if status in (401, 403):
+            return RegistryAuthError(f"{where}: HTTP {status}, the registry refused the credentials "
+                                     f"(basic.auth.user.info / bearer settings): {said}", subject, status, code)
+        if status == 409:
+            return SchemaIncompatibleError(f"{where}: HTTP 409, the schema is incompatible with the subject's "
+                                           f"earlier versions under its compatibility rules: {said}; nothing was "
+                                           "registered or written", subject, status, code)
+        if status >= 500:
+            return RegistryUnavailableError(f"{where}: HTTP {status}: {said}", subject, status, code)
+        if status == 404 and not auto_register:
+            return RegistryError(f"{where}: the schema is not registered under this subject (auto_register="
+                                 f"False): {said}", subject, status, code)
+        return RegistryError(f"{where}: HTTP {status}: {said}", subject, status, code)

@@ -1,0 +1,121 @@
+"""Tier 1: Schema Registry formats without Spark or a registry: arguments, subjects, errors, secrets."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from spark_recoverable_sink import (
+    Avro,
+    ConfigError,
+    JsonSchema,
+    RegistryAuthError,
+    RegistryError,
+    RegistryUnavailableError,
+    SchemaIncompatibleError,
+)
+from spark_recoverable_sink.driver import encode
+from spark_recoverable_sink.driver.registry import RegistryClient
+
+AVRO = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [{"name": "id", "type": "long"}]})
+REG = {"url": "http://127.0.0.1:1/apis/ccompat/v7"}
+
+
+def test_arguments_are_checked_when_the_format_is_made():
+    with pytest.raises(ConfigError, match="'schema'.*not JSON"):
+        Avro("{nope", REG)
+    with pytest.raises(ConfigError, match="'registry'"):
+        Avro(AVRO, {"basic.auth.user.info": "a:b"})
+    with pytest.raises(ConfigError, match="'strategy'"):
+        Avro(AVRO, REG, strategy="topicname")
+    with pytest.raises(ConfigError, match="named Avro schema"):
+        Avro('"string"', REG, strategy="record")
+    with pytest.raises(ConfigError, match="'title'"):
+        JsonSchema('{"type": "object"}', REG, strategy="topic_record")
+    with pytest.raises(ConfigError, match="auto_register"):
+        Avro(AVRO, REG, auto_register="yes")
+
+
+def test_subjects_by_strategy_and_a_topic_strategy_without_one_topic_is_refused():
+    assert Avro(AVRO, REG).subject_for("orders", "value") == "orders-value"
+    assert Avro(AVRO, REG).subject_for("orders", "key") == "orders-key"
+    assert Avro(AVRO, REG, strategy="record").subject_for(None, "value") == "shop.Order"
+    assert Avro(AVRO, REG, strategy="topic_record").subject_for("orders", "value") == "orders-shop.Order"
+    assert JsonSchema('{"title": "T"}', REG, strategy="record").subject_for(None, "value") == "T"
+    assert Avro(AVRO, REG, subject="fixed").subject_for(None, "value") == "fixed"
+    with pytest.raises(ConfigError, match="no single topic"):
+        Avro(AVRO, REG).subject_for(None, "value")
+
+
+def test_env_values_are_read_on_the_driver_and_a_missing_one_is_named():
+    fmt = Avro(AVRO, {**REG, "basic.auth.user.info": {"env": "SR_AUTH"}})
+    client = fmt.client({"SR_AUTH": "u:s3cr3t-pw"})
+    assert client.scrub("auth u:s3cr3t-pw failed") == "auth *** failed"
+    with pytest.raises(ConfigError, match="SR_AUTH is not set"):
+        fmt.client({})
+
+
+def test_reprs_show_no_credentials():
+    fmt = Avro(AVRO, {"url": "http://user:pw-in-url@h:1/x", "basic.auth.user.info": "user:pw-in-info"})
+    shown = repr(fmt) + str(fmt)
+    assert "pw-in-url" not in shown and "pw-in-info" not in shown and "***@h:1" in shown
+
+
+class _Refused(Exception):
+    def __init__(self, status, code, message):
+        super().__init__(message)
+        self.http_status_code, self.error_code, self.error_message = status, code, message
+
+
+@pytest.mark.parametrize("status, kind", [(401, RegistryAuthError), (403, RegistryAuthError),
+                                          (409, SchemaIncompatibleError), (503, RegistryUnavailableError),
+                                          (None, RegistryUnavailableError), (422, RegistryError)])
+def test_registry_failures_are_typed_and_scrubbed(status, kind):
+    client = RegistryClient({"url": "http://u:url-secret@h:1/x", "basic.auth.user.info": "u:info-secret"})
+
+    def fail(*_a, **_k):
+        raise _Refused(status, 40301, "refused for u:info-secret at http://u:url-secret@h:1/x")
+
+    client._client = SimpleNamespace(register_schema=fail, lookup_schema=fail)
+    with pytest.raises(kind) as ei:
+        client.schema_id(f"s-{status}", AVRO, "AVRO", auto_register=True)
+    e = ei.value
+    assert type(e) is kind and e.subject == f"s-{status}" and e.status == status
+    assert "info-secret" not in str(e) and "url-secret" not in str(e)
+    assert e.__cause__ is None  # the original holds the credentials: not chained
+
+
+def test_a_missing_spark_avro_package_is_named_with_its_coordinate(monkeypatch):
+    class JavaPackage:  # what py4j gives for a class that is not on the classpath
+        pass
+
+    jvm = SimpleNamespace(**{"org.apache.spark.sql.avro.functions": JavaPackage()})
+    df = SimpleNamespace(sparkSession=SimpleNamespace(sparkContext=SimpleNamespace(_jvm=jvm), version="4.2.0"))
+    monkeypatch.setattr(encode, "_classic", lambda spark: True)
+    with pytest.raises(ConfigError, match="--packages org.apache.spark:spark-avro_2.13:4.2.0"):
+        encode._check_avro(df, Avro(AVRO, REG), "value", None)
+
+
+def test_job_templates_take_a_format_with_its_secrets_from_the_environment_only(tmp_path):
+    from spark_recoverable_sink.jobs.resolve import registry_format
+    from spark_recoverable_sink.jobs.settings import SettingsError, check_format
+
+    schema = tmp_path / "order.avsc"
+    schema.write_text(AVRO)
+    good = {"type": "avro", "schema_file": str(schema), "strategy": "record",
+            "registry": {**REG, "basic.auth.user.info": {"env": "SR_AUTH"}}}
+    check_format("sink.value_format", good)
+    fmt = registry_format("sink.value_format", good)
+    assert isinstance(fmt, Avro) and fmt.subject_for(None, "value") == "shop.Order"
+    assert fmt.client({"SR_AUTH": "u:p"}).scrub("u:p") == "***"
+    with pytest.raises(SettingsError, match=r"registry\['basic.auth.user.info'\]: holds a secret") as ei:
+        check_format("sink.value_format", {**good, "registry": {**REG, "basic.auth.user.info": "u:literal-pw"}})
+    assert "literal-pw" not in str(ei.value)
+    with pytest.raises(SettingsError, match="exactly one of schema"):
+        check_format("sink.key_format", {**good, "schema": AVRO})
+    with pytest.raises(SettingsError, match="sink.key_format.type"):
+        check_format("sink.key_format", {**good, "type": "protobuf"})
+    with pytest.raises(SettingsError, match="sink.value_format.strategy"):
+        registry_format("sink.value_format", {**good, "strategy": "nope"})
