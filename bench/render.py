@@ -440,16 +440,21 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
     if _ok(mem):
         w("`write_partition` for one partition in a child process outside Spark (what a Python worker runs), "
           "sync mode, 100 B values, input generated lazily in 10,000-row Arrow batches; after a 10,000-row "
-          "warm-up. Peak = `VmHWM` from `/proc/<pid>/status` at the end.\n")
+          "warm-up. Peak = `VmHWM` from `/proc/<pid>/status` at the end (file-backed pages included: the "
+          "WAL's map, a large partition's occurrence table); peak `RssAnon` (anonymous memory, what gets a "
+          "container killed) sampled every 50 ms while it writes.\n")
         rows = []
         for r in mem["runs"]:
+            anon = r.get("peak_anon_kib")
             rows.append([_f(r["rows"]), _f(r["baseline_rss_kib"] / 1024, "{:.0f}"),
-                         _f(r["warm_hwm_kib"] / 1024, "{:.0f}"), f"**{r['peak_hwm_kib'] / 1024:.0f}**",
-                         _f(r["rows_per_s"]), _f(r["report"]["acked"])])
-        w(_table(["rows in the partition", "RSS after imports MiB", "peak after warm-up MiB", "peak MiB",
-                  "rows/s", "acked"], rows) + "\n")
+                         _f(r["warm_hwm_kib"] / 1024, "{:.0f}"), f"{r['peak_hwm_kib'] / 1024:.0f}",
+                         f"**{anon / 1024:.0f}**" if anon else "–", _f(r["rows_per_s"]), _f(r["report"]["acked"])])
+        w(_table(["rows in the partition", "RSS after imports MiB", "peak after warm-up MiB", "peak RSS MiB",
+                  "peak RssAnon MiB", "rows/s", "acked"], rows) + "\n")
         if mem.get("growth") is not None:
-            w(f"Growth of the peak from the smallest to the largest partition: {mem['growth'] * 100:+.1f} %.\n")
+            w(f"Growth from the smallest to the largest partition: peak RSS {mem['growth'] * 100:+.1f} %"
+              + (f", peak RssAnon {mem['anon_growth'] * 100:+.1f} %" if mem.get("anon_growth") is not None else "")
+              + ".\n")
     else:
         w(_err(mem))
 
@@ -493,6 +498,8 @@ writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
     else:
         w(_err(prof))
 
+    _formats_md(w, results.get("formats"))
+
     w("## Sink exactly-once\n")
     rows = []
     for size in ((results.get("throughput") or {}).get("sizes") or []):
@@ -525,6 +532,24 @@ shape the scaling section; `--docs-dir DIR` renders somewhere else than docs/. E
 """)
     w(f"Parameters of this run ({mode}): " + ", ".join(f"`{k}={v}`" for k, v in p.items()) + ".\n")
     return "\n".join(out)
+
+
+def _formats_md(w: Any, fm: Any) -> None:
+    if fm is None:
+        return
+    w("## 8. Schema Registry formats (Avro)\n")
+    if not _ok(fm):
+        w(_err(fm))
+        return
+    w(f"`bench/formats.py`: {fm['rows']:,} cached rows (a struct of four fields; Avro values of "
+      f"{fm['value_bytes']:.0f} B with the 5-byte header), local[{fm['partitions']}], median of {fm['rounds']} "
+      "interleaved rounds after a warm-up one, every writer waiting for all acks. `sink-plain` is the sink given "
+      "the very bytes `sink-avro` sends, encoded beforehand; `row-by-row` is the route users write by hand "
+      "(`foreachPartition`, confluent-kafka's `AvroSerializer` and `produce` per row, no WAL).\n")
+    rows = [[name, _f(x["rows_per_s"])] for name, x in fm["writers"].items()]
+    w(_table(["writer", "rows/s"], rows) + "\n")
+    w(f"`sink-avro` ÷ `sink-plain`: {fm['avro_vs_plain']:.2f}; `sink-avro` ÷ `row-by-row`: "
+      f"{fm['avro_vs_row_by_row']:.1f} ×.\n")
 
 
 def _versions_md(w: Any) -> None:

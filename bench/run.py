@@ -24,6 +24,9 @@ Sections (``--only`` picks some, comma-separated):
 ``memory``      peak RSS (VmHWM) of a process writing one partition of two sizes
 ``recovery``    replay of orphaned records: rows/s until all acked
 ``profile``     cProfile of write_partition (task thread and poller thread)
+``formats``     Schema Registry Avro: the sink with value_format=Avro against the sink
+                sending the same bytes and against the hand-written row-by-row
+                serializer route (bench/formats.py, its own Spark app and registry)
 
 Results go to ``bench/results/<timestamp>.json`` and ``bench/results/latest.json``;
 then ``bench/render.py`` writes docs/PERFORMANCE.md, docs/performance.png and
@@ -56,7 +59,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 from bench import common  # noqa: E402
 from bench.spark_bench import log  # noqa: E402
 
-SECTIONS = ("throughput", "latency", "scaling", "wal", "memory", "recovery", "profile")
+SECTIONS = ("throughput", "latency", "scaling", "wal", "memory", "recovery", "profile", "formats")
 SPARK_SECTIONS = {"throughput", "latency", "scaling"}
 
 MODES: dict[str, dict[str, Any]] = {
@@ -65,6 +68,7 @@ MODES: dict[str, dict[str, Any]] = {
         "lat_rows_per_s": 50_000, "lat_duration_s": 6, "lat_warmup_batches": 2, "lat_sizes": [100],
         "wal_rows": 100_000, "wal_repeat": 1, "produce_rows": 200_000, "produce_repeat": 1,
         "mem_rows": [200_000, 1_000_000], "recovery_rows": 200_000, "profile_rows": 200_000,
+        "formats_rows": 100_000, "formats_rounds": 1,
         # quick: 4 and 64 partitions only, the sink's two modes (+ the no-op floor in latency), 2 batches each
         "scale_partitions": [4, 64], "scale_value_bytes": 100, "scale_rows": 20_000, "scale_rounds": 1,
         "scale_rows_per_s": 5_000, "scale_duration_s": 2, "scale_warmup_batches": 1, "scale_max_s": 30,
@@ -78,6 +82,7 @@ MODES: dict[str, dict[str, Any]] = {
         "lat_rows_per_s": 50_000, "lat_duration_s": 60, "lat_warmup_batches": 10, "lat_sizes": [100],
         "wal_rows": 1_000_000, "wal_repeat": 3, "produce_rows": 1_000_000, "produce_repeat": 3,
         "mem_rows": [1_000_000, 100_000_000], "recovery_rows": 1_000_000, "profile_rows": 1_000_000,
+        "formats_rows": 1_000_000, "formats_rounds": 3,
         # scale_rows_per_s: rows in every micro-batch (rate-micro-batch source, 1 s trigger);
         # scale_duration_s: micro-batches measured (after the warm-up ones), or as many as come in scale_max_s
         "scale_partitions": [4, 16, 64], "scale_value_bytes": 100, "scale_rows": 2_000_000, "scale_rounds": 3,
@@ -461,6 +466,12 @@ def main() -> int:
                              for r in scaling_rows(pt, sc["local"]["master"])]
             if isinstance(sc.get("cluster"), dict) and "error" not in sc["cluster"]:
                 sc["summary"] += scaling_rows(sc["cluster"], sc["cluster"]["master"])
+        if "formats" in want:  # its own Spark app: after this process's SparkSession stopped
+            bootstrap = brokers.fresh("formats").bootstrap
+            results["formats"] = guarded(lambda: run_child(
+                "formats.py", {"bootstrap": bootstrap, "rows": p["formats_rows"], "rounds": p["formats_rounds"],
+                               "partitions": args.partitions, "topic_partitions": args.topic_partitions},
+                3600, scratch, echo=True))
         if "wal" in want:
             bootstrap = brokers.fresh("wal").bootstrap
             results["wal"] = guarded(lambda: section_wal(p, bootstrap, scratch, args.topic_partitions))
