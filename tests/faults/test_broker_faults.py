@@ -125,8 +125,14 @@ def test_05_network_cut_or_stall_via_proxy(spark, proxied_broker, tmp_path, scen
     assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+# Exactly-once under the Python engine is left to scenarios 15 and 16 (a broker outage; workers killed inside
+# open transactions), which run that engine path; the suite's 30-minute budget needs the 59 s it took here.
+_NATIVE = ENGINES[0].marks if hasattr(ENGINES[0], "marks") else ()
+CASES_06 = [pytest.param("at_least_once", "native", marks=_NATIVE), pytest.param("at_least_once", "python"),
+            pytest.param("exactly_once", "native", marks=_NATIVE)]
+
+
+@pytest.mark.parametrize("guarantee, engine", CASES_06)
 def test_06_broker_sigkill_and_restart_on_its_log(spark, tmp_path, scenario, hooks, guarantee, engine):
     """The broker SIGKILLed during a batch, restarted 6 s later on the same log and ports."""
     eo = guarantee == "exactly_once"
