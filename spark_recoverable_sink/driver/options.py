@@ -91,6 +91,11 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     for opt in _FOREACH_ONLY:
         if opt in sink_opts:
             raise ConfigError(opt, "is an option of foreachBatch(sink) only; the data source keeps no driver state")
+    for opt in ("value_format", "key_format"):
+        if opt in sink_opts:
+            raise ConfigError(opt, "needs a driver step that builds the batch's plan, which the data source does not "
+                                   "have (Spark runs its writer per partition): use foreachBatch(sink), sink.write(df) "
+                                   "or a job template")
     hints = typing.get_type_hints(SinkConfig)
     names = [f.name for f in fields(SinkConfig) if f.name not in _FIXED]
     check_option_names(sink_opts, names)

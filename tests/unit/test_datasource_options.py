@@ -33,6 +33,7 @@ def test_keys_arrive_lower_cased_and_still_match():
     ({"max_wal_bytes": "1.5"}, "max_wal_bytes", "must be a whole number"),
     ({"run_id": "bad run"}, "run_id", "1-64 characters"),
     ({"drain_on_failure_s": "3"}, "drain_on_failure_s", "foreachBatch(sink) only"),
+    ({"value_format": "avro"}, "value_format", "the data source does not have"),
     ({"kafka.bootstrap.servers": ""}, "kafka", "bootstrap"),
 ])
 def test_bad_options_name_the_option(extra, option, text):
