@@ -48,7 +48,7 @@ def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, Reg
         subject = fmt.subject_for(single, column)  # Step 1
         src = F.col(f"`{name}`")
         if isinstance(fmt, Avro):
-            _check_avro(df, fmt, name, data_type)
+            _check_avro(df, fmt, name, data_type, column)
             payload = _to_avro(src, fmt.schema)
         elif isinstance(fmt, JsonSchema):
             if type(data_type).__name__ not in ("StructType", "MapType", "ArrayType"):
@@ -60,8 +60,18 @@ def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, Reg
             raise ConfigError(f"{column}_format", f"must be Avro(...) or JsonSchema(...), got {type(fmt).__name__}")
         sid = fmt.client(environ).schema_id(subject, fmt.schema, fmt.schema_type, fmt.auto_register)  # Step 2
         header = MAGIC + sid.to_bytes(4, "big")
-        df = df.withColumn(name, F.concat(F.lit(bytearray(header)), payload))  # Step 3: a null stays null
+        try:
+            df = df.withColumn(name, F.concat(F.lit(bytearray(header)), payload))  # Step 3: a null stays null
+        except Exception as exc:  # noqa: BLE001 - told apart by Spark's error class
+            if isinstance(fmt, Avro) and _avro_not_loaded(exc):
+                raise _missing_avro(df.sparkSession.version, column, "Spark: AVRO_NOT_LOADED") from exc
+            raise
     return df
+
+
+def _avro_not_loaded(exc: BaseException) -> bool:
+    text = str(exc)
+    return "AVRO_NOT_LOADED" in text or ("avro" in text.lower() and "not loaded" in text.lower())
 
 
 def _to_avro(col: "Column", schema: str) -> "Column":
@@ -70,26 +80,29 @@ def _to_avro(col: "Column", schema: str) -> "Column":
     return to_avro(col, schema)
 
 
-def _missing_avro(spark_version: str, why: str) -> ConfigError:
-    return ConfigError("value_format", f"Avro needs Spark's spark-avro package on the classpath ({why}): start "
+def _missing_avro(spark_version: str, column: str, why: str) -> ConfigError:
+    return ConfigError(f"{column}_format", f"Avro needs Spark's spark-avro package on the classpath ({why}): start "
                                        f"Spark with --packages {AVRO_PACKAGE}:{spark_version} (or spark.jars."
                                        f"packages; the jar spark-avro_2.13-{spark_version}.jar in spark.jars)")
 
 
-def _check_avro(df: "DataFrame", fmt: Avro, name: str, data_type: Any) -> None:
-    """The spark-avro package is there, and (classic Spark) its serializer accepts the struct for the schema."""
+def _check_avro(df: "DataFrame", fmt: Avro, name: str, data_type: Any, column: str = "value") -> None:
+    """Before the schema is registered: the spark-avro package is there, and (classic Spark) its serializer
+    accepts the struct for the schema. On Spark Connect the plan's analysis finds a missing package; a struct
+    that does not fit fails in the tasks (Spark builds the serializer there)."""
     spark = df.sparkSession
     jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if _classic(spark) else None
-    if jvm is None:  # Spark Connect: the server resolves to_avro; a missing package fails the plan's analysis
+    if jvm is None:
         try:
             df.select(_to_avro(df[name], fmt.schema)).schema
-        except Exception as exc:  # noqa: BLE001 - told apart by its text only
-            if "avro" in str(exc).lower() and ("not found" in str(exc).lower() or "class" in str(exc).lower()):
-                raise _missing_avro(spark.version, type(exc).__name__) from exc
+        except Exception as exc:  # noqa: BLE001 - told apart by Spark's error class
+            if _avro_not_loaded(exc):
+                raise _missing_avro(spark.version, column, "Spark: AVRO_NOT_LOADED") from exc
             raise SchemaError(f"{name}: Spark refuses to_avro of this column with the schema: {exc}", name) from exc
         return
-    if type(getattr(jvm, "org.apache.spark.sql.avro.functions")).__name__ != "JavaClass":
-        raise _missing_avro(spark.version, "class org.apache.spark.sql.avro.functions not found")
+    # Spark 4 keeps the to_avro functions and AvroSerializer in its own jars; the package brings the expression
+    if type(getattr(jvm, "org.apache.spark.sql.avro.CatalystDataToAvro")).__name__ != "JavaClass":
+        raise _missing_avro(spark.version, column, "class org.apache.spark.sql.avro.CatalystDataToAvro not found")
     try:
         parsed = jvm.org.apache.avro.Schema.Parser().parse(fmt.schema)
         catalyst = jvm.org.apache.spark.sql.types.DataType.fromJson(data_type.json())

@@ -121,16 +121,16 @@ class RegistryFormat:
             ConfigError: a variable is not set, or a value is not text.
         """
         environ = os.environ if environ is None else environ
-        conf: dict[str, str] = {}
+        conf: dict[str, Any] = {}
         for k, v in self.registry.items():
             if isinstance(v, Mapping) and set(v) == {"env"}:
                 if v["env"] not in environ:
                     raise ConfigError(f"registry[{k!r}]", f"environment variable {v['env']} is not set")
                 v = environ[v["env"]]
             if not isinstance(v, (str, int, float, bool)):
-                raise ConfigError(f"registry[{k!r}]", f"must be text, a number or {{'env': NAME}}, got "
+                raise ConfigError(f"registry[{k!r}]", f"must be text, a number, a boolean or {{'env': NAME}}, got "
                                                       f"{type(v).__name__}")
-            conf[k] = v if isinstance(v, str) else str(v)
+            conf[k] = v  # numbers stay numbers (timeout, max.retries ...): the client checks their types
         return RegistryClient(conf)
 
     def __repr__(self) -> str:

@@ -22,9 +22,12 @@ never pickled.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import threading
 from typing import Any, Mapping
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..config import is_secret_option
 from ..errors import (
@@ -37,7 +40,7 @@ from ..errors import (
 
 __all__ = ["RegistryClient", "scrub_url"]
 
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_USERINFO = re.compile(r"(?<=://)[^/\s]*@")  # up to the authority's last '@' (a password may hold one)
 _IDS: dict[tuple[str, str, str, str], int] = {}
 _IDS_LOCK = threading.Lock()
 
@@ -54,17 +57,23 @@ class RegistryClient:
         ConfigError: confluent-kafka's Schema Registry client is not installed, or refuses the conf.
     """
 
-    def __init__(self, conf: Mapping[str, str]) -> None:
-        self._conf = dict(conf)
-        self.url = scrub_url(str(self._conf.get("url", "")))
-        self._secrets = sorted({str(v) for k, v in self._conf.items() if is_secret_option(k) and str(v)}
-                               | set(_USERINFO.findall(str(self._conf.get("url", "")))), key=len, reverse=True)
+    def __init__(self, conf: Mapping[str, Any]) -> None:
+        self._conf = _userinfo_to_basic_auth(dict(conf))
+        raw_url = str(conf.get("url", ""))
+        self.url = scrub_url(raw_url)
+        secrets = {str(v) for k, v in self._conf.items() if is_secret_option(k) and str(v)}
+        secrets |= {m.rstrip("@") for m in _USERINFO.findall(raw_url)}
+        secrets |= {unquote(s) for s in secrets}
+        secrets |= {s.partition(":")[2] for s in secrets if len(s.partition(":")[2]) >= 4}  # user:PASSWORD
+        self._secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+        # the id cache is per registry: every setting (credentials and tenant headers included) keys it
+        self._key = hashlib.sha256(json.dumps(sorted(self._conf.items()), default=str).encode()).hexdigest()
         self._client: Any = None
 
     def scrub(self, text: str) -> str:
         """``text`` with the registry's credentials replaced by ``***``."""
         for secret in self._secrets:
-            text = text.replace(secret.rstrip("@"), "***")
+            text = text.replace(secret, "***")
         return scrub_url(text)
 
     def _get(self) -> Any:
@@ -74,10 +83,13 @@ class RegistryClient:
             except ImportError as exc:
                 raise ConfigError("registry", "needs confluent-kafka's Schema Registry client: pip install "
                                               f"'spark-recoverable-sink[registry]' ({exc.name} is missing)") from None
+            error = None
             try:
                 self._client = SchemaRegistryClient(self._conf)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError("registry", self.scrub(str(exc))) from None
+            except Exception as exc:  # noqa: BLE001 - any refusal of the settings, its text scrubbed
+                error = ConfigError("registry", f"{type(exc).__name__}: {self.scrub(str(exc))}")
+            if error is not None:  # raised outside the except: the original (it may hold credentials) is not kept
+                raise error
         return self._client
 
     def schema_id(self, subject: str, schema: str, schema_type: str, auto_register: bool) -> int:
@@ -88,33 +100,46 @@ class RegistryClient:
             RegistryUnavailableError / RegistryAuthError / SchemaIncompatibleError / RegistryError: see above.
             ConfigError: the client cannot be created.
         """
-        key = (self.url, subject, schema_type, schema)
+        key = (self._key, subject, schema_type, schema)
         with _IDS_LOCK:
             if key in _IDS:
                 return _IDS[key]
         client = self._get()
         from confluent_kafka.schema_registry import Schema
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+        error: RegistryError | None = None
+        cause: BaseException | None = None
         try:
             if auto_register:
                 sid = int(client.register_schema(subject, Schema(schema, schema_type)))
             else:
                 sid = int(client.lookup_schema(subject, Schema(schema, schema_type)).schema_id)
         except Exception as exc:  # noqa: BLE001 - every failure is mapped, credentials scrubbed
-            raise self._error(exc, subject, auto_register) from (None if self._leaks(exc) else exc)
+            error = self._error(exc, subject, auto_register)
+            # chained only to the registry's own answer, and only when its text holds no credential: an HTTP
+            # library's error carries the request (URL, Authorization header)
+            cause = exc if isinstance(exc, SchemaRegistryError) and not self._leaks(exc) else None
+        if error is not None:  # raised outside the except: nothing else is kept as its __context__
+            raise error from cause
         with _IDS_LOCK:
             _IDS[key] = sid
         return sid
 
     def _leaks(self, exc: BaseException) -> bool:
         text = repr(exc) + str(exc)
-        return any(s.rstrip("@") in text for s in self._secrets)
+        return any(s in text for s in self._secrets)
 
     def _error(self, exc: Exception, subject: str, auto_register: bool) -> RegistryError:
         status = getattr(exc, "http_status_code", None)
+        if not isinstance(status, int):
+            status = getattr(exc, "status_code", None)  # OAuthTokenError: the identity provider's answer
         code = int(getattr(exc, "error_code", -1) or -1)
         said = self.scrub(str(getattr(exc, "error_message", "") or exc))
         where = f"Schema Registry {self.url} subject {subject!r}"
+        if isinstance(exc, (ValueError, TypeError)) and not isinstance(status, int):
+            return RegistryError(f"{where}: the client refused its settings ({type(exc).__name__}: {said})",
+                                 subject, None, code)
         if status is None or not isinstance(status, int) or status < 0:
             return RegistryUnavailableError(f"{where}: no answer ({type(exc).__name__}: {said}); nothing of "
                                             "the batch was written", subject, None, code)
@@ -125,9 +150,24 @@ class RegistryClient:
             return SchemaIncompatibleError(f"{where}: HTTP 409, the schema is incompatible with the subject's "
                                            f"earlier versions under its compatibility rules: {said}; nothing was "
                                            "registered or written", subject, status, code)
-        if status >= 500:
+        if status >= 500 or status == 429:
             return RegistryUnavailableError(f"{where}: HTTP {status}: {said}", subject, status, code)
         if status == 404 and not auto_register:
             return RegistryError(f"{where}: the schema is not registered under this subject (auto_register="
                                  f"False): {said}", subject, status, code)
         return RegistryError(f"{where}: HTTP {status}: {said}", subject, status, code)
+
+
+def _userinfo_to_basic_auth(conf: dict[str, Any]) -> dict[str, Any]:
+    """``conf`` with a URL's ``user:password@`` moved to ``basic.auth.user.info`` (an HTTP library logs URLs)."""
+    url = conf.get("url")
+    if not isinstance(url, str) or "@" not in url or "," in url:  # a list of URLs: left as given
+        return conf
+    parts = urlsplit(url)
+    if not parts.username and not parts.password:
+        return conf
+    host = parts.netloc.rpartition("@")[2]
+    conf["url"] = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    if "basic.auth.user.info" not in conf:
+        conf["basic.auth.user.info"] = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return conf

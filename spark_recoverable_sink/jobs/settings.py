@@ -27,6 +27,7 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from ..config import is_secret_option
 
@@ -258,6 +259,9 @@ def check_format(key: str, fmt: Mapping[str, Any]) -> None:
     registry = fmt.get("registry")
     if not isinstance(registry, Mapping) or not registry.get("url"):
         raise SettingsError(f"{key}.registry: must be an object with the registry's url")
+    if isinstance(registry["url"], str) and "@" in urlsplit(registry["url"]).netloc:
+        raise SettingsError(f"{key}.registry['url']: holds credentials (user:password@); put them in "
+                            "basic.auth.user.info as {\"env\": \"VARIABLE\"}")
     check_client_conf(f"{key}.registry", registry)
 
 

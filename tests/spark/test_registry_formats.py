@@ -144,7 +144,8 @@ def test_an_evolved_schema_gets_its_new_id_and_an_incompatible_one_is_refused_be
 def test_a_registry_down_or_refusing_the_password_fails_the_batch_before_any_record_naming_no_secret(
         spark, broker, tmp_path, registry, caplog):
     topic = _topic(broker)
-    wrong = {**registry.client_conf(), "basic.auth.user.info": "sink:not-the-password"}
+    # the wrong password in the URL: the registry answers 401, and the HTTP library logs the request's URL
+    wrong = {"url": registry.url.replace("http://", "http://sink:not-the-password@")}
     caplog.set_level(logging.DEBUG)
     sink = _sink(broker, tmp_path, topic, value_format=Avro(json.dumps(ORDER_V1), wrong))
     with pytest.raises(RegistryAuthError) as auth:

@@ -84,18 +84,42 @@ def test_registry_failures_are_typed_and_scrubbed(status, kind):
     e = ei.value
     assert type(e) is kind and e.subject == f"s-{status}" and e.status == status
     assert "info-secret" not in str(e) and "url-secret" not in str(e)
-    assert e.__cause__ is None  # the original holds the credentials: not chained
+    assert e.__cause__ is None and e.__context__ is None  # the original holds the credentials: not kept
 
 
 def test_a_missing_spark_avro_package_is_named_with_its_coordinate(monkeypatch):
     class JavaPackage:  # what py4j gives for a class that is not on the classpath
         pass
 
-    jvm = SimpleNamespace(**{"org.apache.spark.sql.avro.functions": JavaPackage()})
+    jvm = SimpleNamespace(**{"org.apache.spark.sql.avro.CatalystDataToAvro": JavaPackage()})
     df = SimpleNamespace(sparkSession=SimpleNamespace(sparkContext=SimpleNamespace(_jvm=jvm), version="4.2.0"))
     monkeypatch.setattr(encode, "_classic", lambda spark: True)
-    with pytest.raises(ConfigError, match="--packages org.apache.spark:spark-avro_2.13:4.2.0"):
-        encode._check_avro(df, Avro(AVRO, REG), "value", None)
+    with pytest.raises(ConfigError, match="--packages org.apache.spark:spark-avro_2.13:4.2.0") as ei:
+        encode._check_avro(df, Avro(AVRO, REG), "k", None, "key")
+    assert ei.value.option == "key_format"
+
+
+def test_a_url_with_credentials_is_cut_before_the_client_sees_it_and_the_id_cache_is_per_registry():
+    a = RegistryClient({"url": "http://us%40r:p%40ss@h:1/x"})
+    assert a._conf == {"url": "http://h:1/x", "basic.auth.user.info": "us@r:p@ss"}
+    assert a.scrub("http://us%40r:p%40ss@h:1/x and p@ss") == "http://***@h:1/x and ***"
+    b = RegistryClient({"url": "http://h:1/x", "basic.auth.user.info": "other:key"})
+    calls = []
+
+    def register(subject, schema):
+        calls.append(subject)
+        return 7
+
+    for client in (a, b):
+        client._client = SimpleNamespace(register_schema=register)
+        assert client.schema_id("same-subject", AVRO, "AVRO", True) == 7
+    assert calls == ["same-subject", "same-subject"]  # same URL, other credentials: asked again
+    assert a.schema_id("same-subject", AVRO, "AVRO", True) == 7 and len(calls) == 2  # cached for a
+
+
+def test_numbers_in_the_registry_settings_stay_numbers():
+    client = Avro(AVRO, {**REG, "timeout": 5, "max.retries": 2}).client({})
+    assert client._conf["timeout"] == 5 and client._conf["max.retries"] == 2
 
 
 def test_job_templates_take_a_format_with_its_secrets_from_the_environment_only(tmp_path):
