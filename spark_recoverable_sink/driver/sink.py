@@ -68,7 +68,7 @@ class RecoverableKafkaSink:
     DataFrame has the columns of Spark's Kafka sink: ``value`` (required),
     ``key``, ``topic``, ``partition``, ``headers``, ``timestamp``.
 
-    Record ids are ``sink:run:batch:partition:seq``. In ``foreachBatch`` the
+    Record ids are ``sink:run:batch:partition:<fingerprint>-<occurrence>`` (:mod:`..ids`). In ``foreachBatch`` the
     run is the streaming query's id (first 16 hex digits): the same after a
     restart from the checkpoint, different for a new checkpoint or another
     query; each ``write()`` gets a fresh run unless given one.

@@ -73,7 +73,8 @@ def write_partition(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
     *, run: str = "", confirmed: Collection[str] = (),
 ) -> PartitionReport:
-    """Write one partition through the WAL to Kafka; :func:`write_partitions` for a task that holds one partition.
+    """Write one partition through the WAL to Kafka (tools and the data source); a task whose rows may come
+    from several Spark partitions (a coalesced one) uses :func:`write_partitions`.
 
     Raises:
         RecoverableSinkError: the batches hold rows of several Spark partitions (:mod:`.parts`).
