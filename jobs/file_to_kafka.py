@@ -3,7 +3,8 @@
     spark-submit --master 'local[2]' jobs/file_to_kafka.py --conf conf/file_to_kafka.json
 
 Each row goes to Kafka as key = ``source.key_column`` (as a string) and
-value = the whole row as JSON. The files' schema comes from
+value = the whole row: JSON text, or with ``sink.value_format`` Avro or JSON
+Schema in Schema Registry's wire format. The files' schema comes from
 ``source.schema_file``: a Spark DDL string (``id bigint, name string``) or a
 StructType's JSON (``df.schema.json()``). Settings, secrets, the query and its
 graceful stop work as in jobs/stream_to_kafka.py (spark_recoverable_sink.jobs);
@@ -41,13 +42,13 @@ class Source:
 
 
 def build_source(spark: SparkSession, source: Source) -> DataFrame:
-    """The files as ``key`` = the key column, ``value`` = the row as JSON."""
+    """The files as ``key`` = the key column, ``value`` = the row as a struct (JSON unless ``sink.value_format``)."""
     df = (spark.readStream.format(source.format).schema(load_schema(source.schema_file))
           .option("maxFilesPerTrigger", source.max_files_per_trigger).load(source.path))
     if source.key_column not in df.columns:
         raise SettingsError(f"source.key_column: {source.key_column!r} is not in the schema {df.columns}")
     return df.select(F.col(source.key_column).cast("string").alias("key"),
-                     F.to_json(F.struct(*df.columns)).alias("value"))
+                     F.struct(*df.columns).alias("value"))
 
 
 if __name__ == "__main__":

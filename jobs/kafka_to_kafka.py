@@ -51,11 +51,14 @@ def read_source(spark: SparkSession, source: Source) -> DataFrame:
 
 
 def transform(df: DataFrame) -> DataFrame:
-    """The job's logic on the Kafka source schema: keep the key, wrap the value with where it came from."""
+    """The job's logic on the Kafka source schema: keep the key, wrap the value with where it came from.
+
+    The value is a struct: written as JSON text, or with ``sink.value_format`` as Avro or JSON Schema.
+    """
     return df.where("value is not null").selectExpr(
         "key",
-        "to_json(named_struct('payload', cast(value as string), 'topic', topic, 'partition', partition, "
-        "'offset', offset)) as value",
+        "named_struct('payload', cast(value as string), 'topic', topic, 'partition', partition, "
+        "'offset', offset) as value",
     )
 
 

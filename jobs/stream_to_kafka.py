@@ -43,7 +43,7 @@ class Source:
 
 
 def build_source(spark: SparkSession, source: Source) -> DataFrame:
-    """The input in the Kafka sink schema: ``key`` (string), ``value`` (JSON string)."""
+    """The input in the Kafka sink schema: ``key`` (string), ``value`` (a struct: JSON unless ``sink.value_format``)."""
     reader = spark.readStream.format(source.format).option("numPartitions", source.num_partitions)
     if source.format == "rate":
         reader = reader.option("rowsPerSecond", source.rows_per_second)
@@ -51,7 +51,7 @@ def build_source(spark: SparkSession, source: Source) -> DataFrame:
         reader = reader.option("rowsPerBatch", source.rows_per_batch)
     return reader.load().selectExpr(
         "cast(value as string) as key",
-        "to_json(named_struct('n', value, 'ts', cast(timestamp as string))) as value",
+        "named_struct('n', value, 'ts', cast(timestamp as string)) as value",
     )
 
 

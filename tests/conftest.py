@@ -112,6 +112,18 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Schema Registry server (Apicurio Registry's Confluent API) per test session, HTTP basic auth, a random password."""
+    import secrets
+
+    from devtools.schema_registry import SchemaRegistry
+
+    r = SchemaRegistry(str(tmp_path_factory.mktemp("registry")), user="sink", password=secrets.token_hex(8)).start()
+    yield r
+    r.stop()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``spark`` every test that uses the ``spark`` fixture, directly or through another fixture."""
     for item in items:

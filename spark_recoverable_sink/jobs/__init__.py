@@ -29,6 +29,7 @@ from .runner import (
     build_sink,
     build_spark,
     ensure_topic,
+    for_sink,
     run_job,
     run_template,
     start_query,
@@ -61,6 +62,6 @@ __all__ = [
     "COMMON_SECTIONS", "ENV_OVERRIDES", "CLIENT_CONF_PREFIXES", "sections_for", "setting_keys",
     "required_keys", "section_keys", "parse_sections", "settings_from_dict", "load_settings", "read_json",
     "check_client_conf", "resolve_client_conf", "producer_conf", "load_schema",
-    "BuildSource", "ensure_topic", "build_spark", "build_sink", "start_query", "stop_gracefully", "totals",
+    "BuildSource", "for_sink", "ensure_topic", "build_spark", "build_sink", "start_query", "stop_gracefully", "totals",
     "summary", "run_job", "run_template",
 ]

@@ -1,14 +1,15 @@
 """Running a job template: Spark session, topics, the sink, the query loop, graceful stop and drain.
 
 A template defines its ``source`` settings dataclass and a function
-``build(spark, source) -> DataFrame`` (the input, already in the Kafka sink
-schema); ``sys.exit(run_template(Source, build))`` does the rest:
+``build(spark, source) -> DataFrame`` (the input in the Kafka sink schema,
+``value`` and ``key`` binary, string or a struct of the row: see
+:func:`for_sink`); ``sys.exit(run_template(Source, build))`` does the rest:
 
 1. read ``--conf`` (exit code 2 and one log line if a setting is wrong);
 2. build the sink (its options are checked before Spark starts), create the
    topics if ``kafka.create_topic_partitions`` > 0, build the SparkSession;
-3. start ``build(...).writeStream.foreachBatch(sink)`` with the checkpoint and
-   trigger of ``query``;
+3. start ``for_sink(build(...)).writeStream.foreachBatch(sink)`` with the
+   checkpoint and trigger of ``query``;
 4. run until ``query.run_seconds`` pass, SIGTERM/SIGINT, the query ends
    (``available_now``) or fails; on stop, wait up to ``query.stop_grace_s``
    for the running micro-batch, then drain records still pending in the WALs;
@@ -38,6 +39,7 @@ from .settings import (
     KafkaSettings,
     QuerySettings,
     SettingsError,
+    SinkSettings,
     SparkSettings,
     load_settings,
 )
@@ -48,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..driver.sink import RecoverableKafkaSink
 
-__all__ = ["BuildSource", "ensure_topic", "build_spark", "build_sink", "start_query", "stop_gracefully",
+__all__ = ["BuildSource", "for_sink", "ensure_topic", "build_spark", "build_sink", "start_query", "stop_gracefully",
            "totals", "summary", "run_job", "run_template"]
 
 log = logging.getLogger("spark_recoverable_sink.jobs")
@@ -56,6 +58,23 @@ log = logging.getLogger("spark_recoverable_sink.jobs")
 #: ``build(spark, source_settings) -> DataFrame`` in the Kafka sink schema.
 BuildSource = Callable[["SparkSession", Any], "DataFrame"]
 _TOTAL_KEYS = ("rows", "acked", "pending", "retried", "dead_lettered", "replayed")
+
+
+def for_sink(df: "DataFrame", sink: SinkSettings) -> "DataFrame":
+    """A template's rows as the sink takes them: a struct ``value`` or ``key`` with no format is JSON text.
+
+    The templates build the row as a struct. With ``sink.value_format`` (or
+    ``sink.key_format``) set, the sink encodes that struct in the registry's
+    wire format (Avro or JSON Schema, in the JVM); with it ``null``, the
+    struct is written as Spark's ``to_json`` of it. Other columns pass as they are.
+    Runs on the driver; builds a plan, reads no row.
+    """
+    from pyspark.sql import functions as F
+
+    for name, fmt in (("value", sink.value_format), ("key", sink.key_format)):
+        if fmt is None and name in df.columns and type(df.schema[name].dataType).__name__ == "StructType":
+            df = df.withColumn(name, F.to_json(F.col(name)))
+    return df
 
 
 def ensure_topic(kafka: KafkaSettings, conf: Mapping[str, Any], topic: str | None = None,
@@ -210,7 +229,7 @@ def run_job(settings: JobSettings, build: BuildSource, spark: "SparkSession" | N
     if settings.sink.dead_letter_topic:
         ensure_topic(settings.kafka, conf, settings.sink.dead_letter_topic)
     spark = spark or build_spark(settings.spark)
-    q = start_query(build(spark, settings.source), sink, settings.query)
+    q = start_query(for_sink(build(spark, settings.source), settings.sink), sink, settings.query)
     log.info("job=%s query_id=%s run_id=%s status=started", job, q.id, q.runId)
     t0 = time.monotonic()
     deadline = t0 + settings.query.run_seconds if settings.query.run_seconds > 0 else None

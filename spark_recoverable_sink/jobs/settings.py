@@ -84,8 +84,9 @@ class KafkaSettings:
 class SinkSettings:
     """``sink``: the :class:`RecoverableKafkaSink` options (see ``SinkConfig``).
 
-    ``value_format`` / ``key_format`` (``null``: plain bytes) is a Schema
-    Registry format of the column: ``{"type": "avro" | "json_schema",
+    ``value_format`` / ``key_format`` is a Schema Registry format of the
+    column (``null``: a binary or string column as it is, a struct as JSON
+    text, see :func:`.runner.for_sink`): ``{"type": "avro" | "json_schema",
     "schema_file": path (or "schema": text), "registry": {"url": ...,
     "basic.auth.user.info": {"env": "NAME"}, ...}, "subject": null,
     "strategy": "topic" | "record" | "topic_record", "auto_register": true}``.

@@ -6,7 +6,10 @@
   (``ds-stream``, three micro-batches);
 * with ``connect``: the same through a local Spark Connect server, plus
   ``sink.write(df)`` (``cx-write``), ``foreachBatch(sink)`` with a ``run_id``
-  (``cx-stream``) and without one (must fail, naming ``run_id``).
+  (``cx-stream``) and without one (must fail, naming ``run_id``); with
+  ``RKS_TEST_REGISTRY_URL`` set, also ``sink.write(df)`` of a struct as Avro in
+  Schema Registry's wire format to ``<TOPIC>-avro`` (``cx-avro``; the password
+  from ``RKS_TEST_REGISTRY_AUTH``, Spark's Avro jars from ``RKS_TEST_SPARK_JARS``).
 
 Prints one JSON line of results on stdout.
 
@@ -32,12 +35,30 @@ def _rate(spark: Any, rows: int, prefix: str) -> Any:
             .load().selectExpr("cast(value as string) as key", f"concat('{prefix}', cast(value as string)) as value"))
 
 
+#: the Avro schema of ``cx-avro``'s values (the registry subject ``<TOPIC>-avro-value``)
+ROW_AVRO = {"type": "record", "name": "Row", "namespace": "cx", "fields": [
+    {"name": "id", "type": "long"}, {"name": "text", "type": "string"}]}
+
+
+def _avro(spark: Any, conf: dict, topic: str, wal: str, n: int, out: dict[str, Any]) -> None:
+    from spark_recoverable_sink import Avro, RecoverableKafkaSink
+
+    registry = {"url": os.environ["RKS_TEST_REGISTRY_URL"], "basic.auth.user.info": {"env": "RKS_TEST_REGISTRY_AUTH"}}
+    sink = RecoverableKafkaSink("cx-avro", conf, topic=topic, wal_dir=wal,
+                                value_format=Avro(json.dumps(ROW_AVRO), registry))
+    df = spark.range(n).selectExpr("named_struct('id', id, 'text', concat('t-', cast(id as string))) as value")
+    report = sink.write(df)
+    out.update(avro_rows=report.rows, avro_acked=report.acked)
+
+
 def main(argv: list[str]) -> int:
     bootstrap, topic, work, rows, mode = argv[:5]
     n = int(rows)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+    if os.environ.get("RKS_TEST_SPARK_JARS"):
+        builder = builder.config("spark.jars", os.environ["RKS_TEST_SPARK_JARS"])
     spark = (builder.remote("local[2]") if mode == "connect" else builder.master("local[2]")).getOrCreate()
     out: dict[str, Any] = {"mode": mode}
     wal = os.path.join(work, "wal")
@@ -63,6 +84,8 @@ def main(argv: list[str]) -> int:
              .start())
         _until_batch(q, 2)
         out.update(fb_exception=str(q.exception()) if q.exception() else None)
+        if os.environ.get("RKS_TEST_REGISTRY_URL"):
+            _avro(spark, conf, f"{topic}-avro", wal, n, out)
         sink = RecoverableKafkaSink("cx-norun", conf, topic=topic, wal_dir=wal)
         q = (_rate(spark, 10, "x-").writeStream.foreachBatch(sink)
              .option("checkpointLocation", os.path.join(work, "chk-norun")).start())

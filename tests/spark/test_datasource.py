@@ -18,8 +18,9 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaDataSource
 
-from ..kafka_helpers import read_topic
+from ..kafka_helpers import create_topic, read_topic
 from ..record_ids import id_prefix
+from ..registry_reads import decode_values
 
 pytestmark = pytest.mark.spark
 
@@ -28,8 +29,14 @@ ROWS = 1000
 _REPORT = re.compile(r"sink=(\S+) entry=recoverable-kafka batch_id=(\d+) run=(\S+) rows=(\d+) \S+ acked=(\d+)")
 
 
-def _run_app(broker, topic: str, work: str, mode: str) -> tuple[dict, list[tuple[str, int, str, int, int]]]:
+def _run_app(broker, topic: str, work: str, mode: str, registry=None,
+             ) -> tuple[dict, list[tuple[str, int, str, int, int]]]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    if registry is not None:
+        from devtools.jvm import spark_avro_jars
+
+        env.update(RKS_TEST_REGISTRY_URL=registry.url, RKS_TEST_REGISTRY_AUTH=f"{registry.user}:{registry.password}",
+                   RKS_TEST_SPARK_JARS=",".join(spark_avro_jars()))
     p = subprocess.run([sys.executable, "-m", "tests.programs.entry_points_app", broker.bootstrap, topic, work,
                         str(ROWS), mode], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -48,8 +55,11 @@ def _by_sink_batch(ids: Counter) -> dict[tuple[str, str, int], int]:
 
 
 @pytest.mark.parametrize("mode", ["classic", "connect"])
-def test_every_entry_point_delivers_each_row_once(broker, topic, tmp_path, mode):
-    out, reports = _run_app(broker, topic, str(tmp_path), mode)
+def test_every_entry_point_delivers_each_row_once(broker, topic, tmp_path, mode, request):
+    registry = request.getfixturevalue("registry") if mode == "connect" else None
+    if registry is not None:
+        create_topic(broker.bootstrap, f"{topic}-avro", 2)
+    out, reports = _run_app(broker, topic, str(tmp_path), mode, registry)
     # at least: the batch save, three stream batches (a fourth may be cut by the stop), and under Connect
     # the write and three foreachBatch batches; every one of them was acked before its commit
     least = ROWS + 3 * (ROWS // 2) + (ROWS + 3 * (ROWS // 2) if mode == "connect" else 0)
@@ -80,6 +90,11 @@ def test_every_entry_point_delivers_each_row_once(broker, topic, tmp_path, mode)
         assert all(per[("cx-stream", "cxrun1", b)] == ROWS // 2 for b in (0, 1, 2))
         # Spark Connect hides the query id from foreachBatch: the sink says to pass run_id
         assert "pass run_id= to the sink" in out["norun_error"]
+        # a Schema Registry format through Connect: the plan built by the client, to_avro run by the server
+        assert out["avro_rows"] == out["avro_acked"] == ROWS
+        avro = read_topic(broker.bootstrap, f"{topic}-avro", expected=ROWS).records
+        assert sorted((v["id"], v["text"]) for v in decode_values(registry, avro)) == [
+            (i, f"t-{i}") for i in range(ROWS)]
 
 
 def _save(spark, **options):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
+import os
 import uuid
 
 import pytest
 from pyspark.sql import functions as F
 
-from devtools.schema_registry import SchemaRegistry
+from spark_recoverable_sink import jobs
 from spark_recoverable_sink import (
     Avro,
     JsonSchema,
@@ -27,9 +27,13 @@ from spark_recoverable_sink import (
     SchemaIncompatibleError,
 )
 
+from ..job_files import load_job
 from ..kafka_helpers import create_topic, read_topic
+from ..registry_reads import decode_values
 
 pytestmark = pytest.mark.spark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"}, {"name": "item", "type": "string"},
@@ -40,14 +44,6 @@ KEY_SCHEMA = {"type": "record", "name": "OrderKey", "namespace": "shop", "fields
 ORDER_JSON = {"title": "OrderJson", "type": "object", "required": ["id", "item"],
               "properties": {"id": {"type": "integer"}, "item": {"type": "string"},
                              "price": {"type": ["number", "null"]}}}
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    """One registry for the module, with HTTP basic auth (a random password)."""
-    r = SchemaRegistry(str(tmp_path_factory.mktemp("registry")), user="sink", password=secrets.token_hex(8)).start()
-    yield r
-    r.stop()
 
 
 def _orders(spark, n: int, with_note: bool = False):
@@ -75,15 +71,7 @@ def _topic(broker) -> str:
 
 
 def _decode(registry, records, kind: str = "avro", field: str = "value"):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroDeserializer
-    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    client = SchemaRegistryClient(registry.client_conf())
-    de = AvroDeserializer(client) if kind == "avro" else JSONDeserializer(None, schema_registry_client=client)
-    where = MessageField.VALUE if field == "value" else MessageField.KEY
-    return [de(getattr(r, field), SerializationContext(r.topic, where)) for r in records]
+    return decode_values(registry, records, kind, field)
 
 
 def _expected(n: int, with_note: bool = False):
@@ -174,3 +162,36 @@ def test_a_struct_that_does_not_fit_the_avro_schema_is_refused_on_the_driver(spa
         assert list(tracker.getJobIdsForGroup("avro-fit")) == []  # refused before any Spark job
     finally:
         spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+
+
+def test_a_job_template_writes_its_rows_as_avro_with_sink_value_format_the_password_from_the_environment(
+        spark, broker, tmp_path, registry, monkeypatch):
+    """jobs/file_to_kafka.py with ``sink.value_format``: the same template, each row Avro instead of JSON."""
+    mod = load_job("file_to_kafka")
+    landing, n = tmp_path / "landing", 60
+    landing.mkdir()
+    for f in range(2):
+        (landing / f"part-{f}.json").write_text("".join(json.dumps(
+            {"id": i, "item": f"item-{i}", **({} if i % 5 == 0 else {"price": i * 1.5})}) + "\n"
+            for i in range(f * n // 2, (f + 1) * n // 2)))
+    (tmp_path / "schema.ddl").write_text("id bigint, item string, price double\n")
+    (tmp_path / "order.avsc").write_text(json.dumps(ORDER_V1))
+    topic = _topic(broker)
+    monkeypatch.setenv("RKS_TEST_REGISTRY_AUTH", f"sink:{registry.password}")
+    with open(os.path.join(ROOT, "conf", "file_to_kafka.json"), encoding="utf-8") as fh:
+        raw = json.load(fh)
+    raw["kafka"].update(topic=topic, create_topic_partitions=0)
+    raw["sink"].update(name=f"tpl-avro-{uuid.uuid4().hex[:6]}", wal_dir=str(tmp_path / "wal"), value_format={
+        "type": "avro", "schema_file": str(tmp_path / "order.avsc"),
+        "registry": {"url": registry.url, "basic.auth.user.info": {"env": "RKS_TEST_REGISTRY_AUTH"}}})
+    raw["source"].update(path=str(landing), schema_file=str(tmp_path / "schema.ddl"), key_column="id",
+                         max_files_per_trigger=1)
+    raw["query"].update(checkpoint_location=str(tmp_path / "chk"), available_now=True, run_seconds=0)
+    settings = jobs.settings_from_dict(raw, mod.Source, environ={"KAFKA_BOOTSTRAP": broker.bootstrap})
+    assert registry.password not in repr(settings)
+    sink = jobs.run_job(settings, mod.build_source, spark, environ={"KAFKA_BOOTSTRAP": broker.bootstrap},
+                        job="file_to_kafka")
+    assert sum(r.acked for r in sink.reports) == n and len(sink.reports) == 2  # one file per trigger
+    got = read_topic(broker.bootstrap, topic, expected=n).records
+    assert sorted(_decode(registry, got), key=lambda v: v["id"]) == _expected(n)
+    assert sorted(int(r.key) for r in got) == list(range(n))

@@ -147,8 +147,10 @@ def test_file_to_kafka_reads_parquet_with_a_json_schema_file(spark, tmp_path):
     (tmp_path / "schema.json").write_text(df.schema.json())
     source = mod.Source(path=str(tmp_path / "landing"), schema_file=str(tmp_path / "schema.json"),
                         key_column="name", format="parquet")
-    out = mod.build_source(spark, source)
-    assert out.isStreaming and out.columns == ["key", "value"]
+    built = mod.build_source(spark, source)
+    assert built.isStreaming and built.schema["value"].dataType.simpleString().startswith("struct<id:bigint")
+    out = jobs.for_sink(built, jobs.SinkSettings(name="tpl", wal_dir=str(tmp_path / "wal")))  # no value_format: JSON
+    assert out.columns == ["key", "value"] and out.schema["value"].dataType.simpleString() == "string"
     q = out.writeStream.format("memory").queryName("tpl_parquet").trigger(availableNow=True).start()
     try:
         assert q.awaitTermination(120)
@@ -180,7 +182,7 @@ def test_kafka_to_kafka_transform_writes_through_the_sink_and_source_secrets_res
     stand_in = spark.createDataFrame(
         [(b"k1", b'{"a":1}', "in", 0, 10, ts, 0), (None, b"x", "in", 1, 11, ts, 0), (b"k3", None, "in", 1, 12, ts, 0)],
         KAFKA_SOURCE_SCHEMA)
-    out = mod.transform(stand_in)
+    out = jobs.for_sink(mod.transform(stand_in), settings.sink)
     assert out.columns == ["key", "value"]
     sink = jobs.build_sink(settings, environ={})
     report = sink.write(out)
