@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from bench.against_spark import explain as explain_vs_spark
 from bench.targets import (
     ASYNC,
     EXACTLY,
@@ -317,94 +318,100 @@ def _occurrence_peak(runs: list[dict[str, Any]]) -> str:
             "The rest of the growth: the WAL's map pages (below) and allocator slack.")
 
 
+def _explain(results: dict[str, Any], name: str) -> str:
+    """The paragraph for a missed target of the native-engine and earlier groups ('' if none)."""
+    text = ""
+    if name.startswith("sink sync (native engine, id header on) ÷ flush-writer"):
+        text = _sync_vs_flush(results, 1024 if "1024" in name else 100)
+    elif name.startswith("CPU seconds per record"):
+        text = _cpu_split(results, 1024 if "1024" in name else 100)
+    elif name.startswith("sink sync throughput, native ÷ Python"):
+        text = _native_vs_python(results)
+    elif name.startswith("exactly-once micro-batch p50"):
+        text = _scaling(results)
+    elif name.startswith("sink sync ÷ flush-writer throughput"):
+        size = 1024 if "1024" in name else 100
+        text = _header_split(results, size)
+        f, fi = tp_row(results, FLUSH, size), tp_row(results, FLUSH_ID, size)
+        if text and f and fi:
+            goal = 0.95 if size == 1024 else 0.90
+            text += (" The header is a per-record cost inside confluent-kafka (a dict, a bytes object and "
+                     "their conversion into librdkafka headers, then more bytes on the wire and at the broker); "
+                     "`produce_batch` would drop it in this client version.")
+            if f["median_s"] / fi["median_s"] < goal:
+                text += (f" With the header kept, as the target requires, the header alone is already below "
+                         f"the {goal:.2f} goal: the rest of the sink would have to cost less than nothing.")
+    elif name.startswith("sink async time-to-durable"):
+        a, s = tp_row(results, ASYNC, 100), tp_row(results, SYNC, 100)
+        cs = cores_busy(s)
+        if a and s and cs is not None:
+            text = (f"The sync write keeps {cs:.2f} of the machine's cores busy (CPU seconds of every process ÷ "
+                    "wall time): the run is CPU-bound, so producing while the task writes the WAL can only hide "
+                    f"I/O wait, not CPU. Async spends {a['cpu_s_per_million']:.2f} CPU s per million rows (until "
+                    f"durable) against sync's {s['cpu_s_per_million']:.2f}: the records pass from the task thread "
+                    "to the poller thread, which share one interpreter lock per worker. Its time to durable "
+                    "also counts the prune after the last ack (the benchmark sees durability as an empty WAL)."
+                    + _overlap_variant())
+    elif name.startswith("sink async p50 micro-batch latency"):
+        la, lf, ln = (lat_row(results, w) for w in (ASYNC, FLUSH, NOOP))
+        if la and lf and ln:
+            half = lf["add_batch_ms"]["p50"] * 0.5
+            floor = ln["add_batch_ms"]["p50"]
+            text = (f"Half the flush-writer's p50 is {half:.0f} ms, below the {floor:.0f} ms p50 of a writer "
+                    "that writes nothing at all: the part of a batch Spark itself takes (scheduling the job, "
+                    "moving the rows to Python as Arrow) is more than the ratio leaves. The second half of "
+                    f"the target holds when the async p50 is within 20 ms of the no-op's ({la['add_batch_ms']['p50']:.0f} "
+                    f"ms against {floor:.0f} ms in this run).")
+    elif name.startswith("CPU seconds per million"):
+        s, f, fi = tp_row(results, SYNC, 100), tp_row(results, FLUSH, 100), tp_row(results, FLUSH_ID, 100)
+        if s and f and fi and fi.get("cpu_s_per_million"):
+            text = (f"CPU per million rows: flush-writer {f['cpu_s_per_million']:.2f} s, with the `rks-id` "
+                    f"header {fi['cpu_s_per_million']:.2f} s ({fi['cpu_s_per_million'] / f['cpu_s_per_million']:.2f} "
+                    f"×), sink {s['cpu_s_per_million']:.2f} s ({s['cpu_s_per_million'] / fi['cpu_s_per_million']:.2f} "
+                    "× the writer with the header). The header is paid in the Python worker, in librdkafka's "
+                    "threads and in the broker (every record carries the header's bytes); the rest is the WAL "
+                    "(Arrow IPC, CRC, fsync) and the ack tracking.")
+    elif name.startswith("exactly-once ÷ sink sync"):
+        size = 1024 if "1024" in name else 100
+        e, s = tp_row(results, EXACTLY, size), tp_row(results, SYNC, size)
+        ce, cs = cores_busy(e), cores_busy(s)
+        if e and s and ce is not None and cs is not None:
+            text = (f"Both writes are CPU-bound ({ce:.2f} and {cs:.2f} cores busy), so throughput follows CPU "
+                    f"per record: exactly-once spends {e['cpu_s_per_million']:.2f} s per million rows against "
+                    f"{s['cpu_s_per_million']:.2f} s (inverse ratio {s['cpu_s_per_million'] / e['cpu_s_per_million']:.2f}, "
+                    f"measured throughput ratio {e['rows_per_s'] / s['rows_per_s']:.2f}). This suite does not profile "
+                    "the transactional path; what it adds per task is one transaction (begin, the partitions "
+                    "added to it, the marker offset, commit) on its own producer, and a read_committed marker "
+                    "read per unit." + _eo_extra(results, size))
+    elif name.startswith("worker peak memory"):
+        mem = results.get("memory") or {}
+        runs = mem.get("runs") or []
+        if len(runs) >= 2 and runs[0].get("end_rss_parts_kib") and runs[-1].get("end_rss_parts_kib"):
+            p0, p1 = runs[0]["end_rss_parts_kib"], runs[-1]["end_rss_parts_kib"]
+            ga = (p1["RssAnon"] - p0["RssAnon"]) / p0["RssAnon"]
+            text = _occurrence_peak(runs) + " "
+            text += (f"After the task, the split of the resident set: anonymous memory (Python, Arrow, librdkafka) "
+                    f"{p0['RssAnon'] / 1024:.0f} -> {p1['RssAnon'] / 1024:.0f} MiB ({ga * 100:+.1f} %), "
+                    f"file-backed pages {p0['RssFile'] / 1024:.0f} -> {p1['RssFile'] / 1024:.0f} MiB. What "
+                    "stays grows in the file-backed part, the pages of the WAL's LMDB map (page cache the kernel "
+                    "can drop, not memory the worker allocated)")
+            m0, m1 = runs[0].get("wal_map_used_kib"), runs[-1].get("wal_map_used_kib")
+            if m0 and m1:
+                text += f"; the part of the map ever used went from {m0 / 1024:.0f} to {m1 / 1024:.0f} MiB"
+                if m1 > 1.1 * m0:
+                    text += (" while only the chunks in flight were live: LMDB reuses freed pages for a "
+                             "chunk's overflow pages only as contiguous runs, so a longer partition touches "
+                             "more of the map")
+            text += ". The records themselves are not kept in memory."
+    return text
+
+
 def why_missed(results: dict[str, Any]) -> list[tuple[str, str]]:
     """(target name, explanation) for every missed target of ``results['targets']``."""
     missed = {t["name"]: t for t in results.get("targets", []) if t["status"] == "missed"}
     out: list[tuple[str, str]] = []
     for name in missed:
-        text = ""
-        if name.startswith("sink sync (native engine, id header on) ÷ flush-writer"):
-            text = _sync_vs_flush(results, 1024 if "1024" in name else 100)
-        elif name.startswith("CPU seconds per record"):
-            text = _cpu_split(results, 1024 if "1024" in name else 100)
-        elif name.startswith("sink sync throughput, native ÷ Python"):
-            text = _native_vs_python(results)
-        elif name.startswith("exactly-once micro-batch p50"):
-            text = _scaling(results)
-        elif name.startswith("sink sync ÷ flush-writer throughput"):
-            size = 1024 if "1024" in name else 100
-            text = _header_split(results, size)
-            f, fi = tp_row(results, FLUSH, size), tp_row(results, FLUSH_ID, size)
-            if text and f and fi:
-                goal = 0.95 if size == 1024 else 0.90
-                text += (" The header is a per-record cost inside confluent-kafka (a dict, a bytes object and "
-                         "their conversion into librdkafka headers, then more bytes on the wire and at the broker); "
-                         "`produce_batch` would drop it in this client version.")
-                if f["median_s"] / fi["median_s"] < goal:
-                    text += (f" With the header kept, as the target requires, the header alone is already below "
-                             f"the {goal:.2f} goal: the rest of the sink would have to cost less than nothing.")
-        elif name.startswith("sink async time-to-durable"):
-            a, s = tp_row(results, ASYNC, 100), tp_row(results, SYNC, 100)
-            cs = cores_busy(s)
-            if a and s and cs is not None:
-                text = (f"The sync write keeps {cs:.2f} of the machine's cores busy (CPU seconds of every process ÷ "
-                        "wall time): the run is CPU-bound, so producing while the task writes the WAL can only hide "
-                        f"I/O wait, not CPU. Async spends {a['cpu_s_per_million']:.2f} CPU s per million rows (until "
-                        f"durable) against sync's {s['cpu_s_per_million']:.2f}: the records pass from the task thread "
-                        "to the poller thread, which share one interpreter lock per worker. Its time to durable "
-                        "also counts the prune after the last ack (the benchmark sees durability as an empty WAL)."
-                        + _overlap_variant())
-        elif name.startswith("sink async p50 micro-batch latency"):
-            la, lf, ln = (lat_row(results, w) for w in (ASYNC, FLUSH, NOOP))
-            if la and lf and ln:
-                half = lf["add_batch_ms"]["p50"] * 0.5
-                floor = ln["add_batch_ms"]["p50"]
-                text = (f"Half the flush-writer's p50 is {half:.0f} ms, below the {floor:.0f} ms p50 of a writer "
-                        "that writes nothing at all: the part of a batch Spark itself takes (scheduling the job, "
-                        "moving the rows to Python as Arrow) is more than the ratio leaves. The second half of "
-                        f"the target holds when the async p50 is within 20 ms of the no-op's ({la['add_batch_ms']['p50']:.0f} "
-                        f"ms against {floor:.0f} ms in this run).")
-        elif name.startswith("CPU seconds per million"):
-            s, f, fi = tp_row(results, SYNC, 100), tp_row(results, FLUSH, 100), tp_row(results, FLUSH_ID, 100)
-            if s and f and fi and fi.get("cpu_s_per_million"):
-                text = (f"CPU per million rows: flush-writer {f['cpu_s_per_million']:.2f} s, with the `rks-id` "
-                        f"header {fi['cpu_s_per_million']:.2f} s ({fi['cpu_s_per_million'] / f['cpu_s_per_million']:.2f} "
-                        f"×), sink {s['cpu_s_per_million']:.2f} s ({s['cpu_s_per_million'] / fi['cpu_s_per_million']:.2f} "
-                        "× the writer with the header). The header is paid in the Python worker, in librdkafka's "
-                        "threads and in the broker (every record carries the header's bytes); the rest is the WAL "
-                        "(Arrow IPC, CRC, fsync) and the ack tracking.")
-        elif name.startswith("exactly-once ÷ sink sync"):
-            size = 1024 if "1024" in name else 100
-            e, s = tp_row(results, EXACTLY, size), tp_row(results, SYNC, size)
-            ce, cs = cores_busy(e), cores_busy(s)
-            if e and s and ce is not None and cs is not None:
-                text = (f"Both writes are CPU-bound ({ce:.2f} and {cs:.2f} cores busy), so throughput follows CPU "
-                        f"per record: exactly-once spends {e['cpu_s_per_million']:.2f} s per million rows against "
-                        f"{s['cpu_s_per_million']:.2f} s (inverse ratio {s['cpu_s_per_million'] / e['cpu_s_per_million']:.2f}, "
-                        f"measured throughput ratio {e['rows_per_s'] / s['rows_per_s']:.2f}). This suite does not profile "
-                        "the transactional path; what it adds per task is one transaction (begin, the partitions "
-                        "added to it, the marker offset, commit) on its own producer, and a read_committed marker "
-                        "read per unit." + _eo_extra(results, size))
-        elif name.startswith("worker peak memory"):
-            mem = results.get("memory") or {}
-            runs = mem.get("runs") or []
-            if len(runs) >= 2 and runs[0].get("end_rss_parts_kib") and runs[-1].get("end_rss_parts_kib"):
-                p0, p1 = runs[0]["end_rss_parts_kib"], runs[-1]["end_rss_parts_kib"]
-                ga = (p1["RssAnon"] - p0["RssAnon"]) / p0["RssAnon"]
-                text = _occurrence_peak(runs) + " "
-                text += (f"After the task, the split of the resident set: anonymous memory (Python, Arrow, librdkafka) "
-                        f"{p0['RssAnon'] / 1024:.0f} -> {p1['RssAnon'] / 1024:.0f} MiB ({ga * 100:+.1f} %), "
-                        f"file-backed pages {p0['RssFile'] / 1024:.0f} -> {p1['RssFile'] / 1024:.0f} MiB. What "
-                        "stays grows in the file-backed part, the pages of the WAL's LMDB map (page cache the kernel "
-                        "can drop, not memory the worker allocated)")
-                m0, m1 = runs[0].get("wal_map_used_kib"), runs[-1].get("wal_map_used_kib")
-                if m0 and m1:
-                    text += f"; the part of the map ever used went from {m0 / 1024:.0f} to {m1 / 1024:.0f} MiB"
-                    if m1 > 1.1 * m0:
-                        text += (" while only the chunks in flight were live: LMDB reuses freed pages for a "
-                                 "chunk's overflow pages only as contiguous runs, so a longer partition touches "
-                                 "more of the map")
-                text += ". The records themselves are not kept in memory."
+        text = explain_vs_spark(results, name) or _explain(results, name)
         if text:
             out.append((name, text))
     return out

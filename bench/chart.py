@@ -29,10 +29,13 @@ PNG = os.path.join(REPO, "docs", "performance.png")
 SCALING_PNG = os.path.join(REPO, "docs", "performance-scaling.png")
 LABELS = {NOOP: "no-op", RAW: "raw (ceiling)", FLUSH: "flush-writer", SYNC: "sink sync (native)",
           SYNC_PY: "sink sync (Python engine)", ASYNC: "sink async", EXACTLY: "sink exactly-once",
-          "spark-kafka": "Spark's Kafka sink", "sink-exactly-once-no-resplit": "sink exactly-once, no re-split",
+          "spark-kafka": "Spark's Kafka sink",
+          "spark-kafka-alike": "Spark's Kafka sink, batching as librdkafka's",
+          "sink-exactly-once-no-resplit": "sink exactly-once, no re-split",
           "flush-writer-id": "flush-writer + rks-id header"}
 COLORS = {NOOP: "#bbbbbb", RAW: "#888888", FLUSH: "#4c72b0", SYNC: "#dd8452", SYNC_PY: "#937860",
-          ASYNC: "#55a868", EXACTLY: "#c44e52", "spark-kafka": "#8172b3", "sink-exactly-once-no-resplit": "#da8bc3",
+          ASYNC: "#55a868", EXACTLY: "#c44e52", "spark-kafka": "#8172b3", "spark-kafka-alike": "#b39ddb",
+          "sink-exactly-once-no-resplit": "#da8bc3",
           "flush-writer-id": "#64b5cd"}
 
 __all__ = ["chart", "scaling_chart"]

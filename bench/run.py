@@ -85,7 +85,7 @@ MODES: dict[str, dict[str, Any]] = {
         "formats_rows": 1_000_000, "formats_rounds": 3,
         # scale_rows_per_s: rows in every micro-batch (rate-micro-batch source, 1 s trigger);
         # scale_duration_s: micro-batches measured (after the warm-up ones), or as many as come in scale_max_s
-        "scale_partitions": [4, 16, 64], "scale_value_bytes": 100, "scale_rows": 2_000_000, "scale_rounds": 3,
+        "scale_partitions": [4, 16, 64, 200], "scale_value_bytes": 100, "scale_rows": 2_000_000, "scale_rounds": 3,
         "scale_rows_per_s": 50_000, "scale_duration_s": 20, "scale_warmup_batches": 3, "scale_max_s": 150,
         "scale_verify": True, "scale_tp_writers": ["flush-writer", "spark-kafka", "sink-sync", "sink-exactly-once"],
         "scale_lat_writers": ["noop", "flush-writer", "spark-kafka", "sink-sync", "sink-exactly-once"],
@@ -399,7 +399,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=None, help="override the throughput row count")
     ap.add_argument("--rounds", type=int, default=None, help="override the runs per writer")
     ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))
-    ap.add_argument("--scaling-partitions", default=None, help="scaling section: partition counts (default 4,16,64)")
+    ap.add_argument("--scaling-partitions", default=None, help="scaling section: partition counts (default 4,16,64,200)")
     ap.add_argument("--no-cluster", action="store_true", help="scaling section: skip the local-cluster run")
     ap.add_argument("--no-render", action="store_true",
                     help="do not write docs/PERFORMANCE.md, docs/performance.png, docs/performance-scaling.png")

@@ -29,14 +29,19 @@ FLUSH_ID = "flush-writer-id"  # throughput only: the flush-writer sending the si
 SYNC_PY = "sink-sync-python"  # throughput only: sink sync on the Python delivery engine (what the native one saves)
 EXACTLY_SPARK = "sink-exactly-once-no-resplit"  # exactly_once_lanes=0: Spark's partitions as lanes, no shuffle
 SPARK_KAFKA = "spark-kafka"  # Spark's own Kafka sink (connector jars from devtools/jvm.py), the writer users pick today
-WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SPARK_KAFKA, SYNC, SYNC_PY, ASYNC, EXACTLY, EXACTLY_SPARK)
-LATENCY_WRITERS = (NOOP, RAW, FLUSH, SPARK_KAFKA, SYNC, ASYNC, EXACTLY)
-#: The scaling section (4, 16, 64 partitions and local-cluster): the sink's two sync modes and the references.
+#: Spark's own Kafka sink with the batching every librdkafka writer here has (linger.ms 5, batch.size 1,000,000):
+#: both clients set alike, so that neither wins by a default.
+SPARK_KAFKA_ALIKE = "spark-kafka-alike"
+ALIKE = {"linger.ms": "5", "batch.size": "1000000"}
+WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SPARK_KAFKA, SPARK_KAFKA_ALIKE, SYNC, SYNC_PY, ASYNC, EXACTLY, EXACTLY_SPARK)
+LATENCY_WRITERS = (NOOP, RAW, FLUSH, SPARK_KAFKA, SPARK_KAFKA_ALIKE, SYNC, ASYNC, EXACTLY)
+#: The scaling section (4, 16, 64, 200 partitions and local-cluster): the sink's two sync modes and the references.
 SCALING_TP_WRITERS = (FLUSH, SPARK_KAFKA, SYNC, EXACTLY)
 SCALING_LAT_WRITERS = (NOOP, FLUSH, SPARK_KAFKA, SYNC, EXACTLY, EXACTLY_SPARK)
 LABELS = {
     NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
     FLUSH_ID: "flush-writer + rks-id header", SPARK_KAFKA: "Spark's Kafka sink (connector 4.2.0)",
+    SPARK_KAFKA_ALIKE: "Spark's Kafka sink, batching set as librdkafka's (linger.ms 5, batch.size 1,000,000)",
     SYNC: "sink at-least-once sync (native engine)", SYNC_PY: "sink at-least-once sync (Python engine)",
     ASYNC: "sink at-least-once async (native engine)", EXACTLY: "sink exactly-once (native engine)",
 }
@@ -81,15 +86,17 @@ def spark_kafka_jars() -> list[str]:
     return spark_kafka_connector_jars()
 
 
-def spark_kafka_options(conf: dict[str, str], topic: str) -> dict[str, str]:
+def spark_kafka_options(conf: dict[str, str], topic: str, alike: bool = False) -> dict[str, str]:
     """Spark's Kafka sink's options for the same producer settings (Java client names; its defaults otherwise).
 
     The settings that decide what a write guarantees are the same for every
     writer (acks=all, idempotence on); the Java client's tuning (linger,
-    batch size) stays at the defaults a user of Spark's sink gets.
+    batch size) stays at the defaults a user of Spark's sink gets (kafka-clients
+    3.9: linger.ms 0, batch.size 16,384), or with ``alike`` is set to
+    librdkafka's (:data:`ALIKE`), which every other writer here runs with.
     """
     java = {"bootstrap.servers": conf["bootstrap.servers"], "acks": conf.get("acks", "all"),
-            "enable.idempotence": conf.get("enable.idempotence", "true")}
+            "enable.idempotence": conf.get("enable.idempotence", "true"), **(ALIKE if alike else {})}
     return {"topic": topic, **{f"kafka.{k}": v for k, v in java.items()}}
 
 
@@ -227,8 +234,9 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
     if writer == NOOP:
         fn = NoopWriter()
         return Target(writer, topic, fn, fn.ddl)
-    if writer == SPARK_KAFKA:
-        return Target(writer, topic, None, "", spark_kafka=spark_kafka_options(conf, topic))  # type: ignore[arg-type]
+    if writer in (SPARK_KAFKA, SPARK_KAFKA_ALIKE):
+        return Target(writer, topic, None, "",  # type: ignore[arg-type]
+                      spark_kafka=spark_kafka_options(conf, topic, alike=writer == SPARK_KAFKA_ALIKE))
     if writer not in ENGINES:
         raise ValueError(f"unknown writer {writer!r}")
     ack = 0.0 if writer == ASYNC else SYNC_ACK_TIMEOUT_S
