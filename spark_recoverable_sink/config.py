@@ -54,6 +54,9 @@ _SECRET_RE = re.compile(
     r"(password|secret|passwd|\.pem$|jaas|oauthbearer\.config|token|credential|api\.key|private|user\.info)",
     re.IGNORECASE,
 )
+#: Names that match :data:`_SECRET_RE` but say where credentials come from, not what they are
+#: (Schema Registry's ``bearer.auth.credentials.source``: ``STATIC_TOKEN``, ``OAUTHBEARER``, ...).
+_NOT_SECRET_RE = re.compile(r"credentials\.source$", re.IGNORECASE)
 _SAFE_DEFAULTS = {"enable.idempotence": "true", "acks": "all"}
 _JAVA_PARTITIONER = "murmur2_random"  # the Java client's default: murmur2 of the key, random when null
 #: Partitioners whose choice for a keyed record the sink computes (exactly-once splits batches by it).
@@ -63,7 +66,7 @@ _REDACTED = "***"
 
 def is_secret_option(name: str) -> bool:
     """Whether a Kafka config option holds a secret (its value is never printed)."""
-    return bool(_SECRET_RE.search(name))
+    return bool(_SECRET_RE.search(name)) and not _NOT_SECRET_RE.search(name)
 
 
 def redact(conf: Mapping[str, Any]) -> dict[str, Any]:

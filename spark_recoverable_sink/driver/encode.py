@@ -38,7 +38,8 @@ def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, Reg
 
     cols = {c.lower(): c for c in df.columns}
     single = None if "topic" in cols else topic
-    for column, fmt in formats.items():
+    planned = []
+    for column, fmt in formats.items():  # every column checked before any schema is registered
         if fmt is None:
             continue
         if column not in cols:
@@ -58,6 +59,8 @@ def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, Reg
             payload = F.to_json(src).cast("binary")
         else:
             raise ConfigError(f"{column}_format", f"must be Avro(...) or JsonSchema(...), got {type(fmt).__name__}")
+        planned.append((column, name, fmt, subject, payload))
+    for column, name, fmt, subject, payload in planned:
         sid = fmt.client(environ).schema_id(subject, fmt.schema, fmt.schema_type, fmt.auto_register)  # Step 2
         header = MAGIC + sid.to_bytes(4, "big")
         try:
@@ -93,11 +96,15 @@ def _check_avro(df: "DataFrame", fmt: Avro, name: str, data_type: Any, column: s
     spark = df.sparkSession
     jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if _classic(spark) else None
     if jvm is None:
+        from pyspark.errors import AnalysisException
+
         try:
             df.select(_to_avro(df[name], fmt.schema)).schema
         except Exception as exc:  # noqa: BLE001 - told apart by Spark's error class
             if _avro_not_loaded(exc):
                 raise _missing_avro(spark.version, column, "Spark: AVRO_NOT_LOADED") from exc
+            if not isinstance(exc, AnalysisException):
+                raise  # not about the column (a lost Connect session ...): as it is
             raise SchemaError(f"{name}: Spark refuses to_avro of this column with the schema: {exc}", name) from exc
         return
     # Spark 4 keeps the to_avro functions and AvroSerializer in its own jars; the package brings the expression

@@ -27,7 +27,7 @@ import json
 import re
 import threading
 from typing import Any, Mapping
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from ..config import is_secret_option
 from ..errors import (
@@ -38,16 +38,23 @@ from ..errors import (
     SchemaIncompatibleError,
 )
 
-__all__ = ["RegistryClient", "scrub_url"]
+__all__ = ["RegistryClient", "scrub_url", "url_credentials"]
 
-_USERINFO = re.compile(r"(?<=://)[^/\s]*@")  # up to the authority's last '@' (a password may hold one)
+# A URL's ``user:password@``, with or without a scheme, in a comma-separated list or in a message's text: up
+# to the authority's last '@' (a password may hold one).
+_USERINFO = re.compile(r"(^|://|[,\s])([^/\s,]*)@")
 _IDS: dict[tuple[str, str, str, str], int] = {}
 _IDS_LOCK = threading.Lock()
 
 
 def scrub_url(url: str) -> str:
-    """``url`` without a ``user:password@`` part (``***@`` instead)."""
-    return _USERINFO.sub("***@", url)
+    """``url`` (one, a comma-separated list, or a text naming them) with every ``user:password@`` as ``***@``."""
+    return _USERINFO.sub(lambda m: f"{m.group(1)}***@", url)
+
+
+def url_credentials(url: str) -> list[str]:
+    """The ``user:password`` parts of ``url`` (one URL or a comma-separated list; a scheme is optional)."""
+    return [m.group(2) for m in _USERINFO.finditer(url) if m.group(2)]
 
 
 class RegistryClient:
@@ -62,7 +69,7 @@ class RegistryClient:
         raw_url = str(conf.get("url", ""))
         self.url = scrub_url(raw_url)
         secrets = {str(v) for k, v in self._conf.items() if is_secret_option(k) and str(v)}
-        secrets |= {m.rstrip("@") for m in _USERINFO.findall(raw_url)}
+        secrets |= set(url_credentials(raw_url))
         secrets |= {unquote(s) for s in secrets}
         secrets |= {s.partition(":")[2] for s in secrets if len(s.partition(":")[2]) >= 4}  # user:PASSWORD
         self._secrets = sorted((s for s in secrets if s), key=len, reverse=True)
@@ -137,6 +144,9 @@ class RegistryClient:
         code = int(getattr(exc, "error_code", -1) or -1)
         said = self.scrub(str(getattr(exc, "error_message", "") or exc))
         where = f"Schema Registry {self.url} subject {subject!r}"
+        if isinstance(exc, json.JSONDecodeError):
+            return RegistryError(f"{where}: the answer is not JSON (is the URL the registry's API, not a proxy's "
+                                 f"or a login page?): {said}", subject, None, code)
         if isinstance(exc, (ValueError, TypeError)) and not isinstance(status, int):
             return RegistryError(f"{where}: the client refused its settings ({type(exc).__name__}: {said})",
                                  subject, None, code)
@@ -159,15 +169,22 @@ class RegistryClient:
 
 
 def _userinfo_to_basic_auth(conf: dict[str, Any]) -> dict[str, Any]:
-    """``conf`` with a URL's ``user:password@`` moved to ``basic.auth.user.info`` (an HTTP library logs URLs)."""
+    """``conf`` with the URLs' ``user:password@`` moved to ``basic.auth.user.info`` (an HTTP library logs URLs).
+
+    Raises:
+        ConfigError: the URLs of a list hold different credentials (one ``basic.auth.user.info`` serves them all).
+    """
     url = conf.get("url")
-    if not isinstance(url, str) or "@" not in url or "," in url:  # a list of URLs: left as given
+    if not isinstance(url, str):
         return conf
-    parts = urlsplit(url)
-    if not parts.username and not parts.password:
+    found = set(url_credentials(url))
+    if not found:
         return conf
-    host = parts.netloc.rpartition("@")[2]
-    conf["url"] = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    if len(found) > 1:
+        raise ConfigError("registry['url']", "its URLs hold different user:password@ parts; give the credentials "
+                                             "once, as basic.auth.user.info")
+    conf["url"] = _USERINFO.sub(lambda m: m.group(1), url)
     if "basic.auth.user.info" not in conf:
-        conf["basic.auth.user.info"] = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        user, _, password = found.pop().partition(":")
+        conf["basic.auth.user.info"] = f"{unquote(user)}:{unquote(password)}"
     return conf

@@ -7,6 +7,7 @@ results here may hold secrets and are never logged.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Mapping
 
 from ..config import resolve_env_values
@@ -72,14 +73,20 @@ def load_schema(path: str) -> Any:
 def registry_format(key: str, fmt: Mapping[str, Any] | None) -> Any:
     """The :class:`..driver.formats.Avro` / ``JsonSchema`` of a checked format setting (``None`` for ``None``).
 
-    ``{"env": NAME}`` values of its registry stay references: the driver
-    reads them when it asks the registry.
+    ``{"env": NAME}`` values of its registry stay references (the sink, which
+    Spark pickles, never holds the secret): the driver reads them from its
+    environment each time it asks the registry. Each must be set when the job
+    starts (checked here, in the driver's environment, where they are read).
 
     Raises:
-        SettingsError: the schema file cannot be read, or the format refuses a value (naming ``key``).
+        SettingsError: the schema file cannot be read, a variable is not set, or the format refuses a value
+            (naming ``key``).
     """
     if fmt is None:
         return None
+    for name, value in dict(fmt["registry"]).items():
+        if isinstance(value, Mapping) and set(value) == {"env"} and value["env"] not in os.environ:
+            raise SettingsError(f"{key}.registry[{name!r}]: environment variable {value['env']} is not set")
     from ..driver.formats import Avro, JsonSchema
 
     schema = fmt.get("schema")

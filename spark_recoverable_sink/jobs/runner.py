@@ -68,12 +68,24 @@ def for_sink(df: "DataFrame", sink: SinkSettings) -> "DataFrame":
     wire format (Avro or JSON Schema, in the JVM); with it ``null``, the
     struct is written as Spark's ``to_json`` of it. Other columns pass as they are.
     Runs on the driver; builds a plan, reads no row.
+
+    Raises:
+        SettingsError: a ``json_schema`` format is set for a column that is not a struct, map or array (the
+            sink would refuse every batch).
     """
     from pyspark.sql import functions as F
 
+    cols = {c.lower(): c for c in df.columns}  # the sink finds its columns whatever their case
     for name, fmt in (("value", sink.value_format), ("key", sink.key_format)):
-        if fmt is None and name in df.columns and type(df.schema[name].dataType).__name__ == "StructType":
-            df = df.withColumn(name, F.to_json(F.col(name)))
+        if name not in cols:
+            continue
+        kind = type(df.schema[cols[name]].dataType).__name__
+        if fmt is None and kind == "StructType":
+            df = df.withColumn(cols[name], F.to_json(F.col(f"`{cols[name]}`")))
+        elif fmt is not None and fmt.get("type") == "json_schema" and kind not in ("StructType", "MapType",
+                                                                                     "ArrayType"):
+            raise SettingsError(f"sink.{name}_format: json_schema needs the template's {name} column to be a "
+                                f"struct, map or array; it is {df.schema[cols[name]].dataType.simpleString()}")
     return df
 
 

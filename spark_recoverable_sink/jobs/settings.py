@@ -13,7 +13,9 @@ Two things may come from the environment instead of the file:
   or a template's own client options) is read from the variable ``NAME`` when
   the job starts. Secret options (``sasl.password`` ...) must be written this
   way; their values never appear in an error message or a log line
-  (:mod:`.resolve` reads them).
+  (:mod:`.resolve` reads them). In a Schema Registry format's ``registry``
+  (``sink.value_format`` / ``sink.key_format``) the variable is checked when
+  the job starts and read by the driver each time it asks the registry.
 
 A ``source`` dataclass checks its own values in ``__post_init__`` by raising
 :class:`SettingsError` naming the dotted key.
@@ -27,7 +29,6 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
-from urllib.parse import urlsplit
 
 from ..config import is_secret_option
 
@@ -260,7 +261,9 @@ def check_format(key: str, fmt: Mapping[str, Any]) -> None:
     registry = fmt.get("registry")
     if not isinstance(registry, Mapping) or not registry.get("url"):
         raise SettingsError(f"{key}.registry: must be an object with the registry's url")
-    if isinstance(registry["url"], str) and "@" in urlsplit(registry["url"]).netloc:
+    from ..driver.registry import url_credentials
+
+    if isinstance(registry["url"], str) and url_credentials(registry["url"]):  # any URL of a list, any scheme
         raise SettingsError(f"{key}.registry['url']: holds credentials (user:password@); put them in "
                             "basic.auth.user.info as {\"env\": \"VARIABLE\"}")
     check_client_conf(f"{key}.registry", registry)

@@ -34,6 +34,7 @@ def test_keys_arrive_lower_cased_and_still_match():
     ({"run_id": "bad run"}, "run_id", "1-64 characters"),
     ({"drain_on_failure_s": "3"}, "drain_on_failure_s", "foreachBatch(sink) only"),
     ({"value_format": "avro"}, "value_format", "the data source does not have"),
+    ({"key_format": "avro"}, "key_format", "the data source does not have"),
     ({"kafka.bootstrap.servers": ""}, "kafka", "bootstrap"),
 ])
 def test_bad_options_name_the_option(extra, option, text):

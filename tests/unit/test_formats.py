@@ -122,7 +122,7 @@ def test_numbers_in_the_registry_settings_stay_numbers():
     assert client._conf["timeout"] == 5 and client._conf["max.retries"] == 2
 
 
-def test_job_templates_take_a_format_with_its_secrets_from_the_environment_only(tmp_path):
+def test_job_templates_take_a_format_with_its_secrets_from_the_environment_only(tmp_path, monkeypatch):
     from spark_recoverable_sink.jobs.resolve import registry_format
     from spark_recoverable_sink.jobs.settings import SettingsError, check_format
 
@@ -131,6 +131,11 @@ def test_job_templates_take_a_format_with_its_secrets_from_the_environment_only(
     good = {"type": "avro", "schema_file": str(schema), "strategy": "record",
             "registry": {**REG, "basic.auth.user.info": {"env": "SR_AUTH"}}}
     check_format("sink.value_format", good)
+    monkeypatch.delenv("SR_AUTH", raising=False)
+    with pytest.raises(SettingsError, match=r"sink.value_format.registry\['basic.auth.user.info'\]: environment "
+                                            "variable SR_AUTH is not set"):
+        registry_format("sink.value_format", good)  # when the job starts, not at its first batch
+    monkeypatch.setenv("SR_AUTH", "u:p")
     fmt = registry_format("sink.value_format", good)
     assert isinstance(fmt, Avro) and fmt.subject_for(None, "value") == "shop.Order"
     assert fmt.client({"SR_AUTH": "u:p"}).scrub("u:p") == "***"
@@ -143,3 +148,52 @@ def test_job_templates_take_a_format_with_its_secrets_from_the_environment_only(
         check_format("sink.key_format", {**good, "type": "protobuf"})
     with pytest.raises(SettingsError, match="sink.value_format.strategy"):
         registry_format("sink.value_format", {**good, "strategy": "nope"})
+
+
+@pytest.mark.parametrize("url", ["http://a:1/x,http://u:list-pw@b:1/x", "u:list-pw@b:1", "a:1,u:list-pw@b:1"])
+def test_credentials_in_any_url_of_a_list_or_without_a_scheme_never_reach_the_client_or_a_repr(url):
+    from spark_recoverable_sink.jobs.settings import SettingsError, check_format
+
+    client = RegistryClient({"url": url})
+    assert "list-pw" not in client._conf["url"] and client._conf["basic.auth.user.info"] == "u:list-pw"
+    assert "list-pw" not in repr(Avro(AVRO, {"url": url})) and "list-pw" not in client.url
+    assert "list-pw" not in client.scrub(f"Invalid url {url}")
+    with pytest.raises(SettingsError, match="holds credentials") as ei:
+        check_format("sink.value_format", {"type": "avro", "schema": AVRO, "registry": {"url": url}})
+    assert "list-pw" not in str(ei.value)
+
+
+def test_urls_with_different_credentials_are_refused_naming_none():
+    with pytest.raises(ConfigError, match="different user:password") as ei:
+        RegistryClient({"url": "http://u:pw-one@a:1,http://v:pw-two@b:1"})
+    assert "pw-one" not in str(ei.value) and "pw-two" not in str(ei.value)
+
+
+def test_a_bearer_credentials_source_is_a_setting_not_a_secret():
+    from spark_recoverable_sink.jobs.settings import check_format
+
+    check_format("sink.value_format", {"type": "avro", "schema": AVRO, "registry": {
+        **REG, "bearer.auth.credentials.source": "STATIC_TOKEN", "bearer.auth.token": {"env": "SR_TOKEN"}}})
+
+
+def test_an_answer_that_is_not_json_is_named_and_the_registrys_clean_answer_is_kept_as_the_cause():
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    client = RegistryClient({"url": "http://h:1/x", "basic.auth.user.info": "u:info-secret"})
+
+    def html(*_a, **_k):
+        json.loads("<html>login</html>")
+
+    client._client = SimpleNamespace(register_schema=html)
+    with pytest.raises(RegistryError, match="the answer is not JSON") as ei:
+        client.schema_id("s-html", AVRO, "AVRO", auto_register=True)
+    assert type(ei.value) is RegistryError
+    for said, kept in (("incompatible field id", True), ("rejected u:info-secret", False)):
+        def refuse(*_a, said=said, **_k):
+            raise SchemaRegistryError(409, 409, said)
+
+        client._client = SimpleNamespace(register_schema=refuse)
+        with pytest.raises(SchemaIncompatibleError) as ei:
+            client.schema_id(f"s-{kept}", AVRO, "AVRO", auto_register=True)
+        assert (ei.value.__cause__ is not None) is kept and "info-secret" not in str(ei.value)
+        assert ei.value.__context__ is None or ei.value.__context__ is ei.value.__cause__
