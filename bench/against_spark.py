@@ -42,6 +42,20 @@ def _busy(row: dict[str, Any]) -> float | None:
     return None if c is None or not row.get("median_s") else c * row["rows"] / 1e6 / row["median_s"]
 
 
+def _split(s: dict[str, Any], k: dict[str, Any]) -> str:
+    """Where each sink's CPU goes per record, by kind of process (the median run of each kind)."""
+    ss, sk = s.get("cpu_split_per_million"), k.get("cpu_split_per_million")
+    if not (ss and sk):
+        return ""
+
+    def one(sp: dict[str, float]) -> str:
+        return (f"Spark's JVM {sp.get('spark_jvm', 0):.2f}, Python processes {sp.get('python', 0):.2f}, "
+                f"the broker {sp.get('broker', 0):.2f}")
+
+    return (f"Where the CPU goes, µs per record: Spark's sink: {one(sk)} (its Kafka producer runs in Spark's JVM); "
+            f"this sink: {one(ss)} (its producer, librdkafka, and the WAL run in the Python workers). ")
+
+
 def _throughput(results: dict[str, Any], size: int, ref: str, cpu_goal: float | None = None) -> str:
     """Sink sync against Spark's sink (``ref``); ``cpu_goal``: the CPU ratio target instead of 1.10 × throughput."""
     s, k, n, r = (tp_row(results, w, size) for w in (SYNC, ref, NOOP, RAW))
@@ -55,6 +69,7 @@ def _throughput(results: dict[str, Any], size: int, ref: str, cpu_goal: float | 
     if cs is not None and ck:
         text += (f"CPU per record, all processes (JVMs, Python workers, librdkafka's threads, the broker): Spark's "
                  f"sink {ck:.2f} µs, sink {cs:.2f} µs. ")
+    text += _split(s, k)
     if n and _cpu(n) is not None:
         text += (f"A Python writer that writes nothing spends {_cpu(n):.2f} µs CPU ({_us(n):.2f} µs wall) per record "
                  "moving the rows from the JVM to a Python worker as Arrow and back: a cost Spark's sink, writing "

@@ -310,7 +310,8 @@ def throughput(spark: Any, bootstrap: str, *, rows_by_size: dict[int, int], part
                         durable = None if end is None else end - t0
                     cpu_s = cpu.stop()  # the whole process tree (JVM, Python workers, broker), until durable
                     run = {"writer": writer, "value_bytes": size, "round": rnd, "rows": rows, "payload_bytes": payload,
-                           "seconds": t1 - t0, "durable_seconds": durable, "report": rep, "cpu_s": cpu_s}
+                           "seconds": t1 - t0, "durable_seconds": durable, "report": rep, "cpu_s": cpu_s,
+                           "cpu_split": cpu.split}
                     if verify and rnd == 0 and writer != NOOP:
                         warm = 10 * partitions
                         tv = time.monotonic()
@@ -357,6 +358,14 @@ def _cpu_per_million(rs: list[dict[str, Any]]) -> float | None:
     return common.median(per) if per else None
 
 
+def _cpu_split_per_million(rs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Per kind of process (Spark's JVM, Python, broker): median CPU seconds per million rows of these runs."""
+    splits = [(r["cpu_split"], r["rows"]) for r in rs if r.get("cpu_split")]
+    if not splits:
+        return None
+    return {k: round(common.median([sp[k] / rows * 1e6 for sp, rows in splits]), 3) for k in splits[0][0]}
+
+
 def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], sizes: list[int]) -> list[dict[str, Any]]:
     out = []
     for size in sizes:
@@ -378,6 +387,7 @@ def summarize_throughput(runs: list[dict[str, Any]], writers: tuple[str, ...], s
                 "vs_raw": (med[RAW] / m) if RAW in med else None,
                 "vs_flush": (med[FLUSH] / m) if FLUSH in med else None,
                 "cpu_s_per_million": _cpu_per_million(rs),
+                "cpu_split_per_million": _cpu_split_per_million(rs),
                 "tasks": rs[0]["report"].get("tasks"),
                 "workers": max((r["report"].get("workers") or 0) for r in rs) or None,
             }
