@@ -62,9 +62,10 @@ def _kind(pid: int) -> str:
             cmd = fh.read()
     except OSError:
         return "python"
-    if b"kafka.Kafka" in cmd:
-        return "broker"
-    return "spark_jvm" if b"java" in cmd.split(b"\0", 1)[0] else "python"
+    argv = cmd.split(b"\0")
+    if os.path.basename(argv[0]) != b"java":
+        return "python"
+    return "broker" if b"kafka.Kafka" in argv else "spark_jvm"
 
 
 def tree_cpu_by_kind(root: int | None = None) -> dict[str, float]:
@@ -106,8 +107,8 @@ class CpuMeter:
         """CPU seconds since :meth:`start`; :attr:`split` holds them per kind (:data:`KINDS`).
 
         A process that ended between the two samples and was reaped counts for its parent's kind (a Python
-        worker Spark closed: Python); a kind's figure can be slightly off when a process of one kind is reaped
-        by one of another.
+        worker Spark closed: Python, its daemon reaps it); one reaped by a process of another kind moves its
+        whole CPU time there (rare within a timed write: Spark's Python daemon outlives it).
         """
         by1 = tree_cpu_by_kind(self._root)
         self.split = {k: round(by1[k] - self._by0.get(k, 0.0), 3) for k in KINDS}

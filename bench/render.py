@@ -266,14 +266,23 @@ def markdown(results: dict[str, Any]) -> str:
     w("""**Fairness.** Every writer gets the same cached DataFrame (or the same rate source), the same number of
 Spark partitions, the same Spark session and settings, the same broker process and the same producer
 settings: librdkafka's defaults plus the sink's safe defaults `enable.idempotence=true` and `acks=all`,
-which `bench/run.py` checks are exactly what the sink hands to confluent-kafka. The writers:
+which `bench/run.py` checks are exactly what the sink hands to confluent-kafka (Spark's own Kafka sink, a
+Java client, gets the same `acks` and idempotence, and its own defaults otherwise, or, in a second
+configuration, its batching set as librdkafka's). The writers:
 
 * **raw** (the ceiling): a `mapInArrow` function producing every row with confluent-kafka
   (`produce(topic, value, key)`), no delivery callback, `poll(0)` once per Arrow batch, `flush()` at the
   end of the partition.
 * **flush-writer**: the same plus a delivery callback per record that keeps the first error, a check
   for it before each send and after `flush()`, failing on the first error: what Spark's built-in Kafka
-  sink does, written in Python. It stands in for the built-in sink, which is not in the benchmark yet.
+  sink does, written in Python.
+* **Spark's Kafka sink**: `df.write.format("kafka")` / `writeStream.format("kafka")` (connector 4.2.0,
+  kafka-clients 3.9.2) on the same topic and partitions, `kafka.acks=all`, `kafka.enable.idempotence=true`,
+  the Java client's defaults otherwise (`linger.ms=0`, `batch.size=16384`, no compression): the writer
+  users pick instead of this sink. It writes from the executor's JVM; no Python runs.
+* **Spark's Kafka sink, batching set alike**: the same with `kafka.linger.ms=5` and
+  `kafka.batch.size=1000000`, librdkafka's defaults, which every other writer here runs with: neither
+  client wins by a default.
 * **flush-writer + rks-id header**: the flush-writer sending a header shaped like the sink's record id
   (`<sink>:<run>:<batch>:<partition>:<16 hex digits>-<occurrence>`), built per record in Python as
   confluent-kafka takes it: the header's cost on its own.

@@ -1,7 +1,8 @@
 """The performance targets, evaluated on a results document.
 
-Two groups: the native delivery engine's targets (:data:`NATIVE`) and the
-earlier ones (issue "The WAL for free" and before, :data:`EARLIER`), kept.
+Three groups: against Spark's own Kafka sink (:data:`VERSUS_SPARK`), the
+native delivery engine's targets (:data:`NATIVE`) and the earlier ones
+(issue "The WAL for free" and before, :data:`EARLIER`), kept.
 Each target is one measured figure, a goal and met / missed / not measured.
 Ratios compare writers measured side by side in the same run.
 """
@@ -69,6 +70,11 @@ def _r(v: float, goal: float) -> str:
     return f"{v:.3f}" if f"{v:.2f}" == f"{goal:.2f}" and v != goal else f"{v:.2f}"
 
 
+def _ms(v: float | None) -> str:
+    """Milliseconds for a text, "–" where nothing was measured (a writer with no batch in time)."""
+    return "–" if v is None else f"{v:.0f} ms"
+
+
 def _p50(row: dict[str, Any] | None) -> float | None:
     return row["add_batch_ms"]["p50"] if row and row["add_batch_ms"]["p50"] is not None else None
 
@@ -114,9 +120,9 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     measured = None if ks is None or kk is None else float(bool(ks))
     text = "n/a"
     if measured is not None:
-        text = (f"at-least-once sync {'kept up' if ks else 'did not keep up'} (p50 {ss['p50_ms']:.0f} ms, p95 "
-                f"{ss['p95_ms']:.0f} ms); Spark's Kafka sink {'kept up' if kk else 'did not keep up'} (p50 "
-                f"{sk['p50_ms']:.0f} ms, p95 {sk['p95_ms']:.0f} ms)")
+        text = (f"at-least-once sync {'kept up' if ks else 'did not keep up'} (p50 {_ms(ss.get('p50_ms'))}, p95 "
+                f"{_ms(ss.get('p95_ms'))}); Spark's Kafka sink {'kept up' if kk else 'did not keep up'} (p50 "
+                f"{_ms(sk.get('p50_ms'))}, p95 {_ms(sk.get('p95_ms'))})")
     add(f"at {SCALE_WIDE} Spark partitions: keeps up with the input rate wherever Spark's Kafka sink does",
         "keeps up", measured, text, None if measured is None else (bool(ks) or not kk))
     mem = results.get("memory")
