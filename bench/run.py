@@ -490,15 +490,20 @@ def main() -> int:
     results["meta"]["elapsed_s"] = round(time.monotonic() - started, 1)
     results["meta"]["loadavg_end"] = list(os.getloadavg())
 
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"{stamp}.json")
+
+    def save() -> None:
+        for out in (path, os.path.join(args.out_dir, "latest.json")):
+            with open(out, "w") as f:
+                json.dump(results, f, indent=1, default=str)
+                f.write("\n")
+
+    save()  # the measurements first: nothing below can lose them
     from bench import render
 
     results["targets"] = render.evaluate_targets(results)
-    os.makedirs(args.out_dir, exist_ok=True)
-    path = os.path.join(args.out_dir, f"{stamp}.json")
-    for out in (path, os.path.join(args.out_dir, "latest.json")):
-        with open(out, "w") as f:
-            json.dump(results, f, indent=1, default=str)
-            f.write("\n")
+    save()
     log(f"results: {path} (and latest.json), {results['meta']['elapsed_s']}s")
     for t in results["targets"]:
         log(f"target {t['status']:>12}: {t['name']}: {t['measured_text']}")
