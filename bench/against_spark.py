@@ -34,10 +34,12 @@ NAMES = {SPARK_KAFKA: "Spark's Kafka sink", SPARK_KAFKA_ALIKE: "Spark's Kafka si
 
 
 def _us(row: dict[str, Any]) -> float:
+    """Wall µs per record of a throughput row (median run)."""
     return row["median_s"] / row["rows"] * 1e6
 
 
 def _cpu(row: dict[str, Any] | None) -> float | None:
+    """CPU µs per record (= CPU s per million records) of a throughput row, all processes."""
     return None if row is None else row.get("cpu_s_per_million")
 
 

@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from bench.against_spark import _cores, _cpu, _us
 from bench.against_spark import explain as explain_vs_spark
 from bench.targets import (
     ASYNC,
@@ -97,18 +98,6 @@ def _header_split(results: dict[str, Any], size: int) -> str:
     return text
 
 
-def _us(row: dict[str, Any]) -> float:
-    """Wall µs per record of a throughput row (median run)."""
-    return row["median_s"] / row["rows"] * 1e6
-
-
-def _cpu(row: dict[str, Any] | None) -> float | None:
-    """CPU µs per record (= CPU s per million records) of a throughput row, all processes."""
-    return None if row is None else row.get("cpu_s_per_million")
-
-
-def _cores(results: dict[str, Any]) -> int:
-    return int((results.get("settings") or {}).get("cores") or results["meta"]["machine"].get("cores") or 1)
 
 
 def _wal_us(results: dict[str, Any], size: int) -> float | None:

@@ -37,23 +37,7 @@ def _stat(pid: int) -> tuple[int, float] | None:
 
 def tree_cpu_s(root: int | None = None) -> float:
     """CPU seconds of ``root`` (default: this process) and every live descendant."""
-    root = os.getpid() if root is None else root
-    stats: dict[int, tuple[int, float]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st is not None:
-                stats[int(name)] = st
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += stats[pid][1]
-        todo.extend(children.get(pid, ()))
-    return total
+    return sum(tree_cpu_by_kind(root).values())
 
 
 def _kind(pid: int) -> str:
