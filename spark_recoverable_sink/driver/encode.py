@@ -15,7 +15,10 @@ from .formats import AVRO_PACKAGE, MAGIC, Avro, JsonSchema, RegistryFormat, chec
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["encode_columns"]
+__all__ = ["encode_columns", "JSON_SCHEMA_TYPES"]
+
+#: The Spark column types JSON Schema encodes (``to_json`` of them is a JSON object or array).
+JSON_SCHEMA_TYPES = ("StructType", "MapType", "ArrayType")
 
 
 def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, RegistryFormat | None],
@@ -52,7 +55,7 @@ def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, Reg
             _check_avro(df, fmt, name, data_type, column)
             payload = _to_avro(src, fmt.schema)
         elif isinstance(fmt, JsonSchema):
-            if type(data_type).__name__ not in ("StructType", "MapType", "ArrayType"):
+            if type(data_type).__name__ not in JSON_SCHEMA_TYPES:
                 raise SchemaError(f"{name}: JsonSchema needs a struct, map or array column, got "
                                   f"{data_type.simpleString()}", name, data_type.simpleString(), ("struct",))
             check_json_fields(fmt, name, data_type)

@@ -7,7 +7,6 @@ results here may hold secrets and are never logged.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Mapping
 
 from ..config import resolve_env_values
@@ -84,9 +83,6 @@ def registry_format(key: str, fmt: Mapping[str, Any] | None) -> Any:
     """
     if fmt is None:
         return None
-    for name, value in dict(fmt["registry"]).items():
-        if isinstance(value, Mapping) and set(value) == {"env"} and value["env"] not in os.environ:
-            raise SettingsError(f"{key}.registry[{name!r}]: environment variable {value['env']} is not set")
     from ..driver.formats import Avro, JsonSchema
 
     schema = fmt.get("schema")
@@ -98,7 +94,9 @@ def registry_format(key: str, fmt: Mapping[str, Any] | None) -> Any:
             raise SettingsError(f"{key}.schema_file: cannot be read: {exc.strerror or exc}") from None
     kind = Avro if fmt["type"] == "avro" else JsonSchema
     try:
-        return kind(schema, dict(fmt["registry"]), subject=fmt.get("subject"),
+        made = kind(schema, dict(fmt["registry"]), subject=fmt.get("subject"),
                     strategy=fmt.get("strategy", "topic"), auto_register=fmt.get("auto_register", True))
+        made.client()  # its {"env": NAME} values are set and its settings usable now, not at the first batch
+        return made
     except ConfigError as exc:
         raise SettingsError(f"{key}.{exc.option}: {exc.reason}") from None

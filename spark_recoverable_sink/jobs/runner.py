@@ -75,6 +75,8 @@ def for_sink(df: "DataFrame", sink: SinkSettings) -> "DataFrame":
     """
     from pyspark.sql import functions as F
 
+    from ..driver.encode import JSON_SCHEMA_TYPES
+
     cols = {c.lower(): c for c in df.columns}  # the sink finds its columns whatever their case
     for name, fmt in (("value", sink.value_format), ("key", sink.key_format)):
         if name not in cols:
@@ -82,8 +84,7 @@ def for_sink(df: "DataFrame", sink: SinkSettings) -> "DataFrame":
         kind = type(df.schema[cols[name]].dataType).__name__
         if fmt is None and kind == "StructType":
             df = df.withColumn(cols[name], F.to_json(F.col(f"`{cols[name]}`")))
-        elif fmt is not None and fmt.get("type") == "json_schema" and kind not in ("StructType", "MapType",
-                                                                                     "ArrayType"):
+        elif fmt is not None and fmt.get("type") == "json_schema" and kind not in JSON_SCHEMA_TYPES:
             raise SettingsError(f"sink.{name}_format: json_schema needs the template's {name} column to be a "
                                 f"struct, map or array; it is {df.schema[cols[name]].dataType.simpleString()}")
     return df
