@@ -13,9 +13,9 @@ Usage::
         --version head-python=installed:python --version head-native=installed:native
 
 A version is ``label=<commit>`` (that commit's ``spark_recoverable_sink/``
-extracted with ``git archive`` and put first on the ``PYTHONPATH`` of the
-driver and of Spark's Python workers; its Python sources only: a commit with
-a native extension runs on its Python engine) or ``label=installed[:engine]``
+extracted with ``git archive``, its native extension built with gcc when it
+has one, and put first on the ``PYTHONPATH`` of the driver and of Spark's
+Python workers) or ``label=installed[:engine]``
 (the package this checkout's venv imports, with ``delivery_engine`` set).
 
 Steps of one run:
@@ -28,7 +28,9 @@ Steps of one run:
    package from where the version says (it refuses to measure otherwise),
    caches the rows, and per value size: a fresh sink and topic, an untimed
    warm-up write (batch 0, a few rows), then the timed ``sink.write`` (batch 1).
-   It checks the sink's report: every row acked, none pending. In round 0
+   It measures CPU seconds per row of its own process tree (Spark's JVM and
+   Python) and of the broker over the timed write, and checks the sink's
+   report: every row acked, none pending. In round 0
    it also counts the topic by consuming it.
 4. Medians per version and size, and each version's ratio to the first;
    written to ``bench/results/<stamp>-commits.json`` and printed.
@@ -59,7 +61,25 @@ def _extract(commit: str, into: str) -> str:
     archive = subprocess.run(["git", "-C", REPO, "archive", commit, "spark_recoverable_sink"],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    _build_native(os.path.join(into, "spark_recoverable_sink", "native"))
     return into
+
+
+def _build_native(src: str) -> None:
+    """The commit's native extension built in place (as setup.py builds it), when the commit has one.
+
+    Raises:
+        subprocess.CalledProcessError: the C sources do not compile.
+    """
+    import glob
+    import sysconfig
+
+    sources = sorted(glob.glob(os.path.join(src, "rks_*.c")))
+    if not sources:
+        return
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-std=c11", "-DPy_LIMITED_API=0x030B0000",
+                    f"-I{src}", f"-I{sysconfig.get_paths()['include']}", *sources, "-ldl",
+                    "-o", os.path.join(src, "_rks_native.abi3.so")], check=True)
 
 
 def _child(a: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +91,7 @@ def _child(a: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"driver imports the package from {where}, not {a['expect_root']}")
     sys.path.append(REPO)  # bench helpers after the version's package, never before it
     from bench import common
+    from bench.cpu import tree_cpu_by_kind, tree_cpu_s
     from bench.spark_bench import build_spark, kafka_columns
 
     spark = build_spark(a["cores"], a["partitions"], a["driver_memory"], app_name="rks-bench-commits")
@@ -101,9 +122,13 @@ def _child(a: dict[str, Any]) -> dict[str, Any]:
         sink = rks.RecoverableKafkaSink(**kw)
         warm = 10 * a["partitions"]
         sink.write(kafka_columns(spark.range(0, warm, 1, a["partitions"]), "id", size), batch_id=0)
+        cpu0, broker0 = tree_cpu_by_kind(), tree_cpu_s(a["broker_pid"])
         t0 = time.monotonic()
         r = sink.write(df, batch_id=1)
         seconds = time.monotonic() - t0
+        cpu1, broker1 = tree_cpu_by_kind(), tree_cpu_s(a["broker_pid"])
+        cpu = {k: (cpu1[k] - cpu0[k]) * 1e6 / rows for k in ("spark_jvm", "python")}
+        cpu["broker"] = (broker1 - broker0) * 1e6 / rows
         if r.rows != rows or r.acked != rows or r.pending:
             raise RuntimeError(f"{a['label']} {size} B: report rows={r.rows} acked={r.acked} pending={r.pending}")
         run = {"value_bytes": size, "rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
@@ -115,7 +140,8 @@ def _child(a: dict[str, Any]) -> dict[str, Any]:
         common.delete_topic(a["bootstrap"], name)
         df.unpersist()
         out["runs"].append(run)
-        log(f"{a['label']:14s} {size:5d} B round {a['round']}: {seconds:.2f}s = {rows / seconds:,.0f} rows/s")
+        log(f"{a['label']:14s} {size:5d} B round {a['round']}: {seconds:.2f}s = {rows / seconds:,.0f} rows/s, "
+            f"CPU {run['cpu_us_per_row']:.2f} us/row ({', '.join(f'{k} {v:.2f}' for k, v in cpu.items())})")
     spark.stop()
     return out
 
@@ -125,11 +151,17 @@ def _summary(runs: list[dict[str, Any]], labels: list[str]) -> list[dict[str, An
     for size in sorted({r["value_bytes"] for r in runs}):
         base = None
         for label in labels:
-            xs = [r["rows_per_s"] for r in runs if r["label"] == label and r["value_bytes"] == size]
+            mine = [r for r in runs if r["label"] == label and r["value_bytes"] == size]
+            xs = [r["rows_per_s"] for r in mine]
             med = statistics.median(xs)
-            base = base or med
+            cpu = statistics.median(r["cpu_us_per_row"] for r in mine)
+            base = base or (med, cpu)
             rows.append({"label": label, "value_bytes": size, "rounds": len(xs), "median_rows_per_s": med,
-                         "min": min(xs), "max": max(xs), "ratio_to_first": med / base})
+                         "min": min(xs), "max": max(xs), "ratio_to_first": med / base[0],
+                         "median_cpu_us_per_row": cpu, "cpu_ratio_to_first": cpu / base[1],
+                         "median_cpu_us_per_row_by_kind": {
+                             k: statistics.median(r["cpu_us_per_row_by_kind"][k] for r in mine)
+                             for k in ("spark_jvm", "python", "broker")}})
     return rows
 
 
@@ -182,7 +214,7 @@ def main() -> int:
                 a = {"label": label, "round": rnd, "engine": engine, "expect_root": root, "rows_by_size": rows_by_size,
                      "cores": args.cores, "partitions": args.partitions or args.cores, "scratch": scratch,
                      "topic_partitions": args.topic_partitions, "driver_memory": args.driver_memory,
-                     "bootstrap": broker.bootstrap}
+                     "bootstrap": broker.bootstrap, "broker_pid": broker.proc.pid}
                 p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(a)],
                                    cwd=scratch, env=env, stdout=subprocess.PIPE, check=True, text=True)
                 got = json.loads(p.stdout.strip().splitlines()[-1])
@@ -200,7 +232,8 @@ def main() -> int:
         json.dump(out, f, indent=1)
     for s in out["summary"]:
         log(f"{s['label']:14s} {s['value_bytes']:5d} B: median {s['median_rows_per_s']:,.0f} rows/s "
-            f"({s['min']:,.0f}-{s['max']:,.0f}, {s['rounds']} rounds), {s['ratio_to_first']:.3f} x {labels[0]}")
+            f"({s['min']:,.0f}-{s['max']:,.0f}, {s['rounds']} rounds), {s['ratio_to_first']:.3f} x {labels[0]}; "
+            f"CPU {s['median_cpu_us_per_row']:.2f} us/row, {s['cpu_ratio_to_first']:.3f} x {labels[0]}")
     log(f"wrote {path}")
     return 0
 
