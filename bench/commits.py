@@ -132,7 +132,7 @@ def _child(a: dict[str, Any]) -> dict[str, Any]:
         if r.rows != rows or r.acked != rows or r.pending:
             raise RuntimeError(f"{a['label']} {size} B: report rows={r.rows} acked={r.acked} pending={r.pending}")
         run = {"value_bytes": size, "rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
-               "round": a["round"]}
+               "round": a["round"], "cpu_us_per_row": sum(cpu.values()), "cpu_us_per_row_by_kind": cpu}
         if a["round"] == 0:
             run["read_back"] = common.count_topic(a["bootstrap"], name, rows + warm) - warm
             if run["read_back"] < rows:

@@ -5,6 +5,13 @@ Spark starts a Python worker round trip for every task of a ``mapInArrow``
 partitions (Spark's default shuffle width) on 2 cores that alone took 5.6 s
 per micro-batch, whatever the sink did. Coalescing (no shuffle) to the
 cluster's cores gives the same parallelism for one round trip per core.
+A batch whose partition count is known to be no more than the cores is left
+as it is: tagging its rows costs a projection in the JVM and a column in
+every Arrow batch (measured: 20 % of the sink's throughput at 2 partitions
+on 2 cores, ``bench/results/20261126T193755-commits.json``) for nothing.
+The count is known without running anything when the plan has no exchange
+(a scan, a cache, a Kafka source's micro-batch); an adaptive plan's last
+stage is only sized once its shuffles ran, so such a batch is tagged.
 
 Record ids must not change with it (:mod:`..ids`: a record's id names its
 Spark partition), so each row carries its own partition's index,
@@ -38,7 +45,7 @@ from ..task.parts import SOURCE_PARTITION
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["cores_of", "one_task_per_core"]
+__all__ = ["cores_of", "partitions_of", "one_task_per_core"]
 
 
 def cores_of(df: "DataFrame") -> int | None:
@@ -46,6 +53,25 @@ def cores_of(df: "DataFrame") -> int | None:
     try:
         return max(1, int(df.sparkSession.sparkContext.defaultParallelism))
     except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext
+        return None
+
+
+def partitions_of(df: "DataFrame") -> int | None:
+    """``df``'s Spark partitions where they are known without running a job, else ``None``.
+
+    ``None`` for a plan with an exchange or a subquery (adaptive execution
+    sizes the last stage only once its shuffles ran, and preparing a plan
+    starts its broadcasts) and on Spark Connect (no JVM handle).
+    """
+    try:
+        plan = df._jdf.queryExecution().executedPlan()
+        if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+            return None
+        tree = str(plan.treeString())
+        if "Exchange" in tree or "Subquery" in tree:
+            return None
+        return int(plan.execute().getNumPartitions())
+    except Exception:  # noqa: BLE001 - Spark Connect, or a plan that cannot be read: not known
         return None
 
 
@@ -60,12 +86,16 @@ def one_task_per_core(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     """``df`` coalesced to the cluster's cores, each row tagged with its own Spark partition (at-least-once).
 
     Left as it is under exactly-once, with ``coalesce_tasks=False``, under
-    dynamic allocation, or where the core count cannot be read (Spark Connect).
+    dynamic allocation, where the core count cannot be read (Spark Connect),
+    or when ``df`` is known to have no more partitions than cores.
     """
     if config.guarantee == EXACTLY_ONCE or not config.coalesce_tasks:
         return df
     cores = cores_of(df)
     if cores is None or _dynamic_allocation(df):
+        return df
+    known = partitions_of(df)
+    if known is not None and known <= cores:
         return df
     from pyspark.sql import functions as F
 

@@ -279,6 +279,25 @@ def test_a_batch_of_more_partitions_than_cores_runs_one_task_per_core_and_keeps_
     assert by_run["coalesced"] == by_run["spread"], "coalescing changed record ids"
 
 
+def test_a_batch_of_no_more_partitions_than_cores_is_left_as_spark_split_it(spark, tmp_path):
+    # Tagging rows with their partition costs a JVM projection and an Arrow column per batch: only where the
+    # coalesce merges partitions. A plan with a shuffle is sized only at run time: tagged (nothing is run here).
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.driver.coalesce import one_task_per_core, partitions_of
+    from spark_recoverable_sink.task.parts import SOURCE_PARTITION
+
+    config = SinkConfig.build("coal-plan", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path), topic="t")
+    two = spark.range(0, 100, 1, 2).selectExpr("cast(id as string) as value")
+    eight = spark.range(0, 100, 1, 8).selectExpr("cast(id as string) as value")
+    shuffled = two.groupBy("value").count().selectExpr("value")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    assert (partitions_of(two), partitions_of(eight), partitions_of(shuffled)) == (2, 8, None)
+    assert one_task_per_core(two, config) is two
+    assert SOURCE_PARTITION in one_task_per_core(eight, config).columns
+    assert SOURCE_PARTITION in one_task_per_core(shuffled, config).columns
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs, "reading the plans ran a job"
+
+
 # -- dead letters raised where the user sees them (issue 7.4) -------------------------------------
 
 
