@@ -21,7 +21,7 @@ NATIVE = "spark_recoverable_sink/native/"
 
 ext_modules = [] if os.environ.get("RKS_NO_NATIVE", "") not in ("", "0") else [Extension(
     "spark_recoverable_sink.native._rks_native",
-    sources=[NATIVE + c for c in ("rks_native.c", "rks_producer.c", "rks_hash.c")],
+    sources=[NATIVE + c for c in ("rks_native.c", "rks_producer.c", "rks_hash.c", "rks_crc.c")],
     depends=[NATIVE + h for h in ("rks_internal.h", "rks_rdkafka.h")],
     include_dirs=[NATIVE],
     define_macros=[("Py_LIMITED_API", "0x030B0000")],

@@ -139,6 +139,9 @@ extern PyType_Spec Occurrences_spec; /* rks_hash.c */
 PyObject *mod_fingerprints_into(PyObject *m, PyObject *args);
 PyObject *mod_xxh64(PyObject *m, PyObject *args);
 PyObject *mod_unit_digest(PyObject *m, PyObject *args, PyObject *kw);
+void rks_crc_init(void);                                       /* rks_crc.c, once at module load */
+PyObject *mod_crc32(PyObject *m, PyObject *args);
+PyObject *mod_crc32_hardware(PyObject *m, PyObject *noargs);
 
 #pragma GCC visibility pop
 

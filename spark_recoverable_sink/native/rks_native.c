@@ -239,6 +239,8 @@ static PyMethodDef mod_methods[] = {
     {"unit_digest", (PyCFunction)(void (*)(void))mod_unit_digest, METH_VARARGS | METH_KEYWORDS,
      "unit_digest(fps: uint64 array, occs: uint32 array, seed=0) -> int: (seed + sum of "
      "avalanche(fp ^ occ * 0x9E3779B97F4A7C15)) mod 2**64, independent of row order"},
+    {"crc32", mod_crc32, METH_VARARGS, "crc32(data, crc=0) -> int: zlib.crc32's value"},
+    {"crc32_hardware", mod_crc32_hardware, METH_NOARGS, "crc32_hardware() -> bool: folded with PCLMULQDQ"},
     {NULL}};
 
 static struct PyModuleDef rks_module = {PyModuleDef_HEAD_INIT, "_rks_native",
@@ -255,6 +257,7 @@ static int add_type(PyObject *m, PyType_Spec *spec, const char *name) {
 }
 
 PyMODINIT_FUNC PyInit__rks_native(void) {
+    rks_crc_init();
     PyObject *m = PyModule_Create(&rks_module);
     if (!m) return NULL;
     if (add_type(m, &Producer_spec, "Producer") < 0 ||

@@ -30,12 +30,14 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from ..errors import WalFormatError
+from ..native import library
 
-__all__ = ["CHUNK_VERSION", "ChunkKey", "AttemptKey", "encode_chunk", "decode_chunk", "chunk_rows", "check_chunk"]
+__all__ = ["CHUNK_VERSION", "ChunkKey", "AttemptKey", "crc32", "encode_chunk", "decode_chunk", "chunk_rows", "check_chunk"]
 
 CHUNK_VERSION = 1  # chunks were checksummed from the start: their format did not change
 
@@ -89,6 +91,16 @@ class AttemptKey:
 # -- chunks -------------------------------------------------------------------
 
 
+def crc32(data: Any) -> int:
+    """zlib's CRC-32 of ``data``: the native extension's when it loads (folded with PCLMULQDQ), else zlib's.
+
+    Both give the same value, so a chunk written by either is checked by either.
+    """
+    native = library.module()
+    fast = getattr(native, "crc32", None)
+    return zlib.crc32(data) if fast is None else fast(data)
+
+
 def encode_chunk(batch: pa.RecordBatch) -> bytearray:
     """Serialise one normalised record batch as a chunk value (one copy of the IPC bytes)."""
     sink = pa.BufferOutputStream()
@@ -97,7 +109,7 @@ def encode_chunk(batch: pa.RecordBatch) -> bytearray:
     ipc = sink.getvalue()
     out = bytearray(_CHUNK_HEAD.size)
     out += memoryview(ipc)
-    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, CHUNK_VERSION, 0, batch.num_rows, zlib.crc32(ipc))
+    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, CHUNK_VERSION, 0, batch.num_rows, crc32(ipc))
     return out
 
 
@@ -125,7 +137,7 @@ def check_chunk(raw: bytes | memoryview) -> int:
         WalFormatError: unknown version, bad magic or checksum.
     """
     _magic, _version, _flags, rows, crc = _check_chunk_head(raw)
-    if zlib.crc32(memoryview(raw)[_CHUNK_HEAD.size:]) != crc:
+    if crc32(memoryview(raw)[_CHUNK_HEAD.size:]) != crc:
         raise WalFormatError("chunk checksum mismatch: the WAL bytes are corrupt")
     return rows
 
@@ -138,7 +150,7 @@ def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:
     """
     _magic, _version, _flags, rows, crc = _check_chunk_head(raw)
     body = memoryview(raw)[_CHUNK_HEAD.size:]
-    if zlib.crc32(body) != crc:
+    if crc32(body) != crc:
         raise WalFormatError("chunk checksum mismatch: the WAL bytes are corrupt")
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(bytes(body)))
