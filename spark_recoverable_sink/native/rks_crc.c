@@ -38,6 +38,7 @@ static uint32_t crc_bytes(uint32_t c, const unsigned char *p, size_t n) {
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define RKS_HAVE_CLMUL 1
 
@@ -115,8 +116,9 @@ static uint32_t crc_clmul(uint32_t c, const unsigned char *buf, size_t len) {
 
 static int crc_use_clmul(void) {
 #ifdef RKS_HAVE_CLMUL
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    unsigned int a, b, c, d; /* CPUID leaf 1, ECX: bit 1 PCLMULQDQ, bit 19 SSE4.1 (no runtime library needed) */
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    return (c & (1u << 1)) && (c & (1u << 19));
 #else
     return 0;
 #endif
