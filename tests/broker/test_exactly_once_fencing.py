@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -21,7 +23,7 @@ from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import read_topic, wait_for_uncommitted
 from .rows import batches
-from .test_exactly_once import RC, _assert_exactly, _eo, _spawn
+from .test_exactly_once import RC, ROOT, _assert_exactly, _eo, _spawn
 
 pytestmark = pytest.mark.broker
 
@@ -89,3 +91,58 @@ def test_a_commit_caught_by_a_broker_freeze_is_settled_by_a_new_producer_once(ow
         assert not deadline.expired(), "the unit was never settled after the broker came back"
     _assert_exactly(read_topic(own_broker.bootstrap, "eo-freeze", expected=2000, isolation=RC), cfg, "r",
                     {(1, 0): 2000})
+
+
+def test_a_unit_its_task_gave_up_on_frees_its_lane_once_another_worker_moved_the_lane_on(own_broker, tmp_path,
+                                                                                           hooks):
+    """Item 4's sequence with real processes: worker A's own unit left pending, its lane moved on by worker B.
+
+    A (its own process, its own WAL) writes batch 5 of lane 0; the broker is
+    SIGSTOPped while A commits, so A's task returns with its unit pending (its
+    task gave up). A is SIGSTOPped (a frozen executor) and the broker resumed;
+    B (this process, another WAL: the re-run elsewhere) writes batch 5 and 6 of
+    the same lane. A is SIGCONTed and writes batch 7 of that lane. Its old unit
+    can no longer be proven in Kafka nor committed (the marker shows batch 6):
+    it is set aside (kept in A's WAL, reported), and batch 7 commits instead
+    of waiting behind it forever. Read back read_committed: batches 5, 6, 7
+    each exactly once.
+    """
+    from ..kafka_helpers import create_topic
+
+    create_topic(own_broker.bootstrap, "eo-gaveup", partitions=2)
+    a_cfg = _eo(own_broker.bootstrap, str(tmp_path / "a"), "eo-gaveup", ack_timeout_s=2.0,
+                kafka_conf={"transaction.timeout.ms": 10000, "message.timeout.ms": 8000})
+    b_cfg = _eo(own_broker.bootstrap, str(tmp_path / "b"), "eo-gaveup", name=a_cfg.name, ack_timeout_s=30.0)
+    go = str(tmp_path / "go")
+    committing = hooks.park("eo.before_commit", batch=5)
+    opts = {"name": a_cfg.name, "kafka_conf": dict(a_cfg.kafka_conf_items), "wal_dir": a_cfg.wal_dir,
+            "topic": a_cfg.topic, "ack_timeout_s": a_cfg.ack_timeout_s, "guarantee": a_cfg.guarantee, "run": "r"}
+    from tests.hooks import env_for
+
+    env = dict(os.environ, PYTHONPATH=ROOT, **env_for(hooks.dir))
+    a = subprocess.Popen([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), "5", "0", "1000",
+                          "50", f"then:7:{go}"], env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    try:
+        committing.wait(60)
+        own_broker.pause()
+        committing.release()
+        first = json.loads(a.stdout.readline())  # its task returned: the unit pending, given up by its task
+        assert (first["acked"], first["pending"]) == (0, 1000), first
+        os.kill(a.pid, signal.SIGSTOP)
+        own_broker.resume()
+        for batch in (5, 6):
+            rep = write_partition(b_cfg, batch, 0, 0, batches(0, 1000, 50), run="r")
+            assert rep.acked + rep.skipped == 1000 and rep.pending == 0, rep
+        os.kill(a.pid, signal.SIGCONT)
+        open(go, "w").close()
+        out, _ = a.communicate(timeout=90)
+    finally:
+        if a.poll() is None:
+            os.kill(a.pid, signal.SIGCONT)
+            a.kill()
+    later = json.loads(out.strip().splitlines()[-1])
+    assert (later["acked"], later["pending"]) == (1000, 0), later  # not held behind the unit it gave up on
+    assert any("set aside" in p and "batch 5" in p for p in json.loads(later["problems"])), later["problems"]
+    _assert_exactly(read_topic(own_broker.bootstrap, "eo-gaveup", expected=3000, isolation=RC), a_cfg, "r",
+                    {(5, 0): 1000, (6, 0): 1000, (7, 0): 1000})

@@ -3,7 +3,9 @@
 Usage: python -m tests.programs.writer_proc CONFIG_JSON BATCH PARTITION ROWS VALUE_SIZE DIE_AT
 DIE_AT: "after_commit" (os._exit right after write_partition returns, acks or not)
 or "mid_task:<rows>" (the test hook ends the process once <rows> rows are in the WAL),
-or "settled" (waits, at most 60 s, until the publisher holds nothing, then os._exit without close).
+or "settled" (waits, at most 60 s, until the publisher holds nothing, then os._exit without close),
+or "then:<batch>:<go-file>" (prints the first report, waits at most 120 s for <go-file>, writes
+<batch> of the same partition in the same process, prints its report, then os._exit without close).
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ def main() -> None:
     cfg = SinkConfig.build(opts.pop("name"), opts.pop("kafka_conf"), opts.pop("wal_dir"), **opts)
     report = write_partition(cfg, int(batch), int(partition), 0, batches(int(partition), int(rows), int(size)),
                              run=run)
+    if die_at.startswith("then:"):
+        import time
+
+        _, later, go = die_at.split(":", 2)
+        print(json.dumps(report.to_row()), flush=True)
+        end = time.monotonic() + 120
+        while not os.path.exists(go):
+            if time.monotonic() > end:
+                raise SystemExit(f"{go} never appeared")
+            time.sleep(0.05)  # waiting for the test's go, bounded; nothing races on it
+        report = write_partition(cfg, int(later), int(partition), 0, batches(int(partition), int(rows), int(size)),
+                                 run=run)
     if die_at == "settled":
         import time
 
