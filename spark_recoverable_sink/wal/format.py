@@ -92,13 +92,25 @@ class AttemptKey:
 
 
 def crc32(data: Any) -> int:
-    """zlib's CRC-32 of ``data``: the native extension's when it loads (folded with PCLMULQDQ), else zlib's.
+    """zlib's CRC-32 of ``data``: the native extension's where the CPU folds it (PCLMULQDQ), else zlib's.
 
-    Both give the same value, so a chunk written by either is checked by either.
+    Both give the same value, so a chunk written by either is checked by
+    either. The native table path (no PCLMULQDQ: aarch64, old x86) is slower
+    than zlib's, so there zlib's is used.
     """
-    native = library.module()
-    fast = getattr(native, "crc32", None)
-    return zlib.crc32(data) if fast is None else fast(data)
+    return _crc32_impl()(data)
+
+
+def _crc32_impl() -> Any:
+    global _CRC32
+    if _CRC32 is None:
+        native = library.module()
+        hardware = getattr(native, "crc32_hardware", None)
+        _CRC32 = native.crc32 if hardware is not None and hardware() else zlib.crc32
+    return _CRC32
+
+
+_CRC32: Any = None
 
 
 def encode_chunk(batch: pa.RecordBatch) -> bytearray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -110,8 +111,11 @@ def test_a_unit_its_task_gave_up_on_frees_its_lane_once_another_worker_moved_the
     from ..kafka_helpers import create_topic
 
     create_topic(own_broker.bootstrap, "eo-gaveup", partitions=2)
-    a_cfg = _eo(own_broker.bootstrap, str(tmp_path / "a"), "eo-gaveup", ack_timeout_s=2.0,
-                kafka_conf={"transaction.timeout.ms": 10000, "message.timeout.ms": 8000})
+    # ack_timeout_s bounds both of A's tasks: batch 5 returns pending after it (the broker is frozen), batch 7
+    # must replace A's fenced producer, set batch 5 aside and commit within it (one configuration: A's runtime
+    # and its book live on between the two tasks, as on a Spark worker).
+    a_cfg = _eo(own_broker.bootstrap, str(tmp_path / "a"), "eo-gaveup", ack_timeout_s=8.0,
+                kafka_conf={"transaction.timeout.ms": 20000, "message.timeout.ms": 15000})
     b_cfg = _eo(own_broker.bootstrap, str(tmp_path / "b"), "eo-gaveup", name=a_cfg.name, ack_timeout_s=30.0)
     go = str(tmp_path / "go")
     committing = hooks.park("eo.before_commit", batch=5)
@@ -120,14 +124,22 @@ def test_a_unit_its_task_gave_up_on_frees_its_lane_once_another_worker_moved_the
     from tests.hooks import env_for
 
     env = dict(os.environ, PYTHONPATH=ROOT, **env_for(hooks.dir))
-    a = subprocess.Popen([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), "5", "0", "1000",
-                          "50", f"then:7:{go}"], env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL)
+    err_path = tmp_path / "a.stderr"
+    with open(err_path, "w") as err:
+        a = subprocess.Popen([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), "5", "0", "1000",
+                              "50", f"then:7:{go}"], env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=err)
+
+    def a_said() -> str:
+        return err_path.read_text()[-3000:]
+
     try:
         committing.wait(60)
         own_broker.pause()
         committing.release()
-        first = json.loads(a.stdout.readline())  # its task returned: the unit pending, given up by its task
+        ready, _, _ = select.select([a.stdout], [], [], 90)  # its first task returns within ack_timeout_s
+        line = a.stdout.readline() if ready else ""
+        assert line, f"worker A printed no report for batch 5 (exit {a.poll()}): {a_said()}"
+        first = json.loads(line)  # its task returned: the unit pending, given up by its task
         assert (first["acked"], first["pending"]) == (0, 1000), first
         os.kill(a.pid, signal.SIGSTOP)
         own_broker.resume()
@@ -138,9 +150,12 @@ def test_a_unit_its_task_gave_up_on_frees_its_lane_once_another_worker_moved_the
         open(go, "w").close()
         out, _ = a.communicate(timeout=90)
     finally:
+        own_broker.resume()
         if a.poll() is None:
             os.kill(a.pid, signal.SIGCONT)
             a.kill()
+            a.wait(30)
+    assert a.returncode == 0 and out.strip(), f"worker A exit {a.returncode}: {a_said()}"
     later = json.loads(out.strip().splitlines()[-1])
     assert (later["acked"], later["pending"]) == (1000, 0), later  # not held behind the unit it gave up on
     assert any("set aside" in p and "batch 5" in p for p in json.loads(later["problems"])), later["problems"]

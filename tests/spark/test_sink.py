@@ -281,7 +281,8 @@ def test_a_batch_of_more_partitions_than_cores_runs_one_task_per_core_and_keeps_
 
 def test_a_batch_of_no_more_partitions_than_cores_is_left_as_spark_split_it(spark, tmp_path):
     # Tagging rows with their partition costs a JVM projection and an Arrow column per batch: only where the
-    # coalesce merges partitions. A plan with a shuffle is sized only at run time: tagged (nothing is run here).
+    # coalesce merges partitions. A plan with a shuffle is sized only at run time, a file scan is not planned
+    # twice: both tagged. Reading the plans runs no Spark job.
     from spark_recoverable_sink.config import SinkConfig
     from spark_recoverable_sink.driver.coalesce import one_task_per_core, partitions_of
     from spark_recoverable_sink.task.parts import SOURCE_PARTITION
@@ -290,12 +291,22 @@ def test_a_batch_of_no_more_partitions_than_cores_is_left_as_spark_split_it(spar
     two = spark.range(0, 100, 1, 2).selectExpr("cast(id as string) as value")
     eight = spark.range(0, 100, 1, 8).selectExpr("cast(id as string) as value")
     shuffled = two.groupBy("value").count().selectExpr("value")
-    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
-    assert (partitions_of(two), partitions_of(eight), partitions_of(shuffled)) == (2, 8, None)
-    assert one_task_per_core(two, config) is two
-    assert SOURCE_PARTITION in one_task_per_core(eight, config).columns
-    assert SOURCE_PARTITION in one_task_per_core(shuffled, config).columns
-    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs, "reading the plans ran a job"
+    as_micro_batch = spark.createDataFrame(two.rdd, two.schema)  # foreachBatch hands over a LogicalRDD alike
+    two.write.parquet(str(tmp_path / "pq"))
+    files = spark.read.parquet(str(tmp_path / "pq"))
+    sc = spark.sparkContext
+    bus = sc._jsc.sc().listenerBus()
+    bus.waitUntilEmpty()
+    sc.setJobGroup("coal-plan", "coal-plan")
+    try:
+        assert [partitions_of(d) for d in (two, eight, shuffled, as_micro_batch, files)] == [2, 8, None, 2, None]
+        assert one_task_per_core(two, config) is two and one_task_per_core(as_micro_batch, config) is as_micro_batch
+        for tagged in (eight, shuffled, files):
+            assert SOURCE_PARTITION in one_task_per_core(tagged, config).columns
+        bus.waitUntilEmpty()
+        assert list(sc.statusTracker().getJobIdsForGroup("coal-plan")) == [], "reading the plans ran a job"
+    finally:
+        sc.setJobGroup(None, None)  # type: ignore[arg-type]
 
 
 # -- dead letters raised where the user sees them (issue 7.4) -------------------------------------

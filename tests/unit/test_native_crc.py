@@ -46,20 +46,24 @@ def test_crc32_takes_any_buffer():
         assert native.crc32(buf) == zlib.crc32(buf)
 
 
-def test_the_folded_path_runs_where_the_cpu_has_it():
+def test_the_folded_path_runs_where_the_cpu_has_it_and_the_wal_uses_it_only_there():
     if os.uname().machine != "x86_64":
         pytest.skip(f"the folded CRC is x86-64 only; this is {os.uname().machine} (the table path is tested above)")
-    assert library.module().crc32_hardware() == _cpu_has_pclmul()
+    native = library.module()
+    assert native.crc32_hardware() == _cpu_has_pclmul()
+    # the table path is slower than zlib's: the WAL takes the native CRC only where it is folded
+    assert wal_format._crc32_impl() is (native.crc32 if native.crc32_hardware() else zlib.crc32)
 
 
 def test_a_chunk_checksummed_natively_is_checked_by_zlib_and_back(monkeypatch):
     batch = pa.RecordBatch.from_pylist([{"value": os.urandom(300)} for _ in range(50)])
+    monkeypatch.setattr(wal_format, "_CRC32", library.module().crc32)
     native_chunk = bytes(wal_format.encode_chunk(batch))
-    monkeypatch.setattr(library, "module", lambda: None)  # zlib only, as a build without the extension
+    monkeypatch.setattr(wal_format, "_CRC32", zlib.crc32)  # as a build without the extension
     assert wal_format.decode_chunk(native_chunk).equals(batch)
     zlib_chunk = bytes(wal_format.encode_chunk(batch))
     assert zlib_chunk == native_chunk
-    monkeypatch.undo()
+    monkeypatch.setattr(wal_format, "_CRC32", library.module().crc32)
     assert wal_format.check_chunk(zlib_chunk) == 50
     corrupt = bytearray(zlib_chunk)
     corrupt[-40] ^= 1
