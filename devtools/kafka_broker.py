@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -46,10 +47,29 @@ class BrokerSetupError(RuntimeError):
     """Something the broker needs is missing (Java, Maven, the jars) or it did not start."""
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and never handed out before by this process.
+
+    The kernel may offer the same port to two ``bind(0)`` calls in a row once
+    the first socket is closed: a broker's listener and controller ports (or a
+    proxy's and its broker's) then collide and the broker refuses its config.
+
+    Raises:
+        RuntimeError: no port that was not handed out already (after 1,000 tries).
+    """
+    with _HANDED_OUT_LOCK:
+        for _ in range(1000):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise RuntimeError("no free port that this process did not hand out already")
 
 
 def stop_process(proc: "subprocess.Popen[bytes] | None", timeout_s: float = 10.0) -> None:

@@ -14,7 +14,7 @@ def decode_values(registry: Any, records: list[Any], kind: str = "avro", field: 
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    client = SchemaRegistryClient(registry.client_conf())
+    client = SchemaRegistryClient({**registry.client_conf(), "timeout": 10})  # a lost request is retried
     de = AvroDeserializer(client) if kind == "avro" else JSONDeserializer(None, schema_registry_client=client)
     where = MessageField.VALUE if field == "value" else MessageField.KEY
     return [de(getattr(r, field), SerializationContext(r.topic, where)) for r in records]

@@ -45,6 +45,10 @@ __all__ = ["RegistryClient", "scrub_url", "url_credentials"]
 _USERINFO = re.compile(r"(^|://|[,\s])([^/\s,]*)@")
 _IDS: dict[tuple[str, str, str, str], int] = {}
 _IDS_LOCK = threading.Lock()
+#: Seconds per registry request when the settings give no ``timeout`` (confluent-kafka's client has none):
+#: a registry that takes the connection and never answers ends in ``RegistryUnavailableError`` after at most
+#: ``(1 + max.retries) * timeout`` (the client retries a timed-out request), never holds the driver forever.
+DEFAULT_TIMEOUT_S = 30
 
 
 def scrub_url(url: str) -> str:
@@ -66,6 +70,7 @@ class RegistryClient:
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self._conf = _userinfo_to_basic_auth(dict(conf))
+        self._conf.setdefault("timeout", DEFAULT_TIMEOUT_S)
         raw_url = str(conf.get("url", ""))
         self.url = scrub_url(raw_url)
         secrets = {str(v) for k, v in self._conf.items() if is_secret_option(k) and str(v)}

@@ -101,7 +101,7 @@ def test_a_missing_spark_avro_package_is_named_with_its_coordinate(monkeypatch):
 
 def test_a_url_with_credentials_is_cut_before_the_client_sees_it_and_the_id_cache_is_per_registry():
     a = RegistryClient({"url": "http://us%40r:p%40ss@h:1/x"})
-    assert a._conf == {"url": "http://h:1/x", "basic.auth.user.info": "us@r:p@ss"}
+    assert a._conf == {"url": "http://h:1/x", "basic.auth.user.info": "us@r:p@ss", "timeout": 30}
     assert a.scrub("http://us%40r:p%40ss@h:1/x and p@ss") == "http://***@h:1/x and ***"
     b = RegistryClient({"url": "http://h:1/x", "basic.auth.user.info": "other:key"})
     calls = []
@@ -197,3 +197,45 @@ def test_an_answer_that_is_not_json_is_named_and_the_registrys_clean_answer_is_k
             client.schema_id(f"s-{kept}", AVRO, "AVRO", auto_register=True)
         assert (ei.value.__cause__ is not None) is kept and "info-secret" not in str(ei.value)
         assert ei.value.__context__ is None or ei.value.__context__ is ei.value.__cause__
+
+
+def test_a_registry_that_never_answers_cannot_hold_the_driver_forever():
+    # confluent-kafka's client waits forever by default; the sink bounds every request (and the client retries a
+    # timed-out one, then the sink raises RegistryUnavailableError), unless the settings give their own timeout.
+    from spark_recoverable_sink.driver.registry import DEFAULT_TIMEOUT_S
+
+    assert RegistryClient({"url": "http://127.0.0.1:1"})._get()._rest_client.timeout == DEFAULT_TIMEOUT_S
+    assert RegistryClient({"url": "http://127.0.0.1:1", "timeout": 5})._get()._rest_client.timeout == 5
+
+
+def test_a_registry_request_that_times_out_is_unavailable_not_a_refusal():
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # takes connections, never answers: a hung registry
+    held: list = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        client = RegistryClient({"url": f"http://127.0.0.1:{listener.getsockname()[1]}", "timeout": 0.3,
+                                 "max.retries": 1})
+        with pytest.raises(RegistryUnavailableError, match="no answer"):
+            client.schema_id("s-value", '{"type": "string"}', "AVRO", auto_register=True)
+    finally:
+        stop.set()
+        t.join(5)
+        listener.close()
+        for c in held:
+            c.close()
