@@ -61,20 +61,22 @@ def _extract(commit: str, into: str) -> str:
     archive = subprocess.run(["git", "-C", REPO, "archive", commit, "spark_recoverable_sink"],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    _build_native(os.path.join(into, "spark_recoverable_sink", "native"))
+    setup = subprocess.run(["git", "-C", REPO, "show", f"{commit}:setup.py"], capture_output=True, text=True)
+    _build_native(os.path.join(into, "spark_recoverable_sink", "native"), setup.stdout if setup.returncode == 0 else "")
     return into
 
 
-def _build_native(src: str) -> None:
-    """The commit's native extension built in place (as setup.py builds it), when the commit has one.
+def _build_native(src: str, setup_py: str) -> None:
+    """The commit's native extension built in place from the C files its ``setup.py`` names, when it has one.
 
     Raises:
         subprocess.CalledProcessError: the C sources do not compile.
     """
-    import glob
+    import re
     import sysconfig
 
-    sources = sorted(glob.glob(os.path.join(src, "rks_*.c")))
+    names = dict.fromkeys(re.findall(r"rks_\w+\.c", setup_py))  # in setup.py's order, once each
+    sources = [os.path.join(src, n) for n in names]
     if not sources:
         return
     subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-std=c11", "-DPy_LIMITED_API=0x030B0000",

@@ -90,6 +90,7 @@ loader = importlib.machinery.ExtensionFileLoader("_rks_native", sys.argv[1])
 mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("_rks_native", loader))
 loader.exec_module(mod)
 assert mod.xxh64(b"", 0) == 0xEF46DB3751D8E999, "xxh64 of nothing"
+assert mod.crc32(b"123456789", 0) == 0xCBF43926, "CRC-32 check value"
 EOF
     fi
     "$PY" -m wheel unpack --dest "$A" "$PURE" >/dev/null

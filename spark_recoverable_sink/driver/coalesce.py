@@ -47,7 +47,7 @@ from ..task.parts import SOURCE_PARTITION
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["cores_of", "partitions_of", "one_task_per_core"]
+__all__ = ["cores_of", "partitions_of", "coalesce_width", "one_task_per_core"]
 
 
 def cores_of(df: "DataFrame") -> int | None:
@@ -98,21 +98,33 @@ def _dynamic_allocation(df: "DataFrame") -> bool:
         return False
 
 
+def coalesce_width(df: "DataFrame") -> int | None:
+    """The task count to coalesce ``df`` to (the cluster's cores), or ``None`` to leave it as Spark split it.
+
+    ``None`` where the core count cannot be read (Spark Connect), under
+    dynamic allocation (a stage of the registered cores would never ask for
+    more executors), and when ``df`` is known to have no more partitions than
+    cores (:func:`partitions_of`). Used by both guarantees' passes
+    (:func:`one_task_per_core`, :mod:`.resplit`).
+    """
+    cores = cores_of(df)
+    if cores is None or _dynamic_allocation(df):
+        return None
+    known = partitions_of(df)
+    return None if known is not None and known <= cores else cores
+
+
 def one_task_per_core(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     """``df`` coalesced to the cluster's cores, each row tagged with its own Spark partition (at-least-once).
 
-    Left as it is under exactly-once, with ``coalesce_tasks=False``, under
-    dynamic allocation, where the core count cannot be read (Spark Connect),
-    or when ``df`` is known to have no more partitions than cores.
+    Left as it is under exactly-once, with ``coalesce_tasks=False``, and
+    wherever :func:`coalesce_width` says so.
     """
     if config.guarantee == EXACTLY_ONCE or not config.coalesce_tasks:
         return df
-    cores = cores_of(df)
-    if cores is None or _dynamic_allocation(df):
-        return df
-    known = partitions_of(df)
-    if known is not None and known <= cores:
+    width = coalesce_width(df)
+    if width is None:
         return df
     from pyspark.sql import functions as F
 
-    return df.withColumn(SOURCE_PARTITION, F.spark_partition_id()).coalesce(cores)
+    return df.withColumn(SOURCE_PARTITION, F.spark_partition_id()).coalesce(width)

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ..config import SinkConfig
 from ..task.lanes import LANE_COLUMN, LaneTagger, driver_counts, lane_values
-from .coalesce import cores_of, partitions_of
+from .coalesce import coalesce_width
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -62,14 +62,12 @@ def _at_most_one_task_per_core(df: "DataFrame") -> "DataFrame":
     The lane pass costs a Python worker round trip per task: 64 input
     partitions on 2 cores would pay it 64 times for work that 2 tasks do as
     fast. Lanes are a function of each record, so how the pass is split does
-    not change them. Spark Connect exposes no core count: left as it is; so
-    is a batch known to have no more partitions than cores.
+    not change them. Left as it is wherever
+    :func:`.coalesce.coalesce_width` says so (Spark Connect, dynamic
+    allocation, a batch known to have no more partitions than cores).
     """
-    cores = cores_of(df)
-    if cores is None:
-        return df
-    known = partitions_of(df)
-    return df if known is not None and known <= cores else df.coalesce(cores)
+    width = coalesce_width(df)
+    return df if width is None else df.coalesce(width)
 
 
 def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":

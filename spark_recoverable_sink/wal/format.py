@@ -37,7 +37,9 @@ import pyarrow as pa
 from ..errors import WalFormatError
 from ..native import library
 
-__all__ = ["CHUNK_VERSION", "ChunkKey", "AttemptKey", "crc32", "encode_chunk", "decode_chunk", "chunk_rows", "check_chunk"]
+__all__ = [
+    "CHUNK_VERSION", "ChunkKey", "AttemptKey", "crc32", "encode_chunk", "decode_chunk", "chunk_rows", "check_chunk",
+]
 
 CHUNK_VERSION = 1  # chunks were checksummed from the start: their format did not change
 
