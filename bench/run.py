@@ -246,11 +246,24 @@ def scaling_local(spark: Any, p: dict[str, Any], bootstrap: str, scratch: str,
     for n in p["scale_partitions"]:
         log(f"scaling: {n} partitions on {master}")
         points.append(sb.scaling_point(spark, bootstrap, partitions=n, **_scale_kw(p, "scale", args, scratch)))
-    return {"master": master, "cores": args.cores, "points": points, "eo_max_lanes_per_worker": _max_lanes()}
+    return {"master": master, "cores": args.cores, "points": points, "eo_max_lanes_per_worker": _max_lanes(),
+            "eo_lanes": _eo_lanes()}
+
+
+def _eo_lanes() -> int | None:
+    """The lanes exactly-once re-splits every batch into (``exactly_once_lanes``, the package's default)."""
+    try:
+        import dataclasses
+
+        from spark_recoverable_sink.config import SinkConfig
+
+        return next(f.default for f in dataclasses.fields(SinkConfig) if f.name == "exactly_once_lanes")
+    except Exception:  # noqa: BLE001 - only an explanatory figure
+        return None
 
 
 def _max_lanes() -> int | None:
-    """How many exactly-once lanes (one per Spark partition) a worker process keeps open (the package's default)."""
+    """How many exactly-once lanes a worker process keeps open (the package's default)."""
     try:
         import inspect
 
