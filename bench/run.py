@@ -78,7 +78,8 @@ MODES: dict[str, dict[str, Any]] = {
         "cluster_rounds": 1, "cluster_duration_s": 2, "cluster_warmup_batches": 1, "cluster_max_s": 30,
     },
     "full": {
-        "tp_rows": {"100": 5_000_000, "1024": 2_000_000}, "tp_rounds": 5, "sizes": [100, 1024], "verify": True,
+        # 11 writers (Spark's sink in two settings among them) x 2 sizes x 3 rounds, each read back: about 20 min
+        "tp_rows": {"100": 2_000_000, "1024": 1_000_000}, "tp_rounds": 3, "sizes": [100, 1024], "verify": True,
         "lat_rows_per_s": 50_000, "lat_duration_s": 60, "lat_warmup_batches": 10, "lat_sizes": [100],
         "wal_rows": 1_000_000, "wal_repeat": 3, "produce_rows": 1_000_000, "produce_repeat": 3,
         "mem_rows": [1_000_000, 100_000_000], "recovery_rows": 1_000_000, "profile_rows": 1_000_000,
