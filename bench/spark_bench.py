@@ -551,9 +551,13 @@ def summarize_sink_reports(reports: Any, warmup: int) -> dict[str, Any]:
     """
     rs = [r for r in list(reports) if r.batch_id >= warmup and r.rows > 0]
     tasks = [p.seconds for r in rs for p in r.partition_reports]
+    busy = [p.seconds for r in rs for p in r.partition_reports if p.rows > 0]  # exactly-once: lanes with records
     sums = [sum(p.seconds for p in r.partition_reports) for r in rs]
     return {"batches": len(rs), "batch_s_p50": common.median([r.seconds for r in rs]),
             "task_s_p50": common.median(tasks), "task_s_p95": common.percentile(tasks, 95),
+            "task_s_busy_p50": common.median(busy),
+            "busy_tasks_per_batch": common.median([sum(p.rows > 0 for p in r.partition_reports)
+                                                   for r in rs]),
             "task_s_sum_p50": common.median(sums), "tasks_per_batch": common.median([len(r.partition_reports) for r in rs]),
             "workers": len({p.pid for r in rs for p in r.partition_reports})}
 
@@ -657,6 +661,7 @@ def scaling_rows(point: dict[str, Any], setting: str) -> list[dict[str, Any]]:
             p50_ms=r["add_batch_ms"]["p50"], p95_ms=r["add_batch_ms"]["p95"], p99_ms=r["add_batch_ms"]["p99"],
             trigger_p50_ms=r["trigger_ms"]["p50"], kept_up=r["kept_up"], batches=r["batches"],
             rows_per_batch=r["rows_per_batch_mean"], task_s_p50=sb.get("task_s_p50"),
+            task_s_busy_p50=sb.get("task_s_busy_p50"),
             task_s_sum_p50=sb.get("task_s_sum_p50"), sink_batch_s_p50=sb.get("batch_s_p50"),
             lat_workers=sb.get("workers"))
     order = list(SCALING_LAT_WRITERS) + [w for w in by if w not in SCALING_LAT_WRITERS]

@@ -31,8 +31,10 @@ partition's. Under dynamic allocation the core count is only what is
 registered now, and a stage of that many tasks would never ask for more
 executors: there the batch is left as Spark split it.
 
-Exactly-once is left alone: its units are lanes (:mod:`.resplit`), and with
-``exactly_once_lanes=0`` each Spark partition is one.
+Exactly-once's written batch is left alone: its units are lanes
+(:mod:`.resplit`), and with ``exactly_once_lanes=0`` each Spark partition is
+one. Its lane pass (which only tags rows with their lane before the shuffle)
+is coalesced by the same rule, :func:`coalesce_width`, untagged.
 
 Where it runs: the driver, once per batch (it only builds the plan).
 """

@@ -7,40 +7,57 @@ from typing import Any
 
 import pytest
 
-from spark_recoverable_sink.driver.coalesce import coalesce_width
+from spark_recoverable_sink.config import SinkConfig
+from spark_recoverable_sink.driver import coalesce
+from spark_recoverable_sink.driver.coalesce import coalesce_width, one_task_per_core
 from spark_recoverable_sink.driver.resplit import _at_most_one_task_per_core
+from spark_recoverable_sink.task.parts import SOURCE_PARTITION
 
 
 class FakeFrame:
-    """Just what coalesce_width reads of a DataFrame: the core count, one setting, and the plan's handle."""
+    """Just what the coalesce rule reads of a DataFrame: the core count and one setting; each step a new frame."""
 
-    def __init__(self, cores: int | None, dynamic: bool = False, partitions: int | None = None) -> None:
-        context = SimpleNamespace(defaultParallelism=cores) if cores is not None else None
+    def __init__(self, cores: int | None, dynamic: bool = False, steps: tuple[str, ...] = ()) -> None:
+        self.cores, self.dynamic, self.steps = cores, dynamic, steps
         conf = {"spark.dynamicAllocation.enabled": "true" if dynamic else "false"}
         self.sparkSession = SimpleNamespace(conf=SimpleNamespace(get=lambda k, d=None: conf.get(k, d)))
-        if context is not None:
-            self.sparkSession.sparkContext = context
-        self.partitions = partitions
-        self.coalesced_to: int | None = None
-
-    @property
-    def _jdf(self) -> Any:
-        raise AttributeError("no JVM here: partitions not known")  # what partitions_of reads on Spark Connect
+        if cores is not None:  # Spark Connect: no SparkContext
+            self.sparkSession.sparkContext = SimpleNamespace(defaultParallelism=cores)
 
     def coalesce(self, n: int) -> "FakeFrame":
-        self.coalesced_to = n
-        return self
+        return FakeFrame(self.cores, self.dynamic, self.steps + (f"coalesce({n})",))
+
+    def withColumn(self, name: str, col: Any) -> "FakeFrame":  # noqa: N802 - DataFrame's name
+        return FakeFrame(self.cores, self.dynamic, self.steps + (f"withColumn({name})",))
 
 
-def test_a_batch_is_coalesced_to_the_cores_only_where_they_are_known_and_fixed() -> None:
+@pytest.fixture
+def known(monkeypatch: pytest.MonkeyPatch) -> dict[str, int | None]:
+    """The partition count partitions_of reports (it reads the JVM's plan, absent here)."""
+    box: dict[str, int | None] = {"n": None}
+    monkeypatch.setattr(coalesce, "partitions_of", lambda df: box["n"])
+    monkeypatch.setattr("pyspark.sql.functions.spark_partition_id", lambda: "spark_partition_id()")
+    return box
+
+
+def test_a_batch_is_coalesced_to_the_cores_only_where_they_are_known_fixed_and_fewer(known: dict) -> None:
     assert coalesce_width(FakeFrame(cores=4)) == 4  # partitions not known: coalesce (a no-op if fewer)
+    known["n"] = 8
+    assert coalesce_width(FakeFrame(cores=4)) == 4
+    known["n"] = 4
+    assert coalesce_width(FakeFrame(cores=4)) is None  # no more partitions than cores: left as Spark split it
+    known["n"] = 8
     assert coalesce_width(FakeFrame(cores=None)) is None  # Spark Connect: no core count
     assert coalesce_width(FakeFrame(cores=4, dynamic=True)) is None
 
 
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_the_exactly_once_lane_pass_follows_the_same_rule_as_at_least_once(dynamic: bool) -> None:
-    frame = FakeFrame(cores=2, dynamic=dynamic)
-    assert _at_most_one_task_per_core(frame) is frame
-    # under dynamic allocation a stage of the registered cores would never ask for more executors
-    assert frame.coalesced_to == (None if dynamic else 2)
+@pytest.mark.parametrize("dynamic,partitions", [(False, None), (False, 64), (False, 2), (True, 64)])
+def test_both_guarantees_passes_follow_the_one_rule(known: dict, dynamic: bool, partitions: int | None) -> None:
+    known["n"] = partitions
+    coalesced = not dynamic and partitions != 2
+    lane_pass = _at_most_one_task_per_core(FakeFrame(cores=2, dynamic=dynamic))
+    assert lane_pass.steps == (("coalesce(2)",) if coalesced else ())
+    config = SinkConfig.build("c", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-coalesce", topic="t")
+    written = one_task_per_core(FakeFrame(cores=2, dynamic=dynamic), config)
+    # at-least-once tags each row with its own partition before the coalesce (ids keep their partition)
+    assert written.steps == ((f"withColumn({SOURCE_PARTITION})", "coalesce(2)") if coalesced else ())
