@@ -441,6 +441,19 @@ def _explain(results: dict[str, Any], name: str) -> str:
                     f"measured throughput ratio {e['rows_per_s'] / s['rows_per_s']:.2f}). " + _eo_split(results, size)
                     + "What it adds per unit is one transaction (begin, the partitions added to it, the marker "
                     "offset, commit) on its lane's producer, and a read_committed marker read." + _eo_extra(results, size))
+    elif name.startswith("exactly-once without the re-split"):
+        size = 1024 if "1024" in name else 100
+        n, s = tp_row(results, EXACTLY_NO_RESPLIT, size), tp_row(results, SYNC, size)
+        sn, ss = _median_run_split(results, EXACTLY_NO_RESPLIT, size), _median_run_split(results, SYNC, size)
+        if n and s and n.get("cpu_s_per_million") and s.get("cpu_s_per_million"):
+            text = (f"Without the re-split exactly-once spends {n['cpu_s_per_million']:.2f} µs of CPU per record "
+                    f"against sync's {s['cpu_s_per_million']:.2f} µs ({n['rows_per_s']:,.0f} against "
+                    f"{s['rows_per_s']:,.0f} rows/s). ")
+            if sn and ss:
+                text += f"By kind of process: exactly-once {_split_text(sn)}; sync {_split_text(ss)}. "
+            text += ("Its extra per task is one transaction on the lane's producer (begin, produce, the marker "
+                     "offset, commit, each a broker round trip) and a read_committed marker read.")
+            text += _eo_extra(results, size)
     elif name.startswith("worker peak memory"):
         mem = results.get("memory") or {}
         runs = mem.get("runs") or []

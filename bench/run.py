@@ -16,9 +16,9 @@ Sections (``--only`` picks some, comma-separated):
                 offered load (rate source, 1 s trigger), per writer
 ``scaling``     how cost grows with Spark partitions: throughput (same cached rows)
                 and micro-batch p50 (same rows per batch) of the flush-writer, sink
-                sync and exactly-once (+ no-op latency) at 4, 16 and 64 partitions
-                in local[N], and once on local-cluster[2,1,1024] (its own Spark app,
-                bench/cluster.py)
+                sync, exactly-once and Spark's Kafka sink (+ no-op latency) at 4, 16,
+                64 and 200 partitions in local[N], and at 4 on local-cluster[2,1,1024]
+                (its own Spark app, bench/cluster.py)
 ``wal``         the WAL's own cost per record (bench/wal_cost.py), and the whole
                 sink path vs a plain produce loop with a callback (outside Spark)
 ``memory``      peak RSS (VmHWM) of a process writing one partition of two sizes

@@ -234,12 +234,17 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
 
 
 def sink_lanes(config: SinkConfig, timeout_s: float = 10.0) -> list[str]:
-    """The lane names of the sink that committed at least once (their marker groups exist)."""
+    """The lane names of the sink that committed at least once (their marker groups exist).
+
+    Raises:
+        concurrent.futures.TimeoutError: the admin client gave no answer within ``timeout_s`` + 5 s.
+        confluent_kafka.KafkaException: the broker refused the listing.
+    """
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(client_conf(config))
     prefix = f"rks-eo.{config.name}."
-    listed = admin.list_consumer_groups(request_timeout=timeout_s).result()
+    listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s + 5.0)
     return sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix))
 
 
