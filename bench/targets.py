@@ -79,6 +79,18 @@ def _p50(row: dict[str, Any] | None) -> float | None:
     return row["add_batch_ms"]["p50"] if row and row["add_batch_ms"]["p50"] is not None else None
 
 
+def _keeps_up_wide(results: dict[str, Any], writer: str, label: str) -> tuple[float | None, str, bool | None]:
+    """(measured, text, met) of "``writer`` keeps up at SCALE_WIDE wherever Spark's Kafka sink does"."""
+    w, k = scale_row(results, writer, SCALE_WIDE), scale_row(results, SPARK_KAFKA, SCALE_WIDE)
+    kw, kk = (w or {}).get("kept_up"), (k or {}).get("kept_up")
+    if w is None or k is None or kw is None or kk is None:
+        return None, "n/a", None
+    text = (f"{label} {'kept up' if kw else 'did not keep up'} (p50 {_ms(w.get('p50_ms'))}, p95 "
+            f"{_ms(w.get('p95_ms'))}); Spark's Kafka sink {'kept up' if kk else 'did not keep up'} (p50 "
+            f"{_ms(k.get('p50_ms'))}, p95 {_ms(k.get('p95_ms'))})")
+    return float(bool(kw)), text, bool(kw) or not kk
+
+
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets, each with the measured figure and met / missed / not measured."""
     out: list[dict[str, Any]] = []
@@ -115,16 +127,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     add(f"at-least-once micro-batch p50 ÷ Spark's Kafka sink, both at {SCALE_HI} Spark partitions", "<= 1.00", v,
         f"{_r(v, 1.0)} ({ps:.0f} ms vs {pk:.0f} ms, addBatch p50)" if v is not None else "n/a",
         None if v is None else v <= 1.0)
-    ss, sk = scale_row(results, SYNC, SCALE_WIDE), scale_row(results, SPARK_KAFKA, SCALE_WIDE)
-    ks, kk = (ss or {}).get("kept_up"), (sk or {}).get("kept_up")
-    measured = None if ks is None or kk is None else float(bool(ks))
-    text = "n/a"
-    if measured is not None:
-        text = (f"at-least-once sync {'kept up' if ks else 'did not keep up'} (p50 {_ms(ss.get('p50_ms'))}, p95 "
-                f"{_ms(ss.get('p95_ms'))}); Spark's Kafka sink {'kept up' if kk else 'did not keep up'} (p50 "
-                f"{_ms(sk.get('p50_ms'))}, p95 {_ms(sk.get('p95_ms'))})")
     add(f"at {SCALE_WIDE} Spark partitions: keeps up with the input rate wherever Spark's Kafka sink does",
-        "keeps up", measured, text, None if measured is None else (bool(ks) or not kk))
+        "keeps up", *_keeps_up_wide(results, SYNC, "at-least-once sync"))
     mem = results.get("memory")
     v = mem.get("anon_growth") if _ok(mem) else None
     note = ""
@@ -194,16 +198,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         f"{_r(v, 1.5)} ({pe:.0f} ms vs {ps:.0f} ms, addBatch p50)" if v is not None else "n/a",
         None if v is None else v <= 1.5, note)
 
-    ex, sk = scale_row(results, EXACTLY, SCALE_WIDE), scale_row(results, SPARK_KAFKA, SCALE_WIDE)
-    ke, kk = (ex or {}).get("kept_up"), (sk or {}).get("kept_up")
-    measured = None if ke is None or kk is None else float(bool(ke))
-    text = "n/a"
-    if measured is not None:
-        text = (f"exactly-once {'kept up' if ke else 'did not keep up'} (p50 {_ms(ex.get('p50_ms'))}, p95 "
-                f"{_ms(ex.get('p95_ms'))}); Spark's Kafka sink {'kept up' if kk else 'did not keep up'} (p50 "
-                f"{_ms(sk.get('p50_ms'))}, p95 {_ms(sk.get('p95_ms'))})")
     add(f"exactly-once at {SCALE_WIDE} Spark partitions: keeps up with the input rate wherever Spark's Kafka sink does",
-        "keeps up", measured, text, None if measured is None else (bool(ke) or not kk))
+        "keeps up", *_keeps_up_wide(results, EXACTLY, "exactly-once"))
 
     # -- earlier targets (kept) -----------------------------------------------------------------------
     group[0] = EARLIER

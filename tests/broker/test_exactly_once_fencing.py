@@ -53,6 +53,39 @@ def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg, "r", {(3, 2): 3000})
 
 
+def test_two_live_attempts_at_one_unit_fence_each_other_in_turn_and_commit_it_once(broker, topic, tmp_path, hooks):
+    """A speculative duplicate: two attempts at one unit, each on its own worker and WAL, both alive throughout.
+
+    Both are parked before their commit, with their transactions open: A first, then B, whose producer
+    fenced A's. A is released: its commit is refused (fenced), it tries again on a new producer (which
+    fences B's) and commits. B is released: its commit is refused, and its lane's marker proves the unit
+    committed: it skips it. The interleaving where they alternate, each fencing the other once.
+    """
+    cfg_a = _eo(broker.bootstrap, str(tmp_path / "a"), topic, ack_timeout_s=60)
+    cfg_b = _eo(broker.bootstrap, str(tmp_path / "b"), topic, ack_timeout_s=60, name=cfg_a.name)
+    park_a = hooks.park("eo.before_commit", batch=4, partition=1)
+    a = _spawn(cfg_a, 4, 1, 3000, "r", hooks.dir, report=True)
+    b = None
+    try:
+        park_a.wait()
+        park_b = hooks.park("eo.before_commit", batch=4, partition=1)  # armed once A holds the first: B claims it
+        b = _spawn(cfg_b, 4, 1, 3000, "r", hooks.dir, report=True)
+        park_b.wait()
+        park_a.release()
+        a_out, _ = a.communicate(timeout=90)
+        park_b.release()
+        b_out, _ = b.communicate(timeout=90)
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert (a.returncode, b.returncode) == (0, 0)
+    first, second = (json.loads(out.strip().splitlines()[-1]) for out in (a_out, b_out))
+    assert (first["acked"], first["pending"]) == (3000, 0), first  # fenced once, committed on a new producer
+    assert (second["acked"], second["pending"]) == (0, 0), second  # fenced by A's retry, then proven and skipped
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg_a, "r", {(4, 1): 3000})
+
+
 def test_a_commit_caught_by_a_broker_freeze_is_settled_by_a_new_producer_once(own_broker, tmp_path, hooks, caplog):
     """The broker SIGSTOPped while the unit's commit_transaction is in flight, SIGCONTed once the commit timed out.
 
