@@ -62,7 +62,7 @@ def chart(results: dict[str, Any], path: str = PNG) -> bool:
     plt, FuncFormatter = mpl
     tp, lat = results.get("throughput"), results.get("latency")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
-    writers = [RAW, FLUSH, SYNC, SYNC_PY, ASYNC, EXACTLY]
+    writers = [RAW, FLUSH, "spark-kafka", "spark-kafka-alike", SYNC, SYNC_PY, ASYNC, EXACTLY]
     colors = COLORS
     if _ok(tp):
         sizes = tp["sizes"]

@@ -419,6 +419,9 @@ def main() -> int:
                     help="do not write docs/PERFORMANCE.md, docs/performance.png, docs/performance-scaling.png")
     ap.add_argument("--docs-dir", default=None, help="render into this directory instead of docs/")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the scratch directory (WALs, logs)")
+    ap.add_argument("--merge-into", default=None,
+                    help="a results JSON whose sections this run measures again: they replace its own, the file "
+                         "names the run they came from (meta.merged), its targets are evaluated again")
     args = ap.parse_args()
     args.partitions = args.partitions or args.cores
     want = {s.strip() for s in args.only.split(",") if s.strip()}
@@ -515,6 +518,17 @@ def main() -> int:
 
     save()  # the measurements first: nothing below can lose them
     from bench import render
+
+    if args.merge_into:  # this run's sections replace the same sections of an earlier run's file
+        with open(args.merge_into) as f:
+            base = json.load(f)
+        for section in want:
+            base[section] = results.get(section)
+        base["meta"].setdefault("merged", []).append(
+            {"sections": sorted(want), "timestamp": stamp, "commit": results["meta"]["commit"], "params": p,
+             "brokers": brokers.used, "elapsed_s": results["meta"]["elapsed_s"], "file": os.path.basename(path)})
+        results, path = base, args.merge_into
+        save()
 
     results["targets"] = render.evaluate_targets(results)
     save()

@@ -44,7 +44,9 @@ LABELS = {
     SPARK_KAFKA_ALIKE: "Spark's Kafka sink, batching set as librdkafka's (linger.ms 5, batch.size 1,000,000)",
     SYNC: "sink at-least-once sync (native engine)", SYNC_PY: "sink at-least-once sync (Python engine)",
     ASYNC: "sink at-least-once async (native engine)", EXACTLY: "sink exactly-once (native engine)",
+    EXACTLY_SPARK: "sink exactly-once without the re-split (exactly_once_lanes=0)",
 }
+assert set(WRITERS) <= set(LABELS) and set(SCALING_LAT_WRITERS) <= set(LABELS), "every writer has its label"
 #: The delivery engine each sink writer runs with: explicit, so that "auto" never decides what is measured.
 ENGINES = {SYNC: "native", SYNC_PY: "python", ASYNC: "native", EXACTLY: "native", EXACTLY_SPARK: "native"}
 SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
