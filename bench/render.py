@@ -184,9 +184,10 @@ def markdown(results: dict[str, Any]) -> str:
     w(f"Results of `bench/run.py{' --quick' if mode == 'quick' else ''}` ({mode} mode) at {meta['timestamp']}, "
       f"commit `{meta.get('commit')}`, {meta.get('elapsed_s')} s in all.\n")
     for mg in meta.get("merged") or []:
-        w(f"The section{'s' if len(mg['sections']) > 1 else ''} {', '.join(mg['sections'])} of this page come from "
-          f"a later run of the same sections (`{mg.get('file')}`, commit `{mg.get('commit')}`, "
-          f"{mg.get('elapsed_s')} s), which replaced {'them' if len(mg['sections']) > 1 else 'it'} in this file.\n")
+        many = len(mg["sections"]) > 1
+        w(f"{'Sections' if many else 'Section'} {', '.join(mg['sections'])}: from a later run of "
+          f"{'them' if many else 'it'} alone (`{mg.get('file')}`, commit `{mg.get('commit')}`, "
+          f"{mg.get('elapsed_s')} s), which replaced {'them' if many else 'it'} in this file.\n")
     broker = str(m.get("broker") or "unknown")
     w(f"Broker: **{broker}**.\n")
     if "apache kafka" not in broker.lower():
