@@ -331,6 +331,9 @@ def test_the_last_batch_of_an_available_now_query_raises_its_dead_letter(spark, 
         vals = [b"x" * POISON if i == 150 else b"v%d" % i for i in rows]
         pq.write_table(pa.table({"key": [str(i) for i in rows], "value": pa.array(vals, pa.binary())}),
                        str(src / f"part-{f}.parquet"))
+        # Spark's file source takes files oldest first (by modification time, in ms): two files written in one
+        # millisecond came in either order, and the poisoned one became batch 0. Their times now say the order.
+        os.utime(src / f"part-{f}.parquet", (1_700_000_000 + f * 60, 1_700_000_000 + f * 60))
     sink = _poison_sink(broker, tmp_path, topic)
     stream = spark.readStream.schema("key string, value binary").option("maxFilesPerTrigger", 1).parquet(str(src))
     q = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk"))
