@@ -19,6 +19,7 @@ from bench.against_spark import explain as explain_vs_spark
 from bench.targets import (
     ASYNC,
     EXACTLY,
+    EXACTLY_NO_RESPLIT,
     FLUSH,
     FLUSH_ID,
     NOOP,
@@ -252,10 +253,8 @@ def _eo_wide(results: dict[str, Any]) -> str:
     lanes = _eo_lanes(results)
     if lanes:
         text += (f"Exactly-once's lane tasks do not multiply with the partitions ({lanes} lanes at any width; the "
-                 "lane pass before them runs at most one task per core), so its batch time at "
-                 f"{SCALE_WIDE} partitions is that of {SCALE_HI} plus the wider read of the source in the lane pass; "
-                 "what misses the trigger is the tail (p95), the same cost as in the explanation of the "
-                 f"{SCALE_HI}-partition target.")
+                 "lane pass before them runs at most one task per core): what misses the trigger is the tail "
+                 f"(p95) of the same per-batch cost as in the explanation of the {SCALE_HI}-partition target.")
     return text.strip()
 
 
@@ -342,9 +341,6 @@ def _scaling(results: dict[str, Any]) -> str:
                  "to back (with the same rows each: the p50 is not inflated by larger batches).")
     return text.strip()
 
-
-#: exactly-once with ``exactly_once_lanes=0`` (bench/spark_bench.py's EXACTLY_SPARK)
-EXACTLY_NO_RESPLIT = "sink-exactly-once-no-resplit"
 
 #: The task's occurrence counter (native/rks_hash.c): one 16-byte slot per distinct record of the partition,
 #: a power-of-two table at most 70 % full, doubled when full (1024 slots at first).

@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["evaluate_targets", "tp_row", "lat_row", "scale_row", "VERSUS_SPARK", "NATIVE", "EARLIER", "SCALE_WIDE",
-           "SPARK_KAFKA", "SPARK_KAFKA_ALIKE"]
+           "SPARK_KAFKA", "SPARK_KAFKA_ALIKE", "EXACTLY_NO_RESPLIT"]
 
 NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
                                           "sink-exactly-once")
 FLUSH_ID, SYNC_PY, SPARK_KAFKA = "flush-writer-id", "sink-sync-python", "spark-kafka"
 SPARK_KAFKA_ALIKE = "spark-kafka-alike"
+EXACTLY_NO_RESPLIT = "sink-exactly-once-no-resplit"  # exactly_once_lanes=0 (bench/spark_bench.py EXACTLY_SPARK)
 VERSUS_SPARK = "against Spark's own Kafka sink"
 NATIVE = "native delivery engine"
 EARLIER = "earlier targets"
@@ -166,7 +167,7 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{_r(v, 0.9)} ({e['rows_per_s']:,.0f} vs {s['rows_per_s']:,.0f} rows/s)" if v else "n/a",
             None if v is None else v >= 0.90)
     for size in (100, 1024):
-        e, s = tp_row(results, "sink-exactly-once-no-resplit", size), tp_row(results, SYNC, size)
+        e, s = tp_row(results, EXACTLY_NO_RESPLIT, size), tp_row(results, SYNC, size)
         v = (e["rows_per_s"] / s["rows_per_s"]) if e and s and s.get("rows_per_s") else None
         add(f"exactly-once without the re-split (exactly_once_lanes=0) ÷ sink sync throughput ({size} B)", ">= 0.90",
             v, f"{_r(v, 0.9)} ({e['rows_per_s']:,.0f} vs {s['rows_per_s']:,.0f} rows/s)" if v else "n/a",
