@@ -18,6 +18,14 @@ It ends, at the latest, after ``settle_timeout_s``:
    still waiting, its unit and its last error. Nothing is dropped: the units
    stay in the WALs, and the batch runs again after a restart.
 
+A drain job runs in a thread of its own and is waited for until the bound
+plus ``_DRAIN_GRACE_S``: its tasks' waits are bounded, but a job whose tasks
+never start (no executor left) would otherwise hold the batch for ever. Past
+that, the job is cancelled (``cancel``) and the same error names the lanes
+and the drain job that did not return. The thread only bounds the wait: no
+state of the sink lives in it, and an abandoned job changes nothing a later
+batch relies on (a drain writes nothing new; its units commit or stay).
+
 This also fixes the order consumers see: every record of batch ``b`` is
 visible before any record of batch ``b+1``, in every Kafka partition.
 """
@@ -25,6 +33,7 @@ visible before any record of batch ``b+1``, in every Kafka partition.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -40,17 +49,24 @@ __all__ = ["settle"]
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
 
 _DRAIN_S = 10.0  # one drain job's wait; the loop goes on until every lane is committed or the bound
+_DRAIN_GRACE_S = 60.0  # past the bound, how long a drain job that has not returned is still waited for
 
 
-def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any]) -> list[tuple[str, str, str]]:
+def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any],
+           cancel: Callable[[], Any] | None = None,
+           thread: Callable[..., threading.Thread] = threading.Thread) -> list[tuple[str, str, str]]:
     """Wait until every lane of ``report``'s batch with pending rows is committed (or refused).
 
-    ``drain(timeout_s)`` runs one drain job (:meth:`.RecoverableKafkaSink.drain`)
-    and returns its :class:`.DrainReport`. Returns the dead letters
+    Runs on the driver. ``drain(timeout_s)`` runs one drain job
+    (:meth:`.RecoverableKafkaSink.drain`) and returns its :class:`.DrainReport`;
+    it runs in a ``thread(target=..., name=..., daemon=True)`` (PySpark's
+    ``InheritableThread`` keeps the batch's job properties), and ``cancel()``
+    cancels a drain job that did not return in time. Returns the dead letters
     (record id, error, token) the drain jobs offered.
 
     Raises:
-        SettleTimeoutError: lanes still waiting after ``config.settle_timeout_s``.
+        SettleTimeoutError: lanes still waiting after ``config.settle_timeout_s``,
+            or a drain job still running ``_DRAIN_GRACE_S`` past it.
         pyspark errors: a drain job failed (the batch fails; Spark re-runs it
             and every committed lane is skipped).
     """
@@ -74,7 +90,10 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
                     "executors' WALs for their transactions; the batch ends once they are committed (at most "
                     "settle_timeout_s=%.0f)", config.name, report.batch_id, ",".join(map(str, waiting)), rounds,
                     time.monotonic() - t0, config.settle_timeout_s)
-        done = drain(max(1.0, bound.cap(_DRAIN_S)))
+        done = _drain_bounded(drain, max(1.0, bound.cap(_DRAIN_S)), (bound.remaining() or 0.0) + _DRAIN_GRACE_S,
+                              cancel, thread)
+        if done is _STILL_RUNNING:
+            raise _timeout(config, report, waiting, units, time.monotonic() - t0, stuck_drain=True)
         units = list(getattr(done, "units", ()))
         for rid, err, token in getattr(done, "dead_letters", ()):
             offered[token] = (rid, err, token)
@@ -88,6 +107,35 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     waited = time.monotonic() - t0
     log.info("sink=%s batch_id=%d exactly_once settled seconds=%.3f", config.name, report.batch_id, waited)
     return list(offered.values())
+
+
+_STILL_RUNNING = object()
+
+
+def _drain_bounded(drain: Callable[[float], Any], timeout_s: float, wait_s: float,
+                   cancel: Callable[[], Any] | None, thread: Callable[..., threading.Thread]) -> Any:
+    """``drain(timeout_s)``'s report, or ``_STILL_RUNNING`` (cancelled) after ``wait_s``; its error re-raised."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["done"] = drain(timeout_s)
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            box["error"] = exc
+
+    worker = thread(target=run, name="rks-settle-drain", daemon=True)
+    worker.start()
+    worker.join(wait_s)
+    if worker.is_alive():
+        if cancel is not None:
+            try:
+                cancel()
+            except Exception as exc:  # the timeout is what the caller must see
+                log.warning("drain job not cancelled: %s", exc)
+        return _STILL_RUNNING
+    if "error" in box:
+        raise box["error"]
+    return box.get("done")
 
 
 def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> list[int] | None:
@@ -113,7 +161,7 @@ def _refused_lanes(config: SinkConfig, report: BatchReport, offered: Any) -> set
 
 
 def _timeout(config: SinkConfig, report: BatchReport, lanes: list[int], units: list[dict[str, Any]],
-             waited: float) -> SettleTimeoutError:
+             waited: float, stuck_drain: bool = False) -> SettleTimeoutError:
     ids = {lane_id(config.name, report.run, p): p for p in lanes}
     known = {u["lane"]: u for u in units if u.get("lane") in ids and u.get("batch") == report.batch_id}
     named = []
@@ -123,8 +171,10 @@ def _timeout(config: SinkConfig, report: BatchReport, lanes: list[int], units: l
                                                      "last_error": "no live worker reported this unit waiting"})
     lines = "; ".join(f"{u['lane']} batch={u['batch']} rows={u['rows']} tries={u['tries']} "
                       f"last_error={config.scrub(str(u['last_error']))}" for u in named)
+    stuck = (f" The last drain job did not return within {_DRAIN_GRACE_S:.0f}s past the bound (were its tasks "
+             "ever scheduled? no executor, or none free) and was cancelled." if stuck_drain else "")
     return SettleTimeoutError(
         f"sink={config.name} batch_id={report.batch_id}: {len(named)} exactly-once lane(s) not committed after "
-        f"{waited:.0f}s (settle_timeout_s={config.settle_timeout_s:.0f}): {lines}. Nothing was dropped: the units "
+        f"{waited:.0f}s (settle_timeout_s={config.settle_timeout_s:.0f}): {lines}.{stuck} Nothing was dropped: the units "
         "stay in the executors' WALs; the batch fails and runs again after a restart (a lane committed since is "
         "skipped then). Check the broker and the errors above, or raise settle_timeout_s.", named)

@@ -248,13 +248,33 @@ class RecoverableKafkaSink:
         self.reports.append(report)
         self._check_first_contact(report, earlier_batch_ended=streaming and batch_id > 0)
         if self.config.guarantee == EXACTLY_ONCE and report.pending:
-            offered = settle(self.config, report, lambda timeout_s: self.drain(df.sparkSession, timeout_s))
+            offered = self._settle(df.sparkSession, report)
             with self._lock:
                 late = self._dead.admit_offers(offered)
             if late:  # units refused while the batch waited: its report names their records
                 report = replace(report, dead_letters=report.dead_letters + late)
                 self.reports[-1] = report
         return report
+
+    def _settle(self, spark: Any, report: BatchReport) -> list[tuple[str, str, str]]:
+        """Exactly-once: :func:`.settle` with drain jobs tagged, so that one that never returns is cancelled.
+
+        The tag is a SparkContext job tag, added to the job properties the thread
+        inherits from the batch's.
+        """
+        from pyspark import InheritableThread
+
+        sc, tag = spark.sparkContext, f"rks-settle-{uuid.uuid4().hex}"
+
+        def drain(timeout_s: float) -> DrainReport:  # runs in settle's thread
+            sc.addJobTag(tag)
+            try:
+                return self.drain(spark, timeout_s)
+            finally:
+                sc.removeJobTag(tag)
+
+        return settle(self.config, report, drain, cancel=lambda: sc.cancelJobsWithTag(tag),
+                      thread=lambda **kw: InheritableThread(session=spark, **kw))
 
     def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:
         """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
