@@ -21,8 +21,9 @@ It ends, at the latest, after ``settle_timeout_s``:
 A drain job runs in a thread of its own and is waited for until the bound
 plus ``_DRAIN_GRACE_S``: its tasks' waits are bounded, but a job whose tasks
 never start (no executor left) would otherwise hold the batch for ever. Past
-that, the job is cancelled (``cancel``) and the same error names the lanes
-and the drain job that did not return. The thread only bounds the wait: no
+that, the job's cancellation is requested (``cancel``), the markers are read
+once more, and the lanes still waiting fail with the same error, which also
+names the drain job that did not return. The thread only bounds the wait: no
 state of the sink lives in it, and an abandoned job changes nothing a later
 batch relies on (a drain writes nothing new; its units commit or stay).
 
@@ -90,10 +91,14 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
                     "executors' WALs for their transactions; the batch ends once they are committed (at most "
                     "settle_timeout_s=%.0f)", config.name, report.batch_id, ",".join(map(str, waiting)), rounds,
                     time.monotonic() - t0, config.settle_timeout_s)
-        done = _drain_bounded(drain, max(1.0, bound.cap(_DRAIN_S)), (bound.remaining() or 0.0) + _DRAIN_GRACE_S,
-                              cancel, thread)
-        if done is _STILL_RUNNING:
-            raise _timeout(config, report, waiting, units, time.monotonic() - t0, stuck_drain=True)
+        done = _drain_bounded(config, report, drain, max(1.0, bound.cap(_DRAIN_S)),
+                              (bound.remaining() or 0.0) + _DRAIN_GRACE_S, cancel, thread)
+        if isinstance(done, _StuckDrain):  # live workers may have committed the lanes meanwhile: look once more
+            left = _uncommitted(config, report, waiting)
+            if left is not None and not left:
+                break
+            raise _timeout(config, report, waiting if left is None else left, units, time.monotonic() - t0,
+                           stuck=done)
         units = list(getattr(done, "units", ()))
         for rid, err, token in getattr(done, "dead_letters", ()):
             offered[token] = (rid, err, token)
@@ -109,12 +114,21 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     return list(offered.values())
 
 
-_STILL_RUNNING = object()
+class _StuckDrain:
+    """A drain job that had not returned when settle stopped waiting for it."""
+
+    def __init__(self, cancelled: bool) -> None:
+        self.cancelled = cancelled
 
 
-def _drain_bounded(drain: Callable[[float], Any], timeout_s: float, wait_s: float,
-                   cancel: Callable[[], Any] | None, thread: Callable[..., threading.Thread]) -> Any:
-    """``drain(timeout_s)``'s report, or ``_STILL_RUNNING`` (cancelled) after ``wait_s``; its error re-raised."""
+def _drain_bounded(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any], timeout_s: float,
+                   wait_s: float, cancel: Callable[[], Any] | None, thread: Callable[..., threading.Thread]) -> Any:
+    """``drain(timeout_s)``'s report, or a :class:`_StuckDrain` (its job cancelled) after ``wait_s``.
+
+    Raises:
+        the drain job's own error, as it is (the batch fails; Spark re-runs it).
+        BaseException: interrupted while waiting (the drain job is cancelled first).
+    """
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -125,17 +139,29 @@ def _drain_bounded(drain: Callable[[float], Any], timeout_s: float, wait_s: floa
 
     worker = thread(target=run, name="rks-settle-drain", daemon=True)
     worker.start()
-    worker.join(wait_s)
+    try:
+        worker.join(wait_s)
+    except BaseException:  # interrupted: leave no drain job behind
+        _cancel(config, report, cancel)
+        raise
     if worker.is_alive():
-        if cancel is not None:
-            try:
-                cancel()
-            except Exception as exc:  # the timeout is what the caller must see
-                log.warning("drain job not cancelled: %s", exc)
-        return _STILL_RUNNING
+        return _StuckDrain(_cancel(config, report, cancel))
     if "error" in box:
         raise box["error"]
     return box.get("done")
+
+
+def _cancel(config: SinkConfig, report: BatchReport, cancel: Callable[[], Any] | None) -> bool:
+    """Ask Spark to cancel the drain job; whether the request was made."""
+    if cancel is None:
+        return False
+    try:
+        cancel()
+        return True
+    except Exception as exc:  # the timeout (or interrupt) is what the caller must see
+        log.warning("sink=%s batch_id=%d exactly_once drain job not cancelled: %s", config.name, report.batch_id,
+                    config.scrub(str(exc)))
+        return False
 
 
 def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> list[int] | None:
@@ -161,7 +187,7 @@ def _refused_lanes(config: SinkConfig, report: BatchReport, offered: Any) -> set
 
 
 def _timeout(config: SinkConfig, report: BatchReport, lanes: list[int], units: list[dict[str, Any]],
-             waited: float, stuck_drain: bool = False) -> SettleTimeoutError:
+             waited: float, stuck: "_StuckDrain | None" = None) -> SettleTimeoutError:
     ids = {lane_id(config.name, report.run, p): p for p in lanes}
     known = {u["lane"]: u for u in units if u.get("lane") in ids and u.get("batch") == report.batch_id}
     named = []
@@ -171,10 +197,11 @@ def _timeout(config: SinkConfig, report: BatchReport, lanes: list[int], units: l
                                                      "last_error": "no live worker reported this unit waiting"})
     lines = "; ".join(f"{u['lane']} batch={u['batch']} rows={u['rows']} tries={u['tries']} "
                       f"last_error={config.scrub(str(u['last_error']))}" for u in named)
-    stuck = (f" The last drain job did not return within {_DRAIN_GRACE_S:.0f}s past the bound (were its tasks "
-             "ever scheduled? no executor, or none free) and was cancelled." if stuck_drain else "")
+    late = "" if stuck is None else (
+        f" The last drain job did not return within {_DRAIN_GRACE_S:.0f}s past the bound (were its tasks ever "
+        "scheduled? no executor, or none free)" + ("; its cancellation was requested." if stuck.cancelled else "."))
     return SettleTimeoutError(
         f"sink={config.name} batch_id={report.batch_id}: {len(named)} exactly-once lane(s) not committed after "
-        f"{waited:.0f}s (settle_timeout_s={config.settle_timeout_s:.0f}): {lines}.{stuck} Nothing was dropped: the units "
+        f"{waited:.0f}s (settle_timeout_s={config.settle_timeout_s:.0f}): {lines}.{late} Nothing was dropped: the units "
         "stay in the executors' WALs; the batch fails and runs again after a restart (a lane committed since is "
         "skipped then). Check the broker and the errors above, or raise settle_timeout_s.", named)

@@ -261,19 +261,23 @@ class RecoverableKafkaSink:
 
         The tag is a SparkContext job tag, added to the job properties the thread
         inherits from the batch's.
+
+        Raises:
+            SettleTimeoutError, or a drain job's own error: see :func:`.settle`.
         """
         from pyspark import InheritableThread
 
-        sc, tag = spark.sparkContext, f"rks-settle-{uuid.uuid4().hex}"
+        tag = f"rks-settle-{uuid.uuid4().hex}"
 
         def drain(timeout_s: float) -> DrainReport:  # runs in settle's thread
+            sc = spark.sparkContext  # only once a drain is needed (a marker read may settle the batch first)
             sc.addJobTag(tag)
             try:
                 return self.drain(spark, timeout_s)
             finally:
                 sc.removeJobTag(tag)
 
-        return settle(self.config, report, drain, cancel=lambda: sc.cancelJobsWithTag(tag),
+        return settle(self.config, report, drain, cancel=lambda: spark.sparkContext.cancelJobsWithTag(tag),
                       thread=lambda **kw: InheritableThread(session=spark, **kw))
 
     def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:

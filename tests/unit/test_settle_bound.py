@@ -24,13 +24,13 @@ def _report() -> BatchReport:
     return BatchReport.from_partitions(7, [part], 0.1, run="r1")
 
 
-def _settle_in_thread(drain, cancel):
+def _settle_in_thread(drain, cancel, call=None):
     """settle() in a thread of the test's own, so that a settle that never ends fails the test instead of hanging it."""
     out: dict = {}
 
     def run():
         try:
-            out["value"] = settle_mod.settle(_config(), _report(), drain, cancel=cancel)
+            out["value"] = call() if call else settle_mod.settle(_config(), _report(), drain, cancel=cancel)
         except BaseException as exc:
             out["error"] = exc
 
@@ -42,7 +42,7 @@ def _settle_in_thread(drain, cancel):
 
 def test_a_drain_job_that_never_returns_ends_in_a_timeout_naming_the_lane_and_is_cancelled(monkeypatch):
     monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: {})  # no lane committed, ever
-    monkeypatch.setattr(settle_mod, "_DRAIN_GRACE_S", 1.0, raising=False)
+    monkeypatch.setattr(settle_mod, "_DRAIN_GRACE_S", 1.0)
     release = threading.Event()
     cancelled = []
 
@@ -83,11 +83,78 @@ def test_drain_jobs_that_return_go_on_until_the_bound(monkeypatch):
 
     def drain(timeout_s):
         calls.append(timeout_s)
-        time.sleep(0.3)
+        time.sleep(0.05)
         return None
 
     alive, out = _settle_in_thread(drain, cancel=lambda: pytest.fail("a drain that returns is not cancelled"))
     assert not alive
     assert isinstance(out.get("error"), SettleTimeoutError)
     assert "did not return" not in str(out["error"])
-    assert len(calls) >= 2 and all(t >= 1.0 for t in calls)
+    assert len(calls) >= 2 and calls[0] == 1.0  # settle_timeout_s=1 caps the first drain's 10 s
+
+
+def test_lanes_committed_while_the_drain_job_waited_for_a_core_settle_the_batch(monkeypatch):
+    """A drain job queued behind busy cores does not fail a batch whose lanes live workers committed meanwhile."""
+    from spark_recoverable_sink.delivery.exactly_once.markers import Marker
+
+    committed = threading.Event()
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: (
+        {3: Marker(7, 0)} if committed.is_set() else {}))
+    monkeypatch.setattr(settle_mod, "_DRAIN_GRACE_S", 1.0)
+    release = threading.Event()
+
+    def drain(timeout_s):
+        committed.set()  # the worker's own retry commits the unit while this job never gets a core
+        release.wait(60)
+        raise RuntimeError("cancelled")
+
+    alive, out = _settle_in_thread(drain, cancel=release.set)
+    release.set()
+    assert not alive
+    assert "error" not in out, out
+    assert out["value"] == []
+
+
+def test_the_sinks_drain_jobs_carry_one_tag_and_a_stuck_one_is_cancelled_by_it(monkeypatch, tmp_path):
+    """The wiring in the sink: the tag is added in settle's thread, and the cancellation names the same tag."""
+    from spark_recoverable_sink import RecoverableKafkaSink
+
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: {})
+    monkeypatch.setattr(settle_mod, "_DRAIN_GRACE_S", 1.0)
+    release = threading.Event()
+    calls = []
+
+    class FakeContext:
+        def addJobTag(self, tag):
+            calls.append(("add", tag, threading.current_thread().name))
+
+        def removeJobTag(self, tag):
+            calls.append(("remove", tag, threading.current_thread().name))
+
+        def cancelJobsWithTag(self, tag):
+            calls.append(("cancel", tag, threading.current_thread().name))
+            release.set()
+
+    class FakeSession:
+        sparkContext = FakeContext()
+
+    sink = RecoverableKafkaSink("s1", {"bootstrap.servers": "h:1", "transaction.timeout.ms": 30000}, topic="t",
+                                wal_dir=str(tmp_path), guarantee="exactly_once", settle_timeout_s=1.0)
+
+    def stuck_drain(spark, timeout_s):
+        release.wait(60)
+        raise RuntimeError("cancelled")
+
+    monkeypatch.setattr(sink, "drain", stuck_drain)
+    alive, out = _settle_in_thread(None, None, call=lambda: sink._settle(FakeSession(), _report()))
+    release.set()
+    assert not alive
+    assert isinstance(out.get("error"), SettleTimeoutError), out
+    assert "cancellation was requested" in str(out["error"])
+    for _ in range(100):  # the drain thread ends once cancelled
+        if len(calls) == 3:
+            break
+        time.sleep(0.05)
+    (add, tag, drain_thread), (cancel, tag2, _), (remove, tag3, _) = sorted(calls, key=lambda c: "acr".index(c[0][0]))
+    assert (add, cancel, remove) == ("add", "cancel", "remove") and tag == tag2 == tag3
+    assert tag.startswith("rks-settle-") and drain_thread == "rks-settle-drain"
