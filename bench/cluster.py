@@ -7,7 +7,7 @@ in a real cluster, and each executor has its own Python workers. A master
 cannot be changed inside a running JVM, so this runs in a process of its
 own (like tests/programs/cluster_app.py), against the bench's broker, and
 measures the same things as one point of the scaling section
-(:func:`bench.spark_bench.scaling_point`).
+(:func:`bench.spark_scaling.scaling_point`).
 
 Usage: python bench/cluster.py '<json arguments>'; prints one line ``RESULT <json>``.
 
@@ -52,6 +52,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
 
     from bench import spark_bench as sb
+    from bench.spark_scaling import scaling_point
 
     t = time.monotonic()
     spark = sb.build_spark(1, a["partitions"], a.get("driver_memory", "2g"), master=a["master"],
@@ -70,7 +71,7 @@ def main() -> None:
             time.sleep(0.5)
         executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
         settings = sb.spark_settings(spark)
-        point = sb.scaling_point(
+        point = scaling_point(
             spark, a["bootstrap"], partitions=a["partitions"], rows=a["rows"], value_bytes=a["value_bytes"],
             rounds=a["rounds"], rows_per_s=a["rows_per_s"], duration_s=a["duration_s"],
             warmup_batches=a["warmup_batches"], topic_partitions=a["topic_partitions"], scratch=a["scratch"],

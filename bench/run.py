@@ -40,12 +40,9 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
-import threading
 import time
 import traceback
-import uuid
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,6 +54,10 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON") or
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
 
 from bench import common  # noqa: E402
+from bench.run_brokers import Brokers  # noqa: E402
+from bench.run_children import run_child  # noqa: E402
+from bench.run_sections import guarded, section_memory, section_profile, section_recovery, section_wal  # noqa: E402
+from bench.run_spark import scaling_cluster, section_scaling_errors, section_spark  # noqa: E402
 from bench.spark_bench import log  # noqa: E402
 
 SECTIONS = ("throughput", "latency", "scaling", "wal", "memory", "recovery", "profile", "formats")
@@ -94,311 +95,6 @@ MODES: dict[str, dict[str, Any]] = {
         "cluster_rounds": 3, "cluster_duration_s": 20, "cluster_warmup_batches": 3, "cluster_max_s": 150,
     },
 }
-
-
-def run_child(script: str, args: dict[str, Any], timeout_s: float, logdir: str, echo: bool = False) -> dict[str, Any]:
-    """Run ``bench/<script>`` with a JSON argument in a child process; returns its ``RESULT`` line.
-
-    Its stderr goes to a log file in ``logdir`` (with ``echo``, its ``[bench ...]``
-    progress lines also to this process's stderr).
-    """
-    logfile = os.path.join(logdir, f"{os.path.splitext(script)[0]}-{uuid.uuid4().hex[:6]}.log")
-    out: list[str] = []
-    timed_out: list[bool] = []
-    with open(logfile, "w") as err:
-        proc = subprocess.Popen([sys.executable, os.path.join(REPO, "bench", script), json.dumps(args)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-
-        def kill() -> None:
-            timed_out.append(True)
-            proc.kill()  # the child's own process (its Spark JVMs see their parent go and exit)
-
-        timer = threading.Timer(timeout_s, kill)
-        timer.start()
-        reader = threading.Thread(target=lambda: out.extend(proc.stdout or ()), daemon=True)
-        reader.start()
-        try:
-            for line in proc.stderr or ():  # until the child closes stderr (exits)
-                err.write(line)
-                if echo and line.startswith("[bench "):
-                    sys.stderr.write(line)
-            proc.wait()
-            reader.join(10)
-        finally:
-            timer.cancel()
-    if timed_out:
-        raise RuntimeError(f"{script} still running after {timeout_s:.0f}s: killed (log {logfile})")
-    for line in out:
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    with open(logfile) as f:
-        tail = f.read()[-3000:]
-    raise RuntimeError(f"{script} exited {proc.returncode} without a result (log {logfile}); stderr tail:\n{tail}")
-
-
-def run_task(task: str, args: dict[str, Any], timeout_s: float, logdir: str) -> dict[str, Any]:
-    """Run a bench/tasks.py task in a child process; returns its RESULT."""
-    logfile = os.path.join(logdir, f"{task}-{uuid.uuid4().hex[:6]}.log")
-    with open(logfile, "w") as err:
-        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "tasks.py"), task, json.dumps(args)],
-                           stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout_s, cwd=REPO)
-    for line in r.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    with open(logfile) as f:
-        tail = f.read()[-3000:]
-    raise RuntimeError(f"task {task} exited {r.returncode} without a result; stderr tail:\n{tail}")
-
-
-def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers", scratch: str,
-                  want: set[str], args: argparse.Namespace) -> None:
-    from bench import spark_bench as sb
-
-    t = time.monotonic()
-    spark = sb.build_spark(args.cores, args.partitions, args.driver_memory)
-    log(f"SparkSession up in {time.monotonic() - t:.1f}s")
-    results["settings"]["spark"] = sb.spark_settings(spark)
-    try:
-        if "throughput" in want:
-            bootstrap = brokers.fresh("throughput").bootstrap
-            results["throughput"] = guarded(lambda: sb.throughput(
-                spark, bootstrap, rows_by_size={s: p["tp_rows"][str(s)] for s in p["sizes"]}, partitions=args.partitions,
-                topic_partitions=args.topic_partitions, rounds=p["tp_rounds"], writers=_only(sb.WRITERS, args),
-                scratch=scratch, verify=p["verify"]))
-        if "latency" in want:
-            bootstrap = brokers.fresh("latency").bootstrap
-            results["latency"] = guarded(lambda: sb.latency(
-                spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
-                topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
-                warmup_batches=p["lat_warmup_batches"], writers=_only(sb.LATENCY_WRITERS, args), scratch=scratch))
-        if "scaling" in want:
-            bootstrap = brokers.fresh("scaling").bootstrap
-            results["scaling"] = {"local": guarded(lambda: scaling_local(spark, p, bootstrap, scratch, args))}
-    finally:
-        spark.stop()
-
-
-class Brokers:
-    """A fresh Apache Kafka broker for each section, and what the one before it used.
-
-    Each section starts its own (devtools/kafka_broker.py: single-node KRaft,
-    its log on the local disk, the JVM's default flags and a 1 GiB heap), so
-    that no section meets the logs and page cache another left behind;
-    ``used`` records, per section, the CPU seconds and the resident set of the
-    broker it had, read from /proc when it stops.
-    """
-
-    def __init__(self, scratch: str) -> None:
-        self.scratch = scratch
-        self.current: Any = None
-        self.section = ""
-        self.used: dict[str, dict[str, Any]] = {}
-
-    def fresh(self, section: str) -> Any:
-        from devtools.kafka_broker import KafkaBroker
-
-        self.stop()
-        self.section = section
-        self.current = KafkaBroker(os.path.join(self.scratch, f"kafka-{section}"), heap="1g", jvm_options=()).start()
-        self.used[section] = {"loadavg_start": list(os.getloadavg())}
-        return self.current
-
-    def stop(self) -> None:
-        if self.current is None:
-            return
-        pid = self.current.proc.pid
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-            status = common.proc_status(pid)
-            self.used[self.section].update(cpu_s=round(cpu_s, 2), rss_kib=status.get("VmRSS"),
-                                           hwm_kib=status.get("VmHWM"))
-        except OSError:
-            pass
-        self.current.stop()
-        self.current = None
-
-
-def _scale_kw(p: dict[str, Any], prefix: str, args: argparse.Namespace, scratch: str) -> dict[str, Any]:
-    return {"rows": p[f"{prefix}_rows"], "value_bytes": p["scale_value_bytes"], "rounds": p[f"{prefix}_rounds"],
-            "rows_per_s": p["scale_rows_per_s"], "duration_s": p[f"{prefix}_duration_s"],
-            "warmup_batches": p[f"{prefix}_warmup_batches"], "max_s": p[f"{prefix}_max_s"],
-            "topic_partitions": args.topic_partitions, "scratch": scratch, "verify": p["scale_verify"],
-            "tp_writers": _only(tuple(p["scale_tp_writers"]), args),
-            "lat_writers": _only(tuple(p["scale_lat_writers"]), args)}
-
-
-def _only(writers: tuple[str, ...], args: argparse.Namespace) -> tuple[str, ...]:
-    """``writers`` restricted to ``--writers`` (all of them without it)."""
-    if not args.writers:
-        return writers
-    keep = {w.strip() for w in args.writers.split(",")}
-    return tuple(w for w in writers if w in keep)
-
-
-def scaling_local(spark: Any, p: dict[str, Any], bootstrap: str, scratch: str,
-                  args: argparse.Namespace) -> dict[str, Any]:
-    """The scaling section's points in this run's SparkSession: one per partition count."""
-    from bench import spark_bench as sb
-
-    master = spark.sparkContext.master
-    points = []
-    for n in p["scale_partitions"]:
-        log(f"scaling: {n} partitions on {master}")
-        points.append(sb.scaling_point(spark, bootstrap, partitions=n, **_scale_kw(p, "scale", args, scratch)))
-    return {"master": master, "cores": args.cores, "points": points, "eo_max_lanes_per_worker": _max_lanes(),
-            "eo_lanes": _eo_lanes()}
-
-
-def _eo_lanes() -> int | None:
-    """The lanes exactly-once re-splits every batch into (``exactly_once_lanes``, the package's default)."""
-    try:
-        import dataclasses
-
-        from spark_recoverable_sink.config import SinkConfig
-
-        return next(f.default for f in dataclasses.fields(SinkConfig) if f.name == "exactly_once_lanes")
-    except Exception:  # noqa: BLE001 - only an explanatory figure
-        return None
-
-
-def _max_lanes() -> int | None:
-    """How many exactly-once lanes a worker process keeps open (the package's default)."""
-    try:
-        import inspect
-
-        from spark_recoverable_sink.delivery.exactly_once.lanes import LanePool
-
-        return inspect.signature(LanePool.__init__).parameters["max_lanes"].default
-    except Exception:  # noqa: BLE001 - only an explanatory figure
-        return None
-
-
-def scaling_cluster(p: dict[str, Any], bootstrap: str, scratch: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The scaling section's local-cluster point: its own Spark app in a child process (bench/cluster.py)."""
-    a = {"bootstrap": bootstrap, "master": p["cluster_master"], "partitions": p["cluster_partitions"],
-         **_scale_kw(p, "cluster", args, os.path.join(scratch, "cluster")), "cpu_root": os.getpid()}
-    a["tp_writers"], a["lat_writers"] = list(a["tp_writers"]), list(a["lat_writers"])
-    os.makedirs(a["scratch"], exist_ok=True)
-    log(f"scaling: {a['master']}, {a['partitions']} partitions (bench/cluster.py)")
-    return run_child("cluster.py", a, 3600, scratch, echo=True)
-
-
-def section_scaling_errors(sc: Any) -> list[str]:
-    """Every failure inside the scaling section (a point's throughput or latency, the cluster run)."""
-    if not isinstance(sc, dict):
-        return []
-    errs = []
-    for where in ("local", "cluster"):
-        part = sc.get(where)
-        if not isinstance(part, dict):
-            continue
-        if "error" in part:
-            errs.append(f"{where}: {part['error']}")
-            continue
-        for pt in part.get("points", [part]) if where == "local" else [part]:
-            for half in ("throughput", "latency"):
-                if isinstance(pt.get(half), dict) and "error" in pt[half]:
-                    errs.append(f"{where} {pt.get('partitions')} partitions {half}: {pt[half]['error']}")
-    return errs
-
-
-def section_wal(p: dict[str, Any], bootstrap: str, scratch: str, topic_partitions: int) -> dict[str, Any]:
-    out_json = os.path.join(scratch, "wal_cost.json")
-    env = dict(os.environ, BENCH_TMP=scratch)
-    cmd = [sys.executable, os.path.join(REPO, "bench", "wal_cost.py"), "--rows", str(p["wal_rows"]),
-           "--repeat", str(p["wal_repeat"]), "--sizes", ",".join(map(str, p["sizes"])), "--json", out_json]
-    log("wal: " + " ".join(cmd[1:]))
-    subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
-    with open(out_json) as f:
-        wal = json.load(f)
-    produce = []
-    for size in p["sizes"]:
-        name = f"bench-cost-{size}-{uuid.uuid4().hex[:6]}"
-        common.create_topic(bootstrap, name, topic_partitions)
-        try:
-            r = run_task("produce-cost", {"bootstrap": bootstrap, "topic": name, "name": name,
-                                          "wal_dir": os.path.join(scratch, "wal"), "rows": p["produce_rows"],
-                                          "value_bytes": size, "repeat": p["produce_repeat"]}, 1800, scratch)
-        finally:
-            common.delete_topic(bootstrap, name)
-        log(f"wal: {size} B produce alone {r['produce_alone_us']:.2f} us/rec, with an id header "
-            f"{r['produce_header_us']:.2f}, whole sink path {r['sink_us']:.2f} us/rec (+{r['sink_overhead_us']:.2f})")
-        produce.append(r)
-    return {"rows": p["wal_rows"], "repeat": p["wal_repeat"], "wal_only": wal, "produce_vs_sink": produce}
-
-
-def section_memory(p: dict[str, Any], bootstrap: str, scratch: str, topic_partitions: int) -> dict[str, Any]:
-    runs = []
-    for rows in p["mem_rows"]:
-        name = f"bench-mem-{rows}-{uuid.uuid4().hex[:6]}"
-        # 100 M rows are ~15 GB in Kafka: old segments go while the run writes (nothing reads them back here)
-        common.create_topic(bootstrap, name, topic_partitions,
-                            {"retention.bytes": str(1 << 30), "segment.bytes": str(256 << 20)})
-        try:
-            r = run_task("memory", {"bootstrap": bootstrap, "topic": name, "name": name, "rows": rows,
-                                    "value_bytes": 100, "wal_dir": os.path.join(scratch, "wal")}, 3600, scratch)
-        finally:
-            common.delete_topic(bootstrap, name)
-        log(f"memory: {rows} rows: peak RSS {r['peak_hwm_kib'] / 1024:.0f} MiB, "
-            f"peak RssAnon {r['peak_anon_kib'] / 1024:.0f} MiB "
-            f"(after warm-up {r['warm_hwm_kib'] / 1024:.0f} MiB), {r['rows_per_s']:,.0f} rows/s")
-        runs.append(r)
-    growth = anon_growth = None
-    if len(runs) >= 2:
-        growth = runs[-1]["peak_hwm_kib"] / runs[0]["peak_hwm_kib"] - 1.0
-        anon_growth = runs[-1]["peak_anon_kib"] / runs[0]["peak_anon_kib"] - 1.0
-    return {"value_bytes": 100, "runs": runs, "growth": growth, "anon_growth": anon_growth}
-
-
-def section_recovery(p: dict[str, Any], broker: Any, scratch: str, topic_partitions: int) -> dict[str, Any]:
-    rows = p["recovery_rows"]
-    name = f"bench-replay-{uuid.uuid4().hex[:6]}"
-    wal_dir = os.path.join(scratch, "wal")
-    common.create_topic(broker.bootstrap, name, topic_partitions)
-    a = {"bootstrap": broker.bootstrap, "topic": name, "name": name, "rows": rows, "value_bytes": 100,
-         "wal_dir": wal_dir}
-    try:
-        broker.pause()
-        try:
-            w = run_task("orphan-write", a, 1800, scratch)
-        finally:
-            broker.resume()
-        left = common.wal_records(wal_dir, name)
-        log(f"recovery: {rows} rows written to a paused broker in {w['seconds']:.1f}s, writer died; "
-            f"{left} records left in the WAL")
-        time.sleep(1.0)
-        r = run_task("replay", {**a, "timeout_s": 1800}, 2000, scratch)
-        log(f"recovery: replayed {r['replayed']} records, all acked after {r['acked_s']:.2f}s "
-            f"= {r['rows_per_s'] or 0:,.0f} records/s (WAL empty after {r['wal_empty_s']:.2f}s)")
-        n = common.count_topic(broker.bootstrap, name, rows)
-    finally:
-        common.delete_topic(broker.bootstrap, name)
-    return {"rows": rows, "value_bytes": 100, "orphan_write": w, "orphaned_in_wal": left, "replay": r,
-            "read_back": n, "read_back_ok": n >= rows}
-
-
-def section_profile(p: dict[str, Any], bootstrap: str, scratch: str, topic_partitions: int) -> dict[str, Any]:
-    name = f"bench-prof-{uuid.uuid4().hex[:6]}"
-    common.create_topic(bootstrap, name, topic_partitions)
-    try:
-        r = run_task("profile", {"bootstrap": bootstrap, "topic": name, "name": name, "rows": p["profile_rows"],
-                                 "value_bytes": 100, "wal_dir": os.path.join(scratch, "wal"), "top": 15}, 1800, scratch)
-    finally:
-        common.delete_topic(bootstrap, name)
-    top = r["threads"]["task"]["self"][:3]
-    log("profile: task thread top self time: " + "; ".join(f"{x['function']} {x['tottime_s']}s" for x in top))
-    return r
-
-
-def guarded(fn: Any) -> dict[str, Any]:
-    """Run a section; a failure is recorded in the results (and fails the run), never hidden."""
-    try:
-        return fn()
-    except Exception as exc:  # noqa: BLE001
-        traceback.print_exc()
-        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
 
 
 def main() -> int:
@@ -477,7 +173,7 @@ def main() -> int:
             else:  # after this process's SparkSession stopped: the cluster app has the machine to itself
                 bootstrap = brokers.fresh("scaling-cluster").bootstrap
                 sc["cluster"] = guarded(lambda: scaling_cluster(p, bootstrap, scratch, args))
-            from bench.spark_bench import scaling_rows
+            from bench.spark_scaling import scaling_rows
 
             sc["summary"] = [r for pt in (sc["local"].get("points", []) if "error" not in sc["local"] else [])
                              for r in scaling_rows(pt, sc["local"]["master"])]
