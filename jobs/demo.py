@@ -29,14 +29,12 @@ that run's topic) by this one.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from spark_recoverable_sink import (
@@ -47,6 +45,25 @@ from spark_recoverable_sink import (
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
     sys.path.append(_REPO)
+# The demo's settings and read-back (demo_settings.py, demo_readback.py) sit beside this file in jobs/, which is
+# not a package; the tests import this file by its path.
+_JOBS = os.path.dirname(os.path.abspath(__file__))
+if _JOBS not in sys.path:
+    sys.path.append(_JOBS)
+
+# Every name these two define stays reachable here (demo.DemoKafkaSettings, demo.ID_HEADER, ...).
+from demo_readback import ID_HEADER, ReadBack, expected_units, read_back, summarize  # noqa: E402, F401
+from demo_settings import (  # noqa: E402, F401
+    DEMO_SECTIONS,
+    DemoKafkaSettings,
+    DemoSettings,
+    DemoSinkSettings,
+    DemoSourceSettings,
+    RunSettings,
+    load_settings,
+    required_keys,
+    setting_keys,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_recoverable_sink import BatchReport, RecoverableKafkaSink
@@ -55,185 +72,6 @@ __all__ = ["DemoSettings", "DEMO_SECTIONS", "setting_keys", "required_keys", "lo
            "read_back", "expected_units", "summarize", "run_demo", "main"]
 
 log = logging.getLogger("demo")
-
-ID_HEADER = "rks-id"
-
-
-# -- settings -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DemoKafkaSettings:
-    """``kafka``: ``topic`` is a prefix (the run id is appended); ``producer_conf`` as in the job templates."""
-
-    topic: str = "rks-demo"
-    partitions: int = 3
-    producer_conf: dict = field(default_factory=dict, repr=False)
-
-
-@dataclass(frozen=True)
-class DemoSinkSettings:
-    """``sink``: the sink's options; its WAL goes to ``<run.work_dir>/wal``."""
-
-    name: str = "demo-to-kafka"
-    ack_timeout_s: float = 30.0
-    wal_sync: str = "commit"
-    max_wal_bytes: int = 1024**3
-    max_block_s: float = 60.0
-    checkpoint_interval_s: float = 1.0
-
-
-@dataclass(frozen=True)
-class DemoSourceSettings:
-    """``source``: ``batches`` x ``rows_per_batch`` rows of ``rate-micro-batch``, in ``num_partitions`` tasks."""
-
-    rows_per_batch: int = 60000
-    batches: int = 5
-    num_partitions: int = 2
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """``run``: where files go and how long to wait.
-
-    Attributes:
-        work_dir: Directory for the WAL, checkpoint and logs (relative to the repo root).
-        timeout_s: Longest time the streaming query may take.
-        read_idle_s: The read-back ends once the topic was quiet this long.
-        read_timeout_s: Longest time the read-back may take.
-    """
-
-    work_dir: str = ".demo"
-    timeout_s: float = 240.0
-    read_idle_s: float = 3.0
-    read_timeout_s: float = 180.0
-
-
-@dataclass(frozen=True)
-class DemoSettings:
-    """Everything the demo reads, one section per conf-file object."""
-
-    spark: job.SparkSettings
-    kafka: DemoKafkaSettings
-    sink: DemoSinkSettings
-    source: DemoSourceSettings
-    run: RunSettings
-
-
-DEMO_SECTIONS: dict[str, type] = {
-    "spark": job.SparkSettings, "kafka": DemoKafkaSettings, "sink": DemoSinkSettings,
-    "source": DemoSourceSettings, "run": RunSettings,
-}
-
-
-def setting_keys() -> list[str]:
-    """Every dotted key the demo reads."""
-    return job.section_keys(DEMO_SECTIONS)
-
-
-def required_keys() -> list[str]:
-    """The dotted keys without a default."""
-    return job.section_keys(DEMO_SECTIONS, required_only=True)
-
-
-def load_settings(path: str) -> DemoSettings:
-    """Read and validate the demo's JSON conf.
-
-    Raises:
-        SettingsError: invalid JSON, an unknown/missing key or a bad value.
-        OSError: the file cannot be read.
-    """
-    with open(path, encoding="utf-8") as fh:
-        try:
-            raw = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise job.SettingsError(f"{path}: not valid JSON: {exc}") from None
-    s = DemoSettings(**job.parse_sections(raw, DEMO_SECTIONS))
-    for key, v in (("kafka.partitions", s.kafka.partitions), ("source.rows_per_batch", s.source.rows_per_batch),
-                   ("source.batches", s.source.batches), ("source.num_partitions", s.source.num_partitions),
-                   ("run.timeout_s", s.run.timeout_s), ("run.read_idle_s", s.run.read_idle_s),
-                   ("run.read_timeout_s", s.run.read_timeout_s)):
-        if v <= 0:
-            raise job.SettingsError(f"{key}: must be > 0, got {v}")
-    return s
-
-
-# -- reading back -----------------------------------------------------------------------
-
-
-@dataclass
-class ReadBack:
-    """What the topic holds: every record's id (with multiplicity) and distinct values."""
-
-    records: int = 0
-    ids: Counter = field(default_factory=Counter)
-    values: set = field(default_factory=set)
-    without_id: int = 0
-    seconds: float = 0.0
-
-    @property
-    def duplicates(self) -> int:
-        return sum(c - 1 for c in self.ids.values() if c > 1)
-
-
-def read_back(bootstrap: str, topic: str, expected: int, idle_s: float, timeout_s: float,
-              conf: Mapping[str, Any] | None = None) -> ReadBack:
-    """Consume ``topic`` from the beginning of every partition (``assign``, no group).
-
-    Stops when ``expected`` records came and nothing more arrived for a
-    second, when the topic was quiet ``idle_s`` (15 s at least while fewer
-    than ``expected`` came), or after ``timeout_s`` (a count by consuming:
-    offsets alone would not tell records from transaction markers).
-    """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    extra = {k: v for k, v in (conf or {}).items() if k.startswith(job.CLIENT_CONF_PREFIXES) and k != "client.id"}
-    c = Consumer({**extra, "bootstrap.servers": bootstrap, "group.id": f"rks-demo-reader-{time.time_ns()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800})
-    out = ReadBack()
-    t0 = time.monotonic()
-    try:
-        md = c.list_topics(topic, timeout=10)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions])
-        last = time.monotonic()
-        while time.monotonic() - t0 < timeout_s:
-            msgs = c.consume(10000, 0.5)
-            for m in msgs:
-                if m.error():
-                    continue
-                out.records += 1
-                rid = next((v for k, v in (m.headers() or []) if k == ID_HEADER), None)
-                if rid is None:
-                    out.without_id += 1
-                else:
-                    out.ids[rid.decode()] += 1
-                try:
-                    out.values.add(json.loads(m.value())["n"])
-                except (ValueError, KeyError, TypeError):
-                    pass
-            now = time.monotonic()
-            if msgs:
-                last = now
-            quiet = now - last
-            if out.records >= expected and quiet >= min(1.0, idle_s):
-                break
-            if quiet >= (idle_s if out.records >= expected else max(idle_s, 15.0)):
-                break
-    finally:
-        c.close()
-    out.seconds = time.monotonic() - t0
-    return out
-
-
-def expected_units(sink_name: str, reports: list["BatchReport"]) -> dict[str, int]:
-    """Records the reports say were written, per id prefix ``sink:run:batch:partition:``.
-
-    A record's id is that prefix plus its content's fingerprint and its
-    occurrence among equal records (see README "Record ids"), so the demo
-    counts distinct ids per prefix against the reports.
-    """
-    return {f"{sink_name}:{r.run}:{r.batch_id}:{p.partition}:" if r.run else
-            f"{sink_name}:{r.batch_id}:{p.partition}:": p.rows for r in reports for p in r.partition_reports}
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -314,31 +152,6 @@ def run_stream(s: DemoSettings, sink: "RecoverableKafkaSink", checkpoint: str) -
     if exc is not None:
         raise exc
     return time.monotonic() - t0
-
-
-def summarize(sink_name: str, reports: list["BatchReport"], got: ReadBack) -> dict[str, int]:
-    """The demo's numbers; ``lost`` = records the reports promise that the topic does not hold (per id prefix)."""
-    expected = expected_units(sink_name, reports)
-    rows_sent = sum(r.rows for r in reports)
-    per_prefix: Counter = Counter()
-    unexpected = 0
-    for rid in got.ids:
-        prefix = rid.rsplit(":", 1)[0] + ":"
-        if prefix in expected:
-            per_prefix[prefix] += 1
-        else:
-            unexpected += 1
-    return {
-        "rows_sent": rows_sent,
-        "records_received": got.records,
-        "distinct_ids": len(got.ids),
-        "distinct_values": len(got.values),
-        "duplicates": got.duplicates,
-        "lost": sum(max(0, n - per_prefix[p]) for p, n in expected.items()),
-        "unexpected_ids": unexpected + sum(max(0, per_prefix[p] - n) for p, n in expected.items()),
-        "missing_values": len(set(range(rows_sent)) - got.values),
-        "records_without_id": got.without_id,
-    }
 
 
 def _print_summary(s: DemoSettings, where: str, bootstrap: str, topic: str, reports: list["BatchReport"],

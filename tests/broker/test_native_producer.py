@@ -2,10 +2,10 @@
 
 Per-row failures come back with their exact row numbers, synchronously or in
 the round's delivery reports; a full client queue is waited on for at most
-``block_s`` per call; transactions (and offsets sent with them) commit and
-abort; librdkafka's callbacks reach Python on the calling thread; ids
-formatted in C are byte for byte those :mod:`spark_recoverable_sink.ids`
-builds with Arrow kernels. Records are read back from the broker and checked.
+``block_s`` per call; librdkafka's callbacks reach Python on the calling
+thread; ids formatted in C are byte for byte those
+:mod:`spark_recoverable_sink.ids` builds with Arrow kernels. Records are read
+back from the broker and checked. Transactions: test_native_producer_transactions.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from devtools.kafka_broker import free_port
 from spark_recoverable_sink.ids import (
     FP_COLUMN,
     OCC_COLUMN,
@@ -31,7 +30,8 @@ from spark_recoverable_sink.native import library
 from spark_recoverable_sink.native.producer import Producer
 from spark_recoverable_sink.schema import HEADERS_TYPE
 
-from ..kafka_helpers import create_topic, read_topic
+from ..kafka_helpers import read_topic
+from .native_helpers import conf, drain, new_topic, unreachable
 
 pytestmark = [pytest.mark.broker,
               pytest.mark.skipif(not library.available(),
@@ -39,36 +39,6 @@ pytestmark = [pytest.mark.broker,
 
 UNKNOWN_PARTITION, QUEUE_FULL, MSG_SIZE_TOO_LARGE = -190, -184, 10
 PURGED = {-152, -151}  # _PURGE_QUEUE, _PURGE_INFLIGHT
-
-
-def conf(broker, **extra):
-    return {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-            **extra}
-
-
-def new_topic(broker, partitions: int = 3) -> str:
-    name = f"native-{uuid.uuid4().hex[:10]}"
-    create_topic(broker.bootstrap, name, partitions)
-    return name
-
-
-def unreachable(**extra) -> dict:
-    return {"bootstrap.servers": f"127.0.0.1:{free_port()}", **extra}  # nothing listens there
-
-
-def drain(p: Producer, produced: int, timeout_s: float = 30.0) -> dict[int, dict]:
-    """Poll until ``produced`` delivery reports are in; per round: acked, reported, failures."""
-    out: dict[int, dict] = {}
-    total, end = 0, time.monotonic() + timeout_s
-    while total < produced and time.monotonic() < end:
-        p.poll(0.05)
-        for rid, acked, reported, fails in p.take_results():
-            r = out.setdefault(rid, {"acked": 0, "reported": 0, "failures": []})
-            r["acked"] += acked
-            r["reported"] += reported
-            r["failures"] += fails
-            total += reported
-    return out
 
 
 def test_per_row_failures_come_back_with_their_exact_rows(broker):
@@ -164,80 +134,6 @@ def test_a_queue_full_past_block_s_fails_the_rest_of_the_call():
     assert res[6]["reported"] == 10 and res[6]["acked"] == 0
     assert {f[1] for f in res[6]["failures"]} <= PURGED
     p.close()
-
-
-def test_transactions_commit_is_visible_abort_is_not(broker):
-    topic_c, topic_a = new_topic(broker), new_topic(broker)
-    p = Producer(conf(broker, **{"transactional.id": f"native-tx-{uuid.uuid4().hex}"}))
-    p.init_transactions(30)
-    p.begin_transaction()
-    n = 200
-    produced, _ = p.produce_chunk(10, topic_c, pa.array([b"c%d" % i for i in range(n)]),
-                                  ids=pa.array([b"c-%d" % i for i in range(n)]))
-    p.commit_transaction(30)
-    assert drain(p, produced)[10]["acked"] == n  # the commit flushed: the reports are waiting
-    got = read_topic(broker.bootstrap, topic_c, expected=n, isolation="read_committed")
-    assert sorted(r.value for r in got.records) == sorted(b"c%d" % i for i in range(n))
-
-    p.begin_transaction()
-    p.produce_chunk(11, topic_a, pa.array([b"a"] * 50), ids=pa.array([b"a"] * 50))
-    p.flush(30)
-    p.abort_transaction(30)
-    p.close()
-    got = read_topic(broker.bootstrap, topic_a, idle_s=2.0, isolation="read_committed")
-    assert got.records == []
-
-
-def _committed_offset(broker, group: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "isolation.level": "read_committed",
-                  "enable.auto.commit": False})
-    try:
-        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=30)
-        assert tp.error is None, tp.error
-        return tp.offset
-    finally:
-        c.close()
-
-
-def test_send_offsets_to_transaction_commits_and_aborts_with_it(broker):
-    from confluent_kafka import KafkaException, TopicPartition
-
-    topic, group = new_topic(broker, 1), f"native-grp-{uuid.uuid4().hex}"
-    p = Producer(conf(broker, **{"transactional.id": f"native-txo-{uuid.uuid4().hex}"}))
-    p.init_transactions(30)
-    p.begin_transaction()
-    produced, _ = p.produce_chunk(1, topic, pa.array([b"x"] * 10), ids=pa.array([b"o"] * 10))
-    p.send_offsets_to_transaction(group, [(topic, 0, 1234)], 30)
-    p.commit_transaction(30)
-    assert drain(p, produced)[1]["acked"] == 10
-    assert _committed_offset(broker, group, topic) == 1234
-
-    p.begin_transaction()  # aborted: the group's offset stays 1234
-    p.produce_chunk(2, topic, pa.array([b"y"] * 5), ids=pa.array([b"a"] * 5))
-    p.send_offsets_to_transaction(group, [TopicPartition(topic, 0, 5678)], 30)  # objects work too
-    p.abort_transaction(30)
-    p.close()
-    assert _committed_offset(broker, group, topic) == 1234
-
-    plain = Producer(conf(broker))  # not transactional: a KafkaException, as from confluent-kafka
-    with pytest.raises(KafkaException) as ei:
-        plain.send_offsets_to_transaction("g", [(topic, 0, 1)], 5)
-    assert ei.value.args[0].code() != 0 and ei.value.args[0].str()
-    raw = plain._p
-    for bad in ([(topic, 0)], [(topic, "0", 1)], [(1, 0, 1)], [topic], 5):
-        with pytest.raises(TypeError):
-            raw.send_offsets_to_transaction("g", bad, 1.0)
-    with pytest.raises(ValueError, match="NUL"):
-        raw.send_offsets_to_transaction("g\0h", [(topic, 0, 1)], 1.0)
-    with pytest.raises(ValueError, match="NUL"):
-        raw.send_offsets_to_transaction("g", [("a\0b", 0, 1)], 1.0)
-    with pytest.raises(OverflowError):
-        raw.send_offsets_to_transaction("g", [(topic, 2**31, 1)], 1.0)
-    with pytest.raises(KafkaException):
-        plain.begin_transaction()
-    plain.close()
 
 
 def test_error_cb_on_an_unreachable_broker():
