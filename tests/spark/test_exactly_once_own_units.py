@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections import Counter
 
@@ -60,6 +61,7 @@ def test_own_units_given_up_are_set_aside_once_another_writer_moved_their_lanes_
         assert workers, "no Python worker holds batch 5's units"
         for pid in workers:
             os.kill(pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
     finally:
         own_broker.resume()
     try:
@@ -73,6 +75,10 @@ def test_own_units_given_up_are_set_aside_once_another_writer_moved_their_lanes_
     finally:
         for pid in workers:
             os.kill(pid, signal.SIGCONT)
+    frozen_s = time.monotonic() - frozen_at
+    # Spark closes a Python worker idle for a minute: its units would then be adopted as recovered ones (skipped,
+    # not set aside), another sequence than this test's
+    assert frozen_s < 45, f"the workers stayed frozen {frozen_s:.0f}s: too close to Spark's idle-worker timeout"
     # Step 4: batch 7 through Spark commits; the reports name the units set aside
     report = sink.write(df, batch_id=7, run_id="r")
     assert (report.acked, report.pending) == (ROWS, 0), report
