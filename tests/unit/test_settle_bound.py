@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pyspark
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
@@ -146,6 +147,12 @@ def test_the_sinks_drain_jobs_carry_one_tag_and_a_stuck_one_is_cancelled_by_it(m
         raise RuntimeError("cancelled")
 
     monkeypatch.setattr(sink, "drain", stuck_drain)
+
+    class PlainThread(threading.Thread):  # InheritableThread copies a live SparkContext's properties (other tiers)
+        def __init__(self, *args, session=None, **kwargs):
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(pyspark, "InheritableThread", PlainThread)
     alive, out = _settle_in_thread(None, None, call=lambda: sink._settle(FakeSession(), _report()))
     release.set()
     assert not alive
