@@ -54,7 +54,9 @@ def ownership_violations(events: list[tuple[float, int, str]], deaths: dict[int,
                          slack_s: float = 0.2) -> tuple[list[str], int]:
     """Acquisitions of a slot while its previous holder was alive and had not released it."""
     acquire = re.compile(r"pid=\d+ slot=(\S+) opened|adopting orphan slot=(\S+)")
-    release = re.compile(r"released drained orphan slot=(\S+)")
+    # an adopter lets a drained orphan go: released (its dead letters kept) or removed (nothing kept: the next
+    # writer may create a new slot of that number while the adopter still runs)
+    release = re.compile(r"(?:released|removed) \w+ orphan slot=(\S+)")
     holder: dict[str, tuple[int, float]] = {}
     released: dict[tuple[str, int], float] = {}
     problems, handoffs = [], 0
@@ -78,6 +80,20 @@ def ownership_violations(events: list[tuple[float, int, str]], deaths: dict[int,
         if m:
             released[(m.group(1), pid)] = t
     return problems, handoffs
+
+
+def test_the_ownership_check_counts_a_removed_orphan_slot_as_let_go():
+    """From a run where the check failed: pid 5237 adopted slot-00002, drained and removed it, and kept writing
+    to its own slot; pid 5246 then created a new slot-00002. A slot removed is let go, as a slot released is."""
+    slot = "/w/f11/slot-00002"
+    events = [(53.0355, 5237, f"sink=f11 pid=5237 adopting orphan slot={slot}"),
+              (53.2250, 5237, f"sink=f11 removed drained orphan slot={slot}"),
+              (53.3570, 5246, f"sink=f11 pid=5246 slot={slot} opened live_bytes=0 replayed=0")]
+    assert ownership_violations(events, {5237: 53.5578}) == ([], 1)
+    # still held (neither let go nor dead) when the other took it: a violation
+    assert len(ownership_violations([events[0], events[2]], {5237: 53.5578})[0]) == 1
+    released = [events[0], (53.2250, 5237, f"sink=f11 released drained orphan slot={slot}"), events[2]]
+    assert ownership_violations(released, {5237: 53.5578}) == ([], 1)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
