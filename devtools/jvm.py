@@ -2,7 +2,9 @@
 
 The cache is ``$RKS_KAFKA_CACHE`` (default ``~/.cache/spark-recoverable-sink``):
 one folder per pom and version, complete once it holds a ``.complete`` stamp.
-Two processes fetching the same jars at once take turns (``flock``).
+Two processes fetching the same jars at once take turns (``flock``). The
+manylinux wheel test keeps its tool venv there as well (``wheelenv``, set up by
+``devtools/build_wheels.sh``).
 """
 
 from __future__ import annotations
