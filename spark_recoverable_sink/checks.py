@@ -17,9 +17,14 @@ from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["DEFAULT_WAL_DIR", "check_wal_dir", "check_option_names", "check_kafka_conf", "warn_ack_timeout"]
+__all__ = ["DEFAULT_WAL_DIR", "JAVA_PARTITIONER", "SUPPORTED_PARTITIONERS", "check_exactly_once", "check_record_ids",
+           "check_wal_dir", "check_option_names", "check_kafka_conf", "warn_ack_timeout"]
 
 log = logging.getLogger("spark_recoverable_sink.config")
+
+JAVA_PARTITIONER = "murmur2_random"  # the Java client's default: murmur2 of the key, random when null
+#: Partitioners whose choice for a keyed record the sink computes (exactly-once splits batches by it).
+SUPPORTED_PARTITIONERS = frozenset({"murmur2_random", "murmur2", "consistent_random", "consistent"})
 
 # Private to the user the Python workers run as, on a persistent disk; ``~`` is
 # expanded on each executor, never on the driver (another host, maybe another user).
@@ -143,3 +148,62 @@ def warn_ack_timeout(name: str, ack_timeout_s: float, conf: Mapping[str, str]) -
                 "are retried from the WAL while the task waits; lower ack_timeout_s to at most %.1f or raise %s",
                 name, ack_timeout_s, opt, ms, ms / 1000, opt,
             )
+
+
+def check_record_ids(record_ids: Any, id_columns: Any, guarantee: str) -> None:
+    """Refuse a ``record_ids`` / ``id_columns`` pair that cannot make ids (:mod:`.ids`).
+
+    Raises:
+        ConfigError: an unknown ``record_ids``; ``"columns"`` without
+            ``id_columns`` or ``id_columns`` with another mode; a mode other
+            than the default with exactly-once (its ids are its lanes').
+    """
+    modes = ("content", "partition", "columns")
+    if record_ids not in modes:
+        raise ConfigError("record_ids", f"must be one of {', '.join(modes)}, got {record_ids!r}")
+    if not isinstance(id_columns, tuple) or not all(isinstance(c, str) and c for c in id_columns):
+        raise ConfigError("id_columns", f"must be a list of column names, got {id_columns!r}")
+    if len(set(id_columns)) != len(id_columns):
+        raise ConfigError("id_columns", f"names a column twice: {', '.join(id_columns)}")
+    if (record_ids == "columns") != bool(id_columns):
+        raise ConfigError("id_columns", "is required with record_ids='columns', and only with it (got "
+                                        f"record_ids={record_ids!r}, id_columns={list(id_columns)!r})")
+    if guarantee == "exactly_once" and record_ids != "content":
+        raise ConfigError("record_ids", "must be left 'content' with exactly_once: its record ids are its lanes' "
+                                        "(exactly_once_lanes), the same in every run of a batch")
+
+
+def check_exactly_once(config: Any, conf: Mapping[str, str]) -> None:
+    """Refuse what exactly-once cannot work with (``config`` is a :class:`.SinkConfig` being built).
+
+    Raises:
+        ConfigError: naming the option: async acks, a marker topic that is a
+            data topic, a dead-letter topic, ``acks`` other than all, a
+            partitioner whose choice the sink cannot compute, or a message
+            timeout above the transaction timeout.
+    """
+    if config.ack_timeout_s <= 0:
+        raise ConfigError("ack_timeout_s", "must be > 0 with exactly_once: a task publishes its unit in a "
+                                           "transaction before it returns (0 would make every unit wait "
+                                           "for the poller and every batch for settle())")
+    if config.marker_topic in (config.topic, config.dead_letter_topic):
+        raise ConfigError("marker_topic", "must differ from the sink's data topics")
+    if config.dead_letter_topic is not None:
+        raise ConfigError("dead_letter_topic", "is not supported with exactly_once yet: a record refused for "
+                                               "good stays in the WAL and its unit is reported pending")
+    if str(conf.get("acks", "all")).lower() not in ("all", "-1"):
+        raise ConfigError("kafka_conf['acks']", "must be 'all' with exactly_once (Kafka transactions need it)")
+    if conf.get("partitioner", JAVA_PARTITIONER) not in SUPPORTED_PARTITIONERS:
+        raise ConfigError("kafka_conf['partitioner']", f"must be one of {', '.join(sorted(SUPPORTED_PARTITIONERS))} "
+                          "with exactly_once (batches are split by the partition each record goes to)")
+    ms = {}
+    for opt in ("transaction.timeout.ms", "message.timeout.ms", "delivery.timeout.ms"):
+        try:
+            ms[opt] = int(conf[opt]) if opt in conf else None
+        except ValueError:
+            ms[opt] = None  # librdkafka names the bad value (check_kafka_conf)
+    txn_ms = ms["transaction.timeout.ms"] or 60000
+    for opt in ("message.timeout.ms", "delivery.timeout.ms"):
+        if ms[opt] is not None and ms[opt] > txn_ms:
+            raise ConfigError(f"kafka_conf[{opt!r}]", f"must not exceed transaction.timeout.ms={txn_ms} "
+                                                      "with exactly_once (the client refuses it)")

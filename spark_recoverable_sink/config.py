@@ -19,7 +19,11 @@ from typing import Any, Mapping
 from .auth import CALLBACK_OPTIONS, load_callable, with_callbacks
 from .checks import (
     DEFAULT_WAL_DIR,
+    JAVA_PARTITIONER,
+    SUPPORTED_PARTITIONERS,
+    check_exactly_once,
     check_kafka_conf,
+    check_record_ids,
     check_option_names,
     check_wal_dir,
     warn_ack_timeout,
@@ -34,6 +38,11 @@ __all__ = [
     "DELIVERY_ENGINES",
     "DEFAULT_MAX_WAL_BYTES",
     "DEFAULT_WAL_DIR",
+    "SUPPORTED_PARTITIONERS",
+    "RECORD_IDS",
+    "CONTENT_IDS",
+    "PARTITION_IDS",
+    "COLUMN_IDS",
     "redact",
     "scrub_secrets",
     "is_secret_option",
@@ -47,6 +56,8 @@ EXACTLY_ONCE = "exactly_once"
 WAL_SYNC_MODES = ("commit", "none")
 DELIVERY_ENGINES = ("auto", "native", "python")
 DEFAULT_MAX_WAL_BYTES = 20 * 1024**3
+CONTENT_IDS, PARTITION_IDS, COLUMN_IDS = "content", "partition", "columns"
+RECORD_IDS = (CONTENT_IDS, PARTITION_IDS, COLUMN_IDS)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -58,9 +69,6 @@ _SECRET_RE = re.compile(
 #: (Schema Registry's ``bearer.auth.credentials.source``: ``STATIC_TOKEN``, ``OAUTHBEARER``, ...).
 _NOT_SECRET_RE = re.compile(r"credentials\.source$", re.IGNORECASE)
 _SAFE_DEFAULTS = {"enable.idempotence": "true", "acks": "all"}
-_JAVA_PARTITIONER = "murmur2_random"  # the Java client's default: murmur2 of the key, random when null
-#: Partitioners whose choice for a keyed record the sink computes (exactly-once splits batches by it).
-SUPPORTED_PARTITIONERS = frozenset({"murmur2_random", "murmur2", "consistent_random", "consistent"})
 _REDACTED = "***"
 
 
@@ -118,7 +126,8 @@ class SinkConfig:
     Attributes:
         name: Stable id of the sink; goes into WAL paths and record ids.
         kafka_conf: Items of the user's confluent-kafka configuration (a copy).
-        topic: Default topic; a ``topic`` column overrides it per row.
+        topic: The topic of every record; when set, a ``topic`` column is
+            ignored (Spark's rule). Unset: each row's ``topic`` column.
         wal_dir: Executor-local directory for the write-ahead log (default
             ``~/.local/state/spark_recoverable_sink``, ``~`` expanded on the executor); must be
             private to the user the workers run as (see :mod:`.wal.slots`).
@@ -163,6 +172,18 @@ class SinkConfig:
             Each record keeps the id its own Spark partition gives it (the
             partition index travels with the row). ``False``: one task per
             partition, as Spark split the batch.
+        write_timestamp: Write a ``timestamp`` column as the records'
+            timestamps (Spark's sink up to 4.2 never does; unset, the producer
+            stamps them). A source's timestamps passed through are subject to
+            the brokers' timestamp limits and time-based retention.
+        record_ids: How record ids stay the same across re-runs of a batch
+            (:mod:`.ids`): ``"content"`` (default; at-least-once re-splits each
+            batch by a hash of its records' key and value), ``"partition"``
+            (no re-split; ids name the Spark partition: for sources that keep
+            their split) or ``"columns"`` (ids from ``id_columns``; no re-split).
+        id_columns: With ``record_ids="columns"``: the columns whose values
+            identify a record in its batch (e.g. the Kafka source's ``topic``,
+            ``partition``, ``offset``); they need not be written.
     """
 
     name: str
@@ -187,6 +208,9 @@ class SinkConfig:
     exactly_once_lanes: int = field(default=8, compare=False)  # driver only
     delivery_engine: str = "auto"
     coalesce_tasks: bool = field(default=True, compare=False)  # driver only
+    write_timestamp: bool = field(default=False, compare=False)  # per write, not per worker runtime
+    record_ids: str = field(default=CONTENT_IDS, compare=False)
+    id_columns: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
@@ -215,6 +239,9 @@ class SinkConfig:
                 )
             # confluent-kafka accepts str/int/float/bool; keep the user's value as text.
             items.append((k, v if isinstance(v, str) else (str(v).lower() if isinstance(v, bool) else str(v))))
+        if isinstance(options.get("id_columns"), (list, str)):  # a list from Python, "a,b" from an option
+            ids = options["id_columns"]
+            options["id_columns"] = tuple(c.strip() for c in (ids.split(",") if isinstance(ids, str) else ids))
         conf = cls(name=name, kafka_conf_items=tuple(sorted(items)), wal_dir=wal_dir, **options)
         check_kafka_conf(conf.producer_conf(), conf.scrub)
         return conf
@@ -258,13 +285,15 @@ class SinkConfig:
         if self.guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
             raise ConfigError("guarantee", f"must be {AT_LEAST_ONCE!r} or {EXACTLY_ONCE!r}, got {self.guarantee!r}")
         if self.guarantee == EXACTLY_ONCE:
-            self._check_exactly_once(conf)
+            check_exactly_once(self, conf)
         if not isinstance(self.id_header, str) or not self.id_header:
             raise ConfigError("id_header", "must be a non-empty string")
         if not isinstance(self.wait_for_broker, bool):
             raise ConfigError("wait_for_broker", f"must be True or False, got {self.wait_for_broker!r}")
-        if not isinstance(self.coalesce_tasks, bool):
-            raise ConfigError("coalesce_tasks", f"must be True or False, got {self.coalesce_tasks!r}")
+        for flag in ("coalesce_tasks", "write_timestamp"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(flag, f"must be True or False, got {getattr(self, flag)!r}")
+        check_record_ids(self.record_ids, self.id_columns, self.guarantee)
         if self.metrics_port is not None and (isinstance(self.metrics_port, bool) or not isinstance(
                 self.metrics_port, int) or not 0 <= self.metrics_port <= 65535):
             raise ConfigError("metrics_port", f"must be None or a port number 0-65535, got {self.metrics_port!r}")
@@ -279,33 +308,6 @@ class SinkConfig:
 
     # -- Kafka configuration -------------------------------------------------
 
-    def _check_exactly_once(self, conf: Mapping[str, str]) -> None:
-        if self.ack_timeout_s <= 0:
-            raise ConfigError("ack_timeout_s", "must be > 0 with exactly_once: a task publishes its unit in a "
-                                               "transaction before it returns (0 would make every unit wait "
-                                               "for the poller and every batch for settle())")
-        if self.marker_topic in (self.topic, self.dead_letter_topic):
-            raise ConfigError("marker_topic", "must differ from the sink's data topics")
-        if self.dead_letter_topic is not None:
-            raise ConfigError("dead_letter_topic", "is not supported with exactly_once yet: a record refused for "
-                                                   "good stays in the WAL and its unit is reported pending")
-        if str(conf.get("acks", "all")).lower() not in ("all", "-1"):
-            raise ConfigError("kafka_conf['acks']", "must be 'all' with exactly_once (Kafka transactions need it)")
-        if conf.get("partitioner", _JAVA_PARTITIONER) not in SUPPORTED_PARTITIONERS:
-            raise ConfigError("kafka_conf['partitioner']", f"must be one of {', '.join(sorted(SUPPORTED_PARTITIONERS))} "
-                              "with exactly_once (batches are split by the partition each record goes to)")
-        ms = {}
-        for opt in ("transaction.timeout.ms", "message.timeout.ms", "delivery.timeout.ms"):
-            try:
-                ms[opt] = int(conf[opt]) if opt in conf else None
-            except ValueError:
-                ms[opt] = None  # librdkafka names the bad value (check_kafka_conf)
-        txn_ms = ms["transaction.timeout.ms"] or 60000
-        for opt in ("message.timeout.ms", "delivery.timeout.ms"):
-            if ms[opt] is not None and ms[opt] > txn_ms:
-                raise ConfigError(f"kafka_conf[{opt!r}]", f"must not exceed transaction.timeout.ms={txn_ms} "
-                                                          "with exactly_once (the client refuses it)")
-
     def producer_conf(self) -> dict[str, Any]:
         """The configuration handed to the producer: the user's, plus defaults, callbacks imported.
 
@@ -316,7 +318,7 @@ class SinkConfig:
         (``consistent_random``, CRC32) would put them elsewhere.
         """
         conf = dict(_SAFE_DEFAULTS)
-        conf["partitioner"] = _JAVA_PARTITIONER
+        conf["partitioner"] = JAVA_PARTITIONER
         conf.update(self.kafka_conf_items)
         return with_callbacks(conf)
 

@@ -1,23 +1,45 @@
 """Record ids: what makes two records "the same record", and the ids built from it without per-record Python work.
 
-A record's id is ``sink:run:batch:partition:<fingerprint>-<occurrence>``:
+A record's id is ``sink:run:batch:<fingerprint>-<occurrence>`` (its *batch
+scope*) or ``sink:run:batch:partition:<fingerprint>-<occurrence>`` (its
+*partition scope*, with the Spark partition the task wrote it from):
 
 * ``fingerprint``: 16 hex digits of a 64-bit hash of the record's content:
   its topic (when the input has a topic column), partition column, key,
-  value, headers and timestamp (:mod:`.fingerprint`);
-* ``occurrence``: among the records of the same Spark partition of the same
-  batch with that fingerprint, how many arrived before it (0 for the first).
+  value, headers and timestamp (:mod:`.fingerprint`); or, with
+  ``record_ids="columns"``, of the values of the columns the user named
+  (:func:`id_fingerprints`);
+* ``occurrence``: among the records of the same task's scope with that
+  fingerprint, how many arrived before it (0 for the first).
+
+Which scope a sink's ids have is its ``record_ids`` (:class:`.SinkConfig`):
+
+* ``"content"`` (at-least-once's default): the driver re-splits the batch by
+  a hash of each record's key and value (:mod:`..driver.placement`), so all
+  copies of a record are in one task; ids are in the batch scope, the same
+  in every run of the batch whatever split and order it has (Spark's Kafka
+  source re-running a batch from its offset log included), and two records
+  of a batch never share one. Costs a shuffle of the batch;
+* ``"partition"``: no re-split; ids name the Spark partition, so they hold
+  across re-runs only for sources that bring the same rows to the same
+  partition index (files; not Spark's Kafka source);
+* ``"columns"``: ids from the columns named in ``id_columns`` (for example
+  the Kafka source's ``topic``, ``partition`` and ``offset``), batch scope, no
+  re-split; unique as long as those values are unique in the batch.
+
+Exactly-once's units are lanes (:mod:`..driver.resplit`): its ids are in
+the partition scope with the lane as partition, which a re-run keeps.
 
 So two records are *the same record* when they belong to the same sink, run,
-batch and Spark partition and have equal content; ``n`` equal records of a
-partition get occurrences ``0..n-1``, whatever order the partition's rows
-arrive in (Spark does not keep row order across a shuffle). Ids are unique
-across runs (the run component) and for different rows (up to a 64-bit hash
-collision, which only makes the two colliding rows' occurrences depend on
+batch (and partition, in that scope) and have equal content; ``n`` equal
+records get occurrences ``0..n-1``, whatever order they arrive in. Ids are
+unique across runs (the run component) and for different rows (up to a 64-bit
+hash collision, which only makes the two colliding rows' occurrences depend on
 their order). Fingerprints and occurrences are stored with each WAL chunk
-(columns ``rks_fp``, ``rks_occ``), so a replay sends the ids the task chose.
-Chunks written before fingerprints existed have neither column: their ids
-are ``sink:run:batch:partition:<seq>`` (the row's position), as they were.
+(columns ``rks_fp``, ``rks_occ``; the scope in its metadata, ``rks.ids``), so a
+replay sends the ids the task chose. Chunks written before fingerprints
+existed have neither column: their ids are ``sink:run:batch:partition:<seq>``
+(the row's position), as they were.
 
 The unit digest of an exactly-once unit is an order-independent 64-bit sum
 over its records' (fingerprint, occurrence) pairs: what a lane's marker proves.
@@ -32,9 +54,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .fingerprint import fingerprints, mix_pairs, new_occurrences
+from .schema import BATCH_SCOPE, chunk_run, chunk_scope
 
-__all__ = ["FP_COLUMN", "OCC_COLUMN", "valid_run_id", "record_id_prefix", "with_ids", "record_ids", "record_id_at",
-           "unit_digest", "new_occurrences", "has_ids"]
+__all__ = ["FP_COLUMN", "OCC_COLUMN", "valid_run_id", "record_id_prefix", "chunk_id_prefix", "with_ids", "record_ids",
+           "record_id_at", "unit_digest", "new_occurrences", "has_ids", "id_fingerprints"]
 
 FP_COLUMN = "rks_fp"
 OCC_COLUMN = "rks_occ"
@@ -49,22 +72,50 @@ def valid_run_id(run: str) -> bool:
     return isinstance(run, str) and bool(_RUN_RE.match(run))
 
 
-def record_id_prefix(sink: str, batch: int, partition: int, run: str = "") -> bytes:
+def record_id_prefix(sink: str, batch: int, partition: int, run: str = "", scope: str = "") -> bytes:
     """The part of a record id shared by one (run, batch, partition): ``sink:run:batch:partition:``.
 
-    An empty ``run`` gives the run-less form ``sink:batch:partition:`` of
-    chunks written before ids had a run (so their replays keep their ids).
+    In the batch scope (``scope="batch"``) it is ``sink:run:batch:``, the same
+    for every partition. An empty ``run`` gives the run-less form
+    ``sink:batch:partition:`` of chunks written before ids had a run (so
+    their replays keep their ids).
     """
+    if scope == BATCH_SCOPE:
+        return f"{sink}:{run}:{batch}:".encode()
     return (f"{sink}:{run}:{batch}:{partition}:" if run else f"{sink}:{batch}:{partition}:").encode()
 
 
-def with_ids(batch: pa.RecordBatch, occurrences: object) -> pa.RecordBatch:
+def chunk_id_prefix(sink: str, batch_id: int, partition: int, chunk: pa.RecordBatch) -> bytes:
+    """The id prefix of a chunk read back from the WAL: its run and scope come from its own metadata."""
+    return record_id_prefix(sink, batch_id, partition, chunk_run(chunk), chunk_scope(chunk))
+
+
+def id_fingerprints(columns: pa.RecordBatch) -> np.ndarray:
+    """One ``uint64`` per row: the fingerprint of the values of the id columns (``record_ids="columns"``).
+
+    Each column's values are turned into bytes (text for numbers, dates and
+    timestamps as Arrow casts them; bytes and strings as they are), hashed as
+    a value by :func:`.fingerprints` (a null apart from every value), and the
+    columns' hashes folded in their order: a function of the values only, the
+    same on every executor.
+    """
+    acc = np.zeros(columns.num_rows, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for col in columns.columns:
+            raw = col if pa.types.is_binary(col.type) else pc.cast(pc.cast(col, pa.string()), pa.binary())
+            h = fingerprints(pa.RecordBatch.from_arrays([raw], names=["value"]))
+            acc = (acc * np.uint64(0x9E3779B97F4A7C15)) ^ h
+    return acc
+
+
+def with_ids(batch: pa.RecordBatch, occurrences: object, fps: np.ndarray | None = None) -> pa.RecordBatch:
     """A normalised batch with its records' fingerprints and occurrences appended (``rks_fp``, ``rks_occ``).
 
     ``occurrences`` is the task's counter (:func:`new_occurrences`), fed with
-    every batch of the partition in arrival order.
+    every batch of the scope in arrival order. ``fps``: the fingerprints
+    when they are not the records' content (:func:`id_fingerprints`).
     """
-    fps = fingerprints(batch)
+    fps = fingerprints(batch) if fps is None else fps
     occs = occurrences.number(fps)  # type: ignore[attr-defined]
     batch = batch.append_column(pa.field(FP_COLUMN, pa.uint64(), nullable=False), pa.array(fps, pa.uint64()))
     return batch.append_column(pa.field(OCC_COLUMN, pa.uint32(), nullable=False), pa.array(occs, pa.uint32()))

@@ -1,14 +1,16 @@
-"""The input schema: exactly the columns Spark's built-in Kafka sink accepts.
+"""The input schema: the columns Spark's built-in Kafka sink takes, found and typed as it finds them.
 
-``validate_spark_schema`` runs on the driver, before any task: it names the
-column, the type it has and the types allowed. ``normalize_batch`` runs on the
+``validate_spark_schema`` runs on the driver, before any task: it says which
+columns the sink writes and which it ignores, and names a used column of the
+wrong type, the type it has and the types allowed. ``normalize_batch`` runs on the
 executor and turns one Arrow batch of input rows into the WAL's canonical
 record batch (see :mod:`.wal.format`), keeping null and empty apart.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,8 +20,8 @@ from .errors import InvalidRecordError, SchemaError
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import StructType
 
-__all__ = ["KAFKA_COLUMNS", "validate_spark_schema", "normalize_batch", "payload_bytes", "HEADERS_TYPE", "TOPIC_META",
-           "RUN_META", "chunk_run", "iter_rows"]
+__all__ = ["KAFKA_COLUMNS", "Columns", "ID_COLUMN_TYPES", "validate_spark_schema", "normalize_batch", "payload_bytes",
+           "HEADERS_TYPE", "TOPIC_META", "RUN_META", "SCOPE_META", "BATCH_SCOPE", "chunk_run", "chunk_scope", "iter_rows"]
 
 #: Column name -> Spark type names allowed (as ``DataType.simpleString()``).
 KAFKA_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -49,46 +51,102 @@ TOPIC_META = b"rks.topic"
 #: Schema metadata key of a chunk's run id (the component that keeps ids of two
 #: queries, or of two ``write()`` calls, apart). Absent in chunks of older builds.
 RUN_META = b"rks.run"
+#: Schema metadata key of a chunk's id scope: ``batch`` when its ids do not name a Spark partition
+#: (:mod:`.ids`); absent in chunks whose ids do (and in chunks of older builds).
+SCOPE_META = b"rks.ids"
+BATCH_SCOPE = "batch"
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
-def validate_spark_schema(schema: "StructType", default_topic: str | None) -> list[str]:
-    """Check a DataFrame schema against the Kafka sink schema.
+@dataclass(frozen=True)
+class Columns:
+    """What the sink takes of a DataFrame (:func:`validate_spark_schema`); picklable, names only.
 
-    Returns the canonical (lower-case) column names to select, in input order.
-    Column names match case-insensitively, as they do for Spark's Kafka sink.
+    Attributes:
+        kafka: The Kafka columns it writes, by their names (``value`` first).
+        ids: The columns record ids are made of (``record_ids="columns"``), in the order given.
+        ignored: Every other column, as ``name: why`` (for the sink's one-time log line).
+    """
+
+    kafka: tuple[str, ...]
+    ids: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+
+    @property
+    def select(self) -> list[str]:
+        """The columns to hand to the tasks: the Kafka ones, then the id columns not among them."""
+        return list(self.kafka) + [c for c in self.ids if c not in self.kafka]
+
+
+#: Spark types an id column may have (its values are turned into text to be hashed: :func:`..ids.id_fingerprints`).
+ID_COLUMN_TYPES = ("string", "binary", "tinyint", "smallint", "int", "bigint", "timestamp", "date")
+
+
+def validate_spark_schema(schema: "StructType", default_topic: str | None, *, write_timestamp: bool = False,
+                          id_columns: Sequence[str] = ()) -> Columns:
+    """Check a DataFrame schema as Spark's Kafka sink does; say which columns the sink takes.
+
+    Spark's rules (``KafkaWriter``): a column is found by its exact name
+    (``value``, ``key``, ``topic``, ``partition``, ``headers``); one of
+    those with the wrong type is refused; every other column is ignored;
+    the ``topic`` option, when set, overrides a ``topic`` column (which is
+    then ignored too). ``timestamp`` is written only with
+    ``write_timestamp=True`` (Spark's sink up to 4.2 never writes it).
+    ``id_columns`` must exist, with a type of :data:`ID_COLUMN_TYPES`.
 
     Raises:
-        SchemaError: an unknown column, a wrong type, a duplicate, a missing
-            ``value`` column, or no ``topic`` column and no default topic.
+        SchemaError: a missing ``value`` column, a used column of the wrong
+            type or given twice, no ``topic`` column and no topic option,
+            ``write_timestamp`` without a ``timestamp`` column, or an id
+            column missing or of a type ids cannot be made of.
     """
-    seen: dict[str, str] = {}
+    by_name: dict[str, Any] = {}
     for f in schema.fields:
-        canon = f.name.lower()
-        allowed = KAFKA_COLUMNS.get(canon)
-        if allowed is None:
+        if f.name in by_name and (f.name in KAFKA_COLUMNS or f.name in id_columns):
+            raise SchemaError(f"column {f.name!r} appears twice", column=f.name)
+        by_name.setdefault(f.name, f)
+    used = [c for c in KAFKA_COLUMNS if c in by_name and (c != "topic" or default_topic is None)
+            and (c != "timestamp" or write_timestamp)]
+    for name in used:
+        actual = _spark_type_name(by_name[name].dataType)
+        if actual not in KAFKA_COLUMNS[name]:
             raise SchemaError(
-                f"column {f.name!r} ({f.dataType.simpleString()}) is not a Kafka sink column; "
-                f"allowed columns: {', '.join(KAFKA_COLUMNS)}",
-                column=f.name, actual=f.dataType.simpleString(), allowed=tuple(KAFKA_COLUMNS),
+                f"column {name!r} has type {actual}; allowed: {' or '.join(KAFKA_COLUMNS[name])}; {_TYPE_HINTS[name]}",
+                column=name, actual=actual, allowed=KAFKA_COLUMNS[name],
             )
-        if canon in seen:
-            raise SchemaError(f"column {f.name!r} appears twice (also as {seen[canon]!r})", column=f.name)
-        actual = _spark_type_name(f.dataType)
-        if actual not in allowed:
-            raise SchemaError(
-                f"column {f.name!r} has type {actual}; allowed: {' or '.join(allowed)}; {_TYPE_HINTS[canon]}",
-                column=f.name, actual=actual, allowed=allowed,
-            )
-        seen[canon] = f.name
-    if "value" not in seen:
-        raise SchemaError("required column 'value' (string or binary) is missing",
-                          column=None, allowed=KAFKA_COLUMNS["value"])
-    if "topic" not in seen and default_topic is None:
-        raise SchemaError("no 'topic' column and no default topic: set topic= on the sink or add a topic column",
-                          column="topic", allowed=KAFKA_COLUMNS["topic"])
-    return [seen[c] for c in seen]
+    if "value" not in by_name:
+        near = [n for n in by_name if n.lower() == "value"]
+        hint = f" ({near[0]!r} is not it: Spark's Kafka sink finds its columns by their lower-case names)" if near else ""
+        raise SchemaError(f"required column 'value' (string or binary) is missing{hint}", column=None,
+                          allowed=KAFKA_COLUMNS["value"])
+    if "topic" not in by_name and default_topic is None:
+        raise SchemaError("no 'topic' column and no topic option: set topic= on the sink (.option('topic', ...)) "
+                          "or add a topic column", column="topic", allowed=KAFKA_COLUMNS["topic"])
+    if write_timestamp and "timestamp" not in by_name:
+        raise SchemaError("write_timestamp=True but the DataFrame has no 'timestamp' column", column="timestamp",
+                          allowed=KAFKA_COLUMNS["timestamp"])
+    for name in id_columns:
+        if name not in by_name:
+            raise SchemaError(f"id column {name!r} (id_columns) is not in the DataFrame; its columns: "
+                              f"{', '.join(by_name)}", column=name, allowed=ID_COLUMN_TYPES)
+        actual = _spark_type_name(by_name[name].dataType)
+        if actual not in ID_COLUMN_TYPES:
+            raise SchemaError(f"id column {name!r} has type {actual}; ids are made of columns of type "
+                              f"{', '.join(ID_COLUMN_TYPES)}", column=name, actual=actual, allowed=ID_COLUMN_TYPES)
+    ignored = tuple(f"{n}: {_why_ignored(n, default_topic)}" for n in by_name
+                    if n not in used and n not in id_columns)
+    return Columns(kafka=tuple(used), ids=tuple(id_columns), ignored=ignored)
+
+
+def _why_ignored(name: str, default_topic: str | None) -> str:
+    if name == "topic" and default_topic is not None:
+        return "the topic option overrides it"
+    if name == "timestamp":
+        return "not written unless write_timestamp=True"
+    if name.lower() in KAFKA_COLUMNS:
+        return f"not a Kafka column (Spark's sink reads {name.lower()!r}, by its exact name)"
+    return "not a Kafka column"
 
 
 def _spark_type_name(dt: Any) -> str:
@@ -106,11 +164,12 @@ def _as_binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix: str, first_seq: int,
-                    run: str = "") -> pa.RecordBatch:
+                    run: str = "", scope: str = "") -> pa.RecordBatch:
     """One input Arrow batch -> the canonical WAL record batch.
 
-    The default topic and the record ids' ``run`` go into the schema metadata
-    (``rks.topic``, ``rks.run``), so a replay from the WAL needs nothing else.
+    The default topic, the record ids' ``run`` and their ``scope`` go into the
+    schema metadata (``rks.topic``, ``rks.run``, ``rks.ids``), so a replay
+    from the WAL needs nothing else.
 
     Raises:
         InvalidRecordError: a row has a null topic and there is no default
@@ -161,6 +220,8 @@ def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix:
     meta = {TOPIC_META: default_topic.encode()} if default_topic else {}
     if run:
         meta[RUN_META] = run.encode()
+    if scope:
+        meta[SCOPE_META] = scope.encode()
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=meta or None))
 
 
@@ -179,6 +240,12 @@ def chunk_run(batch: pa.RecordBatch) -> str:
     """The run id a normalised chunk carries in its schema metadata (``""`` if none)."""
     meta = batch.schema.metadata
     return meta.get(RUN_META, b"").decode() if meta else ""
+
+
+def chunk_scope(batch: pa.RecordBatch) -> str:
+    """The id scope a normalised chunk carries in its schema metadata (``""``: ids name their Spark partition)."""
+    meta = batch.schema.metadata
+    return meta.get(SCOPE_META, b"").decode() if meta else ""
 
 
 def iter_rows(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[dict[str, Any]]:

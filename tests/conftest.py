@@ -89,16 +89,17 @@ def hooks() -> Iterator[Hooks]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One SparkSession per test session: local[2,3] (two cores, task retries allowed), with Spark's Avro package."""
+    """One SparkSession per test session: local[2,3] (two cores, task retries allowed), with Spark's Avro package
+    and Kafka connector (Spark's own sink and source beside ours)."""
     from pyspark.sql import SparkSession
 
-    from devtools.jvm import spark_avro_jars
+    from devtools.jvm import spark_avro_jars, spark_kafka_connector_jars
 
     t = time.monotonic()
     session = (
         SparkSession.builder.master("local[2,3]")
         .appName("spark-recoverable-sink-tests")
-        .config("spark.jars", ",".join(spark_avro_jars()))  # to_avro: the Schema Registry formats
+        .config("spark.jars", ",".join(spark_avro_jars() + spark_kafka_connector_jars()))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")

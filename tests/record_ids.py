@@ -15,20 +15,24 @@ from spark_recoverable_sink.ids import (
     record_ids,
     with_ids,
 )
-from spark_recoverable_sink.schema import normalize_batch
+from spark_recoverable_sink.schema import BATCH_SCOPE, normalize_batch
 
 
 def ids_of(sink: str, run: str, batch: int, partition: int, batches: Iterable[pa.RecordBatch],
-           topic: str | None = "t") -> list[str]:
-    """Every id of one partition's rows (arrival order), as ``write_partition`` gives them."""
-    prefix = record_id_prefix(sink, batch, partition, run)
+           topic: str | None = "t", scope: str = BATCH_SCOPE) -> list[str]:
+    """Every id of one task's rows (arrival order), as ``write_partition`` gives them.
+
+    ``scope``: the batch scope of at-least-once's default ``record_ids``, or ``""`` (ids that name their
+    partition: exactly-once's lanes, ``record_ids="partition"``).
+    """
+    prefix = record_id_prefix(sink, batch, partition, run, scope)
     occ = new_occurrences()
     out: list[str] = []
     seq = 0
     for b in batches:
         if not b.num_rows:
             continue
-        norm = with_ids(normalize_batch(b, topic, prefix.decode(), seq, run), occ)
+        norm = with_ids(normalize_batch(b, topic, prefix.decode(), seq, run, scope), occ)
         out += [i.decode() for i in record_ids(prefix, norm, seq).to_pylist()]
         seq += b.num_rows
     return out
@@ -38,7 +42,8 @@ _SUFFIX = re.compile(r"[0-9a-f]{16}-(0|[1-9][0-9]*)")
 
 
 def id_prefix(rid: str) -> str:
-    """``sink:run:batch:partition:`` of a content id (what ``record_id_prefix`` gives); ValueError if not one."""
+    """``sink:run:batch:`` (or ``sink:run:batch:partition:``) of a content id (what ``record_id_prefix`` gives);
+    ValueError if not one."""
     prefix, _, suffix = rid.rpartition(":")
     if not prefix or not _SUFFIX.fullmatch(suffix):
         raise ValueError(f"not a content record id (sink:run:batch:partition:<16 hex>-<occurrence>): {rid!r}")
@@ -52,12 +57,13 @@ def ids_per_prefix(ids: Iterable[str | None]) -> dict[str, int]:
     return dict(sorted(Counter(id_prefix(rid) for rid in distinct).items()))  # type: ignore[arg-type]
 
 
-def reported_rows(sink: str, reports: Iterable[Any]) -> dict[str, int]:
-    """Rows per id prefix ``sink:run:batch:partition:`` that the ``BatchReport`` objects say were written."""
+def reported_rows(sink: str, reports: Iterable[Any], scope: str = BATCH_SCOPE) -> dict[str, int]:
+    """Rows per id prefix (``sink:run:batch:``, or ``sink:run:batch:partition:`` with ``scope=""``) that the
+    ``BatchReport`` objects say were written."""
     out: dict[str, int] = {}
     for r in reports:
         for p in r.partition_reports:
-            key = record_id_prefix(sink, r.batch_id, p.partition, r.run).decode()
+            key = record_id_prefix(sink, r.batch_id, p.partition, r.run, scope).decode()
             out[key] = out.get(key, 0) + p.rows
     return out
 

@@ -32,8 +32,8 @@ import pyarrow as pa
 
 from ..config import SinkConfig
 from ..errors import WalError
-from ..ids import record_id_at, record_id_prefix
-from ..schema import chunk_run, iter_rows
+from ..ids import chunk_id_prefix, record_id_at
+from ..schema import iter_rows
 from ..wal.format import ChunkKey, decode_chunk
 from ..wal.records import DeadLetter
 from .chunks import ChunkTracker
@@ -70,7 +70,7 @@ def dead_letters_from(config: SinkConfig, key: ChunkKey, batch: pa.RecordBatch, 
                       partitions_of: Callable[[str], int | None] | None = None) -> list[tuple[bytes, DeadLetter]]:
     """Dead letters (WAL key, record) of the records ``dead`` (index, error code, error text) of a chunk."""
     rows = list(iter_rows(batch, config.topic))
-    prefix = record_id_prefix(config.name, key.batch, key.partition, chunk_run(batch))
+    prefix = chunk_id_prefix(config.name, key.batch, key.partition, batch)
     out = []
     for i, code, text in dead:
         r = rows[i]

@@ -32,8 +32,7 @@ from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..errors import WalError
-from ..ids import record_id_prefix
-from ..schema import chunk_run
+from ..ids import chunk_id_prefix
 from ..wal.format import decode_chunk
 from .attempts import AttemptTracker
 from .backlog import BacklogMemory, Inbox, QueueLimits, room_for
@@ -147,7 +146,7 @@ class Publisher:
             try:
                 produced, sync_failed = engine.produce_chunk(
                     rnd.rid, rnd.on_delivery, batch, indices, self.config.topic, self.config.id_header,
-                    record_id_prefix(self.config.name, ck.batch, ck.partition, chunk_run(batch)), ck.first_seq,
+                    chunk_id_prefix(self.config.name, ck.batch, ck.partition, batch), ck.first_seq,
                     self.block_s)
             except BaseException:
                 t.abandon_round()

@@ -49,7 +49,7 @@ from ..task.parts import SOURCE_PARTITION
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["cores_of", "partitions_of", "coalesce_width", "one_task_per_core"]
+__all__ = ["cores_of", "partitions_of", "coalesce_width", "dynamic_allocation", "one_task_per_core"]
 
 
 def cores_of(df: "DataFrame") -> int | None:
@@ -93,7 +93,8 @@ def partitions_of(df: "DataFrame") -> int | None:
         return None
 
 
-def _dynamic_allocation(df: "DataFrame") -> bool:
+def dynamic_allocation(df: "DataFrame") -> bool:
+    """Whether the session runs under dynamic allocation (its registered cores are not its cores)."""
     try:
         return str(df.sparkSession.conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true"
     except Exception:  # noqa: BLE001 - not readable: assume a fixed cluster
@@ -110,7 +111,7 @@ def coalesce_width(df: "DataFrame") -> int | None:
     (:func:`one_task_per_core`, :mod:`.resplit`).
     """
     cores = cores_of(df)
-    if cores is None or _dynamic_allocation(df):
+    if cores is None or dynamic_allocation(df):
         return None
     known = partitions_of(df)
     return None if known is not None and known <= cores else cores

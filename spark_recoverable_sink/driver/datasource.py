@@ -15,11 +15,16 @@ side (a fresh object for every call: no state is carried from ``write``)
 runs :func:`.batches.conclude_batch` in ``commit`` and logs the failed batch
 in ``abort``.
 
-Record ids are ``sink:run:batch:partition:seq`` as in ``foreachBatch``: in a
-streaming query the run is the query's id (read in each task from the
-``sql.streaming.queryId`` local property, the batch from
-``streaming.sql.batchId``), in a batch write a fresh random run per save
-unless ``run_id`` is given.
+Record ids (:mod:`..ids`): in a streaming query the run is the query's id
+(read in each task from the ``sql.streaming.queryId`` local property, the
+batch from ``streaming.sql.batchId``), in a batch write a fresh random run
+per save unless ``run_id`` is given. The data source has no driver step that
+could re-split a batch, so ``record_ids`` defaults to ``"partition"`` here
+(ids name the Spark partition Spark gave the row: the same across re-runs
+of sources that keep their split, such as files, not Spark's Kafka source);
+``record_ids="columns"`` with ``id_columns`` (e.g. the Kafka source's
+``topic,partition,offset``) gives ids that hold across any re-run;
+``"content"`` is refused (it needs that driver step).
 
 What the data source does not do (``foreachBatch(sink)`` does): run a drain
 job after a failed batch, confirm dead letters back to the workers (a worker
@@ -31,6 +36,7 @@ the job that settles a batch's transactions), and the Prometheus endpoint
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import uuid
@@ -47,7 +53,7 @@ from pyspark.sql.datasource import (
 from ..config import EXACTLY_ONCE, SinkConfig
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import PartitionReport
-from ..schema import validate_spark_schema
+from ..schema import Columns, validate_spark_schema
 from ..task.writer import write_partition
 from .batches import conclude_batch, dead_letter_error, first_contact_error
 from .options import parse_options
@@ -88,7 +94,7 @@ class RecoverableKafkaDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT_NAME
 
-    def _prepare(self, schema: "StructType", overwrite: bool) -> tuple[SinkConfig, list[str], str | None]:
+    def _prepare(self, schema: "StructType", overwrite: bool) -> tuple[SinkConfig, Columns, str | None]:
         parsed = parse_options(self.options)
         if overwrite:
             raise ConfigError("mode", "Kafka topics can only be appended to: use mode('append')")
@@ -99,7 +105,12 @@ class RecoverableKafkaDataSource(DataSource):
             raise ConfigError("metrics_port", "needs foreachBatch(sink): the data source's driver side runs in "
                                               "short-lived Python workers that cannot keep an HTTP endpoint up; "
                                               "its batch reports are in the driver log (entry=recoverable-kafka)")
-        return parsed.config, validate_spark_schema(schema, parsed.config.topic), parsed.run_id
+        config = parsed.config
+        columns = validate_spark_schema(schema, config.topic, write_timestamp=config.write_timestamp,
+                                        id_columns=config.id_columns)
+        if columns.ignored:
+            log.info("sink=%s entry=%s columns_ignored=%s", config.name, FORMAT_NAME, json.dumps(list(columns.ignored)))
+        return config, columns, parsed.run_id
 
     def streamWriter(self, schema: "StructType", overwrite: bool) -> "StreamWriter":
         """The streaming writer.
@@ -121,14 +132,16 @@ class RecoverableKafkaDataSource(DataSource):
         return BatchWriter(config, columns, run_id or uuid.uuid4().hex[:RUN_LEN])
 
 
-def _write_task(config: SinkConfig, columns: Sequence[str], batches: "Iterator[pa.RecordBatch]", batch_id: int,
+def _write_task(config: SinkConfig, columns: Columns, batches: "Iterator[pa.RecordBatch]", batch_id: int,
                 run: str) -> PartitionCommit:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    report = write_partition(config, batch_id, partition, attempt, (b.select(columns) for b in batches), run=run)
+    names = columns.select
+    report = write_partition(config, batch_id, partition, attempt, (b.select(names) for b in batches), run=run,
+                             columns=columns)
     return PartitionCommit(report, run)
 
 
@@ -173,9 +186,9 @@ def _abort(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], b
 class StreamWriter(DataSourceStreamArrowWriter):
     """Picklable streaming writer: configuration, columns, and a fixed run (or ``None``: the query's id)."""
 
-    def __init__(self, config: SinkConfig, columns: Sequence[str], run_id: str | None) -> None:
+    def __init__(self, config: SinkConfig, columns: Columns, run_id: str | None) -> None:
         self.config = config
-        self.columns = list(columns)
+        self.columns = columns
         self.run_id = run_id
 
     def write(self, iterator: "Iterator[pa.RecordBatch]") -> PartitionCommit:
@@ -213,9 +226,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
 class BatchWriter(DataSourceArrowWriter):
     """Picklable batch writer: configuration, columns, and the run of this save's record ids (batch 0)."""
 
-    def __init__(self, config: SinkConfig, columns: Sequence[str], run: str) -> None:
+    def __init__(self, config: SinkConfig, columns: Columns, run: str) -> None:
         self.config = config
-        self.columns = list(columns)
+        self.columns = columns
         self.run = run
 
     def write(self, iterator: "Iterator[pa.RecordBatch]") -> PartitionCommit:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from ..checks import DEFAULT_WAL_DIR, check_option_names
-from ..config import SinkConfig
+from ..config import CONTENT_IDS, PARTITION_IDS, SinkConfig
 from ..errors import ConfigError
 from .query import check_run_id
 
@@ -96,6 +96,13 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
             raise ConfigError(opt, "needs a driver step that builds the batch's plan, which the data source does not "
                                    "have (Spark runs its writer per partition): use foreachBatch(sink), sink.write(df) "
                                    "or a job template")
+    if sink_opts.get("guarantee", "").lower() != "exactly_once":  # (refused by the data source itself)
+        sink_opts.setdefault("record_ids", PARTITION_IDS)  # no driver step to re-split by content (datasource.py)
+    if sink_opts.get("record_ids") == CONTENT_IDS:
+        raise ConfigError("record_ids", "'content' needs the driver step that re-splits a batch by its records, which "
+                                        "the data source does not have: use foreachBatch(sink) or sink.write(df), or "
+                                        "record_ids='columns' with id_columns (e.g. 'topic,partition,offset' of "
+                                        "Spark's Kafka source)")
     hints = typing.get_type_hints(SinkConfig)
     names = [f.name for f in fields(SinkConfig) if f.name not in _FIXED]
     check_option_names(sink_opts, names)

@@ -30,7 +30,7 @@ from ..delivery.contact import remember_reached
 from ..delivery.exactly_once.markers import MAX_BATCH
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
-from ..schema import validate_spark_schema
+from ..schema import Columns, validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
 from ..task.writer import PartitionWriter
 from .batches import (
@@ -47,7 +47,7 @@ from .query import (
     query_run_id,
     streaming_query,
 )
-from .coalesce import one_task_per_core
+from .placement import place_for_ids
 from .encode import encode_columns
 from .formats import RegistryFormat
 from .resplit import by_lane
@@ -65,10 +65,14 @@ class RecoverableKafkaSink:
     """Publish a DataFrame's rows to Kafka through an executor-local write-ahead log.
 
     Use as ``df.writeStream.foreachBatch(sink)`` or ``sink.write(df)``. The
-    DataFrame has the columns of Spark's Kafka sink: ``value`` (required),
-    ``key``, ``topic``, ``partition``, ``headers``, ``timestamp``.
+    DataFrame is taken as Spark's Kafka sink takes it (:func:`..schema.validate_spark_schema`):
+    ``value`` (required), ``key``, ``topic``, ``partition``, ``headers`` by their
+    exact names, every other column ignored, the ``topic`` option over a
+    ``topic`` column; ``timestamp`` only with ``write_timestamp=True``.
 
-    Record ids are ``sink:run:batch:partition:<fingerprint>-<occurrence>`` (:mod:`..ids`). In ``foreachBatch`` the
+    Record ids are ``sink:run:batch:<fingerprint>-<occurrence>`` (:mod:`..ids`;
+    with ``record_ids="partition"`` and exactly-once the partition or lane
+    comes before the fingerprint). In ``foreachBatch`` the
     run is the streaming query's id (first 16 hex digits): the same after a
     restart from the checkpoint, different for a new checkpoint or another
     query; each ``write()`` gets a fresh run unless given one.
@@ -77,7 +81,8 @@ class RecoverableKafkaSink:
         name: Stable id of this sink; goes into WAL paths and record ids.
         kafka_conf: confluent-kafka producer configuration, passed through
             (``enable.idempotence=true`` and ``acks=all`` unless set).
-        topic: Default topic; a ``topic`` column overrides it per row.
+        topic: The topic of every record (overrides a ``topic`` column, as in
+            Spark's sink); unset, each row's ``topic`` column.
         wal_dir: Executor-local directory for the write-ahead log.
         ack_timeout_s: How long a task waits for broker acks (0 = fully async).
         history: How many batch reports ``reports`` keeps.
@@ -123,6 +128,7 @@ class RecoverableKafkaSink:
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()
         self._broker_reached = False  # driver memory of the first-contact check
+        self._said_ignored = False
         self.metrics_endpoint = None  # the Prometheus endpoint (``.url``), when metrics_port is set
         if self.config.metrics_port is not None:  # a missing extra or a busy port fails here, before any write
             from .metrics import start
@@ -165,7 +171,7 @@ class RecoverableKafkaSink:
     def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
         """Write a batch DataFrame; returns its report.
 
-        Record ids are ``sink:run:batch_id:partition:seq``. Each call gets a
+        Record ids are ``sink:run:batch_id:<fingerprint>-<occurrence>`` (:mod:`..ids`). Each call gets a
         fresh random run, so two writes never share ids. To re-run a write
         with the same ids (so consumers drop the duplicates), pass the same
         ``run_id`` (and ``batch_id``) again.
@@ -216,20 +222,24 @@ class RecoverableKafkaSink:
         return report
 
     def _run(self, df: "DataFrame", batch_id: int, run: str, streaming: bool = False) -> BatchReport:
+        from pyspark.sql import functions as F
+
         t0 = time.monotonic()
         if self.config.guarantee == EXACTLY_ONCE and not 0 <= batch_id <= MAX_BATCH:
             raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
                                           f"got {batch_id}")
         if any(self.formats.values()):  # struct columns -> Confluent's wire format, in the JVM
             df = encode_columns(df, self.config.topic, self.formats)
-        columns = validate_spark_schema(df.schema, self.config.topic)
+        columns = validate_spark_schema(df.schema, self.config.topic, write_timestamp=self.config.write_timestamp,
+                                        id_columns=self.config.id_columns)
+        self._say_ignored(columns)
         with self._lock:
             confirmed = self._dead.confirmed()
-        writer = PartitionWriter(self.config, batch_id, run, confirmed)
-        df = df.select(*columns)
+        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns)
+        df = df.select(*[F.col(f"`{c}`") for c in columns.select])
         if self.config.guarantee == EXACTLY_ONCE and self.config.exactly_once_lanes:  # units independent of the split
             df = by_lane(df, self.config)
-        df = one_task_per_core(df, self.config)  # at-least-once: ids keep each row's own partition
+        df = place_for_ids(df, self.config)  # at-least-once: ids the same in every run of the batch
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()
         except Exception:
@@ -255,6 +265,12 @@ class RecoverableKafkaSink:
                 report = replace(report, dead_letters=report.dead_letters + late)
                 self.reports[-1] = report
         return report
+
+    def _say_ignored(self, columns: Columns) -> None:
+        """Log, once per sink, the DataFrame's columns the sink does not write (Spark's sink ignores them too)."""
+        if columns.ignored and not self._said_ignored:
+            self._said_ignored = True
+            log.info("sink=%s columns_ignored=%s", self.config.name, json.dumps(list(columns.ignored)))
 
     def _settle(self, spark: Any, report: BatchReport) -> list[tuple[str, str, str]]:
         """Exactly-once: :func:`.settle` with drain jobs tagged, so that one that never returns is cancelled.
@@ -311,6 +327,7 @@ class RecoverableKafkaSink:
         self._lock = threading.Lock()
         self._dead = DeadLetterLedger()
         self._broker_reached = False
+        self._said_ignored = False
         self.metrics_endpoint = None
 
     def __repr__(self) -> str:

@@ -77,16 +77,15 @@ def for_sink(df: "DataFrame", sink: SinkSettings) -> "DataFrame":
 
     from ..driver.encode import JSON_SCHEMA_TYPES
 
-    cols = {c.lower(): c for c in df.columns}  # the sink finds its columns whatever their case
     for name, fmt in (("value", sink.value_format), ("key", sink.key_format)):
-        if name not in cols:
+        if name not in df.columns:  # the sink finds its columns by their exact names, as Spark's sink does
             continue
-        kind = type(df.schema[cols[name]].dataType).__name__
+        kind = type(df.schema[name].dataType).__name__
         if fmt is None and kind == "StructType":
-            df = df.withColumn(cols[name], F.to_json(F.col(f"`{cols[name]}`")))
+            df = df.withColumn(name, F.to_json(F.col(name)))
         elif fmt is not None and fmt.get("type") == "json_schema" and kind not in JSON_SCHEMA_TYPES:
             raise SettingsError(f"sink.{name}_format: json_schema needs the template's {name} column to be a "
-                                f"struct, map or array; it is {df.schema[cols[name]].dataType.simpleString()}")
+                                f"struct, map or array; it is {df.schema[name].dataType.simpleString()}")
     return df
 
 
@@ -157,7 +156,8 @@ def build_sink(settings: JobSettings, environ: Mapping[str, str] | None = None) 
         wal_dir=s.wal_dir, ack_timeout_s=s.ack_timeout_s, wal_sync=s.wal_sync, max_wal_bytes=s.max_wal_bytes,
         max_block_s=s.max_block_s, checkpoint_interval_s=s.checkpoint_interval_s,
         dead_letter_topic=s.dead_letter_topic, guarantee=s.guarantee, exactly_once_lanes=s.exactly_once_lanes,
-        settle_timeout_s=s.settle_timeout_s, history=1000,
+        settle_timeout_s=s.settle_timeout_s, record_ids=s.record_ids, id_columns=tuple(s.id_columns),
+        write_timestamp=s.write_timestamp, history=1000,
         value_format=registry_format("sink.value_format", s.value_format),
         key_format=registry_format("sink.key_format", s.key_format),
     )

@@ -104,6 +104,9 @@ class SinkSettings:
     guarantee: str = "at_least_once"
     exactly_once_lanes: int = 8
     settle_timeout_s: float = 600.0
+    record_ids: str = "content"
+    id_columns: list = field(default_factory=list)
+    write_timestamp: bool = False
     value_format: dict | None = field(default=None, repr=False)
     key_format: dict | None = field(default=None, repr=False)
 

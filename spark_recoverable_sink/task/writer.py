@@ -18,12 +18,12 @@ from typing import Any, Collection, ContextManager, Iterable, Iterator, Protocol
 import pyarrow as pa
 
 from .. import _points
-from ..config import EXACTLY_ONCE, SinkConfig
+from ..config import EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import RecoverableSinkError, WalWriteError
 from ..delivery.stats import latest_summary
-from ..ids import new_occurrences, record_id_prefix, with_ids
+from ..ids import id_fingerprints, new_occurrences, record_id_prefix, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
-from ..schema import normalize_batch, payload_bytes
+from ..schema import BATCH_SCOPE, Columns, normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import COMMITTED, OPEN, AttemptState
 from .at_least_once import AtLeastOnceTask
@@ -39,20 +39,23 @@ _ARROW_TYPES = {"bigint": pa.int64(), "double": pa.float64(), "string": pa.strin
 REPORT_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in REPORT_FIELDS])
 
 class PartitionWriter:
-    """Picklable ``mapInArrow`` function: configuration, batch id, run id and confirmed dead letters.
+    """Picklable ``mapInArrow`` function: configuration, batch id, run id, columns and confirmed dead letters.
 
-    ``run`` is the record ids' run component (see :func:`..ids.record_id`);
+    ``run`` is the record ids' run component (see :mod:`..ids`); ``columns``
+    what the driver's schema check found (:class:`..schema.Columns`);
     ``confirmed`` holds the tokens of dead letters the driver already holds,
     which the worker that stores them marks reported. Yields one report row
     per Spark partition the task wrote (several for a coalesced task:
     :mod:`.parts`), or one for a task that got no rows.
     """
 
-    def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = ()) -> None:
+    def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = (),
+                 columns: Columns | None = None) -> None:
         self.config = config
         self.batch_id = batch_id
         self.run = run
         self.confirmed = confirmed
+        self.columns = columns
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -61,7 +64,7 @@ class PartitionWriter:
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
         reports = write_partitions(self.config, self.batch_id, partition, attempt, batches, run=self.run,
-                                   confirmed=self.confirmed)
+                                   confirmed=self.confirmed, columns=self.columns)
         yield report_batch(*reports)
 
 
@@ -71,7 +74,7 @@ def report_batch(*reports: PartitionReport) -> pa.RecordBatch:
 
 def write_partition(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
-    *, run: str = "", confirmed: Collection[str] = (),
+    *, run: str = "", confirmed: Collection[str] = (), columns: Columns | None = None,
 ) -> PartitionReport:
     """Write one partition through the WAL to Kafka (tools and the data source); a task whose rows may come
     from several Spark partitions (a coalesced one) uses :func:`write_partitions`.
@@ -80,7 +83,8 @@ def write_partition(
         RecoverableSinkError: the batches hold rows of several Spark partitions (:mod:`.parts`).
         The errors of :func:`write_partitions`.
     """
-    reports = write_partitions(config, batch_id, partition, spark_attempt, batches, run=run, confirmed=confirmed)
+    reports = write_partitions(config, batch_id, partition, spark_attempt, batches, run=run, confirmed=confirmed,
+                               columns=columns)
     if len(reports) != 1:
         raise RecoverableSinkError(f"sink={config.name} batch={batch_id}: write_partition got rows of "
                                    f"{len(reports)} Spark partitions; use write_partitions")
@@ -89,7 +93,7 @@ def write_partition(
 
 def write_partitions(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
-    *, run: str = "", confirmed: Collection[str] = (),
+    *, run: str = "", confirmed: Collection[str] = (), columns: Columns | None = None,
 ) -> list[PartitionReport]:
     """Write one task's rows through the WAL to Kafka; one report per Spark partition written.
 
@@ -108,10 +112,14 @@ def write_partitions(
        acked, and return the reports. Records still unacked stay in the WAL
        and are delivered by the poller thread.
 
-    Record ids are ``sink:run:batch:partition:<fingerprint>-<occurrence>``
+    Record ids are ``sink:run:batch:<fingerprint>-<occurrence>`` (at-least-once with
+    ``record_ids`` ``"content"`` or ``"columns"``: the batch scope, one occurrence
+    counter for the task) or ``sink:run:batch:partition:<fingerprint>-<occurrence>``
     (:mod:`..ids`), ``partition`` being the row's own Spark partition; the
     sink always passes a ``run`` (an empty one gives the run-less ids of
-    older builds: tools and tests only). Dead letters whose token is in
+    older builds: tools and tests only). ``columns`` says which of the
+    batches' columns are Kafka columns and which make ids; without it
+    (tools, tests) every column is a Kafka column. Dead letters whose token is in
     ``confirmed`` are marked reported; the first report offers every other
     unreported one of this worker.
 
@@ -130,7 +138,7 @@ def write_partitions(
     t0 = time.monotonic()
     rt = get_runtime(config)
     with rt.publisher.task():  # this thread polls for the whole task; the poller waits
-        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed)
+        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed, columns)
 
 
 class TaskMode(Protocol):
@@ -172,17 +180,30 @@ class _Part:
     nbytes: int = 0
 
 
-def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any) -> pa.RecordBatch:
+def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any, fps: Any = None) -> pa.RecordBatch:
     """:func:`..ids.with_ids`; the occurrence table's file (a large partition) refused by the disk is a WalWriteError."""
     try:
-        return with_ids(batch, occurrences)
+        return with_ids(batch, occurrences, fps)
     except OSError as exc:
         raise WalWriteError(f"sink={rt.config.name}: the occurrence table of a large partition cannot grow in "
                             f"{rt.sdir}: {exc.strerror or exc}", rt.sdir) from exc
 
 
+def id_scope(config: SinkConfig) -> str:
+    """The scope of a task's record ids (:mod:`..ids`): the batch's, unless they name their Spark partition."""
+    return "" if config.guarantee == EXACTLY_ONCE or config.record_ids == PARTITION_IDS else BATCH_SCOPE
+
+
+def _split(piece: pa.RecordBatch, columns: Columns | None) -> tuple[pa.RecordBatch, Any]:
+    """A task's rows -> (the Kafka columns, the id columns' fingerprints or ``None``)."""
+    if columns is None:
+        return piece, None
+    fps = id_fingerprints(piece.select(list(columns.ids))) if columns.ids else None
+    return piece.select(list(columns.kafka)), fps
+
+
 def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch_id: int, p: int,
-             run: str) -> _Part:
+             run: str, scope: str) -> _Part:
     """The part of Spark partition ``p``, begun at its first rows; the one before it ends (its occurrence table is
     freed: a worker holds one at a time, as a coalesced task reads its partitions one after another).
 
@@ -198,14 +219,14 @@ def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch
                                    "again after other partitions' rows in one task: their ids cannot be numbered")
     if last is not None:
         last.occurrences = None
-    part = parts[p] = _Part(p, mode.begin(p), record_id_prefix(rt.config.name, batch_id, p, run).decode(),
-                            new_occurrences(rt.sdir))  # ids: fingerprint, occurrence among equal records of p
+    prefix = record_id_prefix(rt.config.name, batch_id, p, run, scope).decode()
+    part = parts[p] = _Part(p, mode.begin(p), prefix, new_occurrences(rt.sdir))  # ids: fingerprint, occurrence
     return part
 
 
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
-           batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str]
-           ) -> list[PartitionReport]:
+           batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str],
+           columns: Columns | None) -> list[PartitionReport]:
     publisher = rt.publisher
     replayed = rt.take_replayed() + rt.adopt_orphans()  # Step 2
     if confirmed:  # after adopting: an adopted slot's dead letters may be among them
@@ -215,6 +236,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, partition, wal.reserve_gen()), run)
                       if config.guarantee == EXACTLY_ONCE else AtLeastOnceTask(rt, batch_id, t0))
     parts: dict[int, _Part] = {}
+    scope = id_scope(config)
     started = time.time()
     rows = 0
     try:
@@ -223,9 +245,10 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                 for p, piece in split_by_partition(batch, partition):
                     if piece.num_rows == 0:
                         continue
-                    part = _part_of(rt, mode, parts, batch_id, p, run)
-                    norm = _with_ids(rt, normalize_batch(piece, config.topic, part.prefix, part.seq, run),
-                                     part.occurrences)
+                    part = _part_of(rt, mode, parts, batch_id, p, run, scope)
+                    rows_in, fps = _split(piece, columns)
+                    norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.prefix, part.seq, run, scope),
+                                     part.occurrences, fps)
                     chunk = encode_chunk(norm)
                     key = ChunkKey(batch_id, p, part.seq, part.akey.gen)
                     rt.reserve_space(len(chunk))

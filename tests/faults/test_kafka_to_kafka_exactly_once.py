@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -33,15 +30,13 @@ from typing import Any
 
 import pytest
 
-from ..hooks import env_for
 from ..kafka_helpers import create_topic, read_topic
 from .brokers import HurtableBroker
+from .k2k import Job, k2k_conf, produce_source
 from .procs import kill9
 
 pytestmark = pytest.mark.spark
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SPARK_SUBMIT = os.path.join(os.path.dirname(sys.executable), "spark-submit")
 # Every `make test` copies 120,000 records in 12 batches; RKS_SCENARIO17_RECORDS runs it larger (400,000
 # passed, docs/RELIABILITY.md): the batches grow with it, the faults stay at the same batches. Its time is
 # the faults' waits, not the records (60,000 took longer than 400,000 here).
@@ -50,61 +45,10 @@ IN_PARTS, OUT_PARTS, PER_TRIGGER = 4, 3, max(10_000, N // 12)
 
 
 def _conf(tmp_path: Any, bootstrap: str, source: str, out: str) -> str:
-    with open(os.path.join(ROOT, "conf", "kafka_to_kafka.json"), encoding="utf-8") as fh:
-        raw = json.load(fh)
-    raw["spark"]["conf"]["spark.driver.memory"] = "1g"
-    raw["kafka"].update(bootstrap_servers=bootstrap, topic=out, create_topic_partitions=0)
-    raw["kafka"]["producer_conf"]["transaction.timeout.ms"] = 20000
-    raw["kafka"]["producer_conf"]["message.timeout.ms"] = 20000
-    raw["sink"].update(name=f"k2k-eo-{uuid.uuid4().hex[:6]}", wal_dir=str(tmp_path / "wal"), guarantee="exactly_once",
-                       exactly_once_lanes=4, settle_timeout_s=300.0)
-    raw["source"].update(bootstrap_servers=bootstrap, subscribe=source, max_offsets_per_trigger=PER_TRIGGER)
-    raw["query"].update(checkpoint_location=str(tmp_path / "chk"), summary_path=str(tmp_path / "summary.json"),
-                        available_now=True, run_seconds=0, stop_grace_s=30.0)
-    path = tmp_path / "job.json"
-    path.write_text(json.dumps(raw))
-    return str(path)
-
-
-class Job:
-    """jobs/kafka_to_kafka.py under spark-submit, in a process group of its own (so all of it can be killed)."""
-
-    def __init__(self, tmp_path: Any, conf: str, hook_dir: str, jars: list[str], bootstrap: str) -> None:
-        self.tmp_path, self.conf, self.jars = tmp_path, conf, jars
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RKS_")}
-        self.env.update(env_for(hook_dir), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                        KAFKA_BOOTSTRAP=bootstrap, SPARK_LOCAL_IP="127.0.0.1",
-                        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-        self.proc: subprocess.Popen | None = None
-        self.runs = 0
-
-    def start(self) -> None:
-        self.runs += 1
-        log = open(self.tmp_path / f"job-{self.runs}.log", "w")
-        self.proc = subprocess.Popen(
-            [SPARK_SUBMIT, "--master", "local[2,3]", "--jars", ",".join(self.jars),
-             os.path.join(ROOT, "jobs", "kafka_to_kafka.py"), "--conf", self.conf],
-            env=self.env, cwd=str(self.tmp_path), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def assert_not_in_log(self, *errors: str) -> None:
-        """The last run's log names none of ``errors``."""
-        with open(self.tmp_path / f"job-{self.runs}.log", errors="replace") as f:
-            text = f.read()
-        found = [e for e in errors if e in text]
-        assert not found, f"run {self.runs} of the job died of {found} (log: job-{self.runs}.log)"
-
-    def wait(self, timeout_s: float) -> int:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"the job did not end within {timeout_s:.0f} s (log: job-{self.runs}.log)") from None
+    return k2k_conf(tmp_path, bootstrap, source, out, PER_TRIGGER,
+                    producer_conf={"transaction.timeout.ms": 20000, "message.timeout.ms": 20000},
+                    sink={"name": f"k2k-eo-{uuid.uuid4().hex[:6]}", "guarantee": "exactly_once",
+                          "exactly_once_lanes": 4, "settle_timeout_s": 300.0})
 
 
 class LiveReader(threading.Thread):
@@ -142,8 +86,6 @@ def _check(records: list[tuple[int, int, int]], who: str) -> None:
 
 
 def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tmp_path, hooks):
-    from confluent_kafka import Producer
-
     from devtools.jvm import spark_kafka_connector_jars
 
     broker = HurtableBroker(str(tmp_path / "kafka"), proxied=False).start()
@@ -153,12 +95,7 @@ def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tm
         source, out = f"k2k-in-{uuid.uuid4().hex[:6]}", f"k2k-out-{uuid.uuid4().hex[:6]}"
         create_topic(broker.bootstrap, source, partitions=IN_PARTS)
         create_topic(broker.bootstrap, out, partitions=OUT_PARTS)
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
-        for i in range(N):
-            p.produce(source, key=b"k%d" % (i % 5000), value=b"v%d" % i, partition=i % IN_PARTS)
-            if i % 10000 == 0:
-                p.poll(0)
-        assert p.flush(60) == 0
+        produce_source(broker.bootstrap, source, N, IN_PARTS, keys=5000)
         reader = LiveReader(broker.bootstrap, out)
         reader.start()
         job = Job(tmp_path, _conf(tmp_path, broker.bootstrap, source, out), hooks.dir,

@@ -46,10 +46,10 @@ def _run_app(broker, topic: str, work: str, mode: str, registry=None,
 
 
 def _by_sink_batch(ids: Counter) -> dict[tuple[str, str, int], int]:
-    """Records per (sink, run, batch), from ids ``sink:run:batch:partition:<fingerprint>-<occurrence>``."""
+    """Records per (sink, run, batch), from ids ``sink:run:batch:[partition:]<fingerprint>-<occurrence>``."""
     out: dict[tuple[str, str, int], int] = defaultdict(int)
     for rid, count in ids.items():
-        sink, run, batch, _, _ = id_prefix(rid).split(":")  # id_prefix: a content id, or ValueError
+        sink, run, batch = id_prefix(rid).split(":")[:3]  # id_prefix: a content id, or ValueError
         out[(sink, run, int(batch))] += count
     return dict(out)
 

@@ -248,15 +248,16 @@ def _tasks_of(spark, group: str) -> list[int]:
 
 def test_a_batch_of_more_partitions_than_cores_runs_one_task_per_core_and_keeps_each_partitions_ids(
         spark, broker, tmp_path):
-    # 8 Spark partitions on local[2,3]: at-least-once writes them in 2 tasks (coalesce_tasks, the default), and
+    # record_ids="partition": 8 Spark partitions on local[2,3]: at-least-once writes them in 2 tasks
+    # (coalesce_tasks, the default), and
     # every record keeps the id its own partition gives it (equal records included: their occurrences).
     parts, per_part = 8, 500
     topic = _new_topic(broker, "coalesce")
     df = spark.range(0, parts * per_part, 1, parts).selectExpr("cast(id % 300 as string) as key",
                                                               "cast(id % 7 as string) as value")
     rows = df.rdd.glom().collect()
-    sink = _sink(broker, tmp_path, name=f"coal-{uuid.uuid4().hex[:6]}", topic=topic)
-    spread = _sink(broker, tmp_path, name=sink.name, topic=topic, coalesce_tasks=False)
+    sink = _sink(broker, tmp_path, name=f"coal-{uuid.uuid4().hex[:6]}", topic=topic, record_ids="partition")
+    spread = _sink(broker, tmp_path, name=sink.name, topic=topic, coalesce_tasks=False, record_ids="partition")
     schema = pa.schema([("key", pa.string()), ("value", pa.string())])
     expected: set[str] = set()
     for run, s, tasks in (("coalesced", sink, 2), ("spread", spread, parts)):
@@ -269,7 +270,7 @@ def test_a_batch_of_more_partitions_than_cores_runs_one_task_per_core_and_keeps_
         assert [(p.partition, p.rows, p.acked) for p in report.partition_reports] == [
             (i, per_part, per_part) for i in range(parts)]
         expected |= {rid for i, part in enumerate(rows) for rid in ids_of(
-            sink.name, run, 2, i, [pa.RecordBatch.from_pylist([r.asDict() for r in part], schema)], topic)}
+            sink.name, run, 2, i, [pa.RecordBatch.from_pylist([r.asDict() for r in part], schema)], topic, scope="")}
     got = read_topic(broker.bootstrap, topic, expected=2 * parts * per_part).records
     assert len(got) == 2 * parts * per_part and {r.rid for r in got} == expected
     by_run = {run: sorted(r.rid.split(":", 2)[2] for r in got if r.rid.split(":")[1] == run)
@@ -305,3 +306,27 @@ def test_a_batch_of_no_more_partitions_than_cores_is_left_as_spark_split_it(spar
         assert list(sc.statusTracker().getJobIdsForGroup("coal-plan")) == [], "reading the plans ran a job"
     finally:
         sc.setJobGroup(None, None)  # type: ignore[arg-type]
+
+
+def test_record_ids_are_the_same_whatever_split_and_order_a_batch_has(spark, broker, tmp_path):
+    # record_ids="content" (the default): the same rows in 8 partitions, then in 3 in another order (as Spark's
+    # Kafka source re-runs a batch with another split), give the same ids; equal rows in different partitions
+    # get different occurrences (450 distinct rows, each about 9 times), so a consumer dropping duplicates by id
+    # keeps every row.
+    from pyspark.sql import functions as F
+
+    topic = _new_topic(broker, "split")
+    base = spark.range(0, 4000, 1, 8).selectExpr("cast(id % 50 as string) as key", "cast(id % 90 as string) as value")
+    other = base.withColumn("o", F.xxhash64("key", "value")).repartition(3, "value").sortWithinPartitions("o") \
+        .drop("o")
+    name = f"split-{uuid.uuid4().hex[:6]}"
+    for df in (base, other):
+        report = _sink(broker, tmp_path, name=name, topic=topic).write(df, batch_id=4, run_id="same")
+        assert report.rows == 4000 and report.acked == 4000
+    got = read_topic(broker.bootstrap, topic, expected=8000).records
+    by_id: dict[str, set] = {}
+    for r in got:
+        by_id.setdefault(r.rid, set()).add((r.key, r.value))
+    assert len(by_id) == 4000, f"{len(by_id)} distinct ids for 4000 rows written twice"
+    assert all(len(v) == 1 for v in by_id.values()), "an id names two different records"
+    assert all(n == 2 for n in Counter(r.rid for r in got).values()), "a row's two writes got different ids"

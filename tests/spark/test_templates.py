@@ -26,6 +26,7 @@ import pytest
 
 from spark_recoverable_sink import jobs
 from spark_recoverable_sink.ids import record_id_prefix
+from spark_recoverable_sink.schema import BATCH_SCOPE
 
 from ..job_files import load_job
 from ..kafka_helpers import create_topic, read_topic
@@ -76,11 +77,11 @@ def _submit(script: str, raw: dict[str, Any], tmp_path: Any, bootstrap: str,
 
 
 def _expected_rows(summary: dict[str, Any]) -> dict[str, int]:
-    """Rows per id prefix ``sink:run:batch:partition:`` the summary counts."""
+    """Rows per id prefix ``sink:run:batch:`` the summary counts (the templates' ids: ``record_ids="content"``)."""
     out: dict[str, int] = {}
     for r in summary["reports"]:
         for p, rows in r["partition_rows"].items():
-            key = record_id_prefix(summary["sink"], r["batch_id"], int(p), r["run"]).decode()
+            key = record_id_prefix(summary["sink"], r["batch_id"], int(p), r["run"], BATCH_SCOPE).decode()
             out[key] = out.get(key, 0) + rows
     return out
 

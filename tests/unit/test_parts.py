@@ -36,9 +36,9 @@ def test_a_task_holds_one_occurrence_table_at_a_time_and_refuses_a_partition_tha
     rt = SimpleNamespace(config=SimpleNamespace(name="s"), sdir=None)
     mode = SimpleNamespace(begin=lambda p: AttemptKey(7, p, 1))
     parts: dict = {}
-    a = _part_of(rt, mode, parts, 7, 3, "r")
-    assert _part_of(rt, mode, parts, 7, 3, "r") is a and a.occurrences is not None
-    b = _part_of(rt, mode, parts, 7, 4, "r")
+    a = _part_of(rt, mode, parts, 7, 3, "r", "")
+    assert _part_of(rt, mode, parts, 7, 3, "r", "") is a and a.occurrences is not None
+    b = _part_of(rt, mode, parts, 7, 4, "r", "")
     assert a.occurrences is None and b.occurrences is not None and b.prefix == "s:r:7:4:"
     with pytest.raises(RecoverableSinkError, match="partition 3 came again"):
-        _part_of(rt, mode, parts, 7, 3, "r")
+        _part_of(rt, mode, parts, 7, 3, "r", "")

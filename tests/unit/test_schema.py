@@ -31,18 +31,43 @@ def _schema(*fields):
     return StructType([StructField(n, t) for n, t in fields])
 
 
-def test_full_kafka_schema_is_accepted_case_insensitively():
+def test_columns_are_found_by_their_exact_names_as_spark_finds_them():
     s = _schema(("KEY", StringType()), ("value", BinaryType()), ("topic", StringType()),
                 ("partition", IntegerType()), ("headers", HEADERS), ("timestamp", TimestampType()))
-    assert validate_spark_schema(s, None) == ["KEY", "value", "topic", "partition", "headers", "timestamp"]
+    cols = validate_spark_schema(s, None)
+    assert cols.kafka == ("value", "topic", "partition", "headers")
+    assert [i.split(":")[0] for i in cols.ignored] == ["KEY", "timestamp"]
+    assert "exact name" in cols.ignored[0] and "write_timestamp" in cols.ignored[1]
+    assert validate_spark_schema(s, None, write_timestamp=True).kafka == ("value", "topic", "partition", "headers",
+                                                                          "timestamp")
 
 
-def test_unknown_column_names_column_type_and_allowed():
-    with pytest.raises(SchemaError) as ei:
-        validate_spark_schema(_schema(("value", StringType()), ("extra", LongType())), "t")
-    e = ei.value
-    assert e.column == "extra" and e.actual == "bigint" and "value" in e.allowed
-    assert "'extra'" in str(e) and "bigint" in str(e)
+def test_the_kafka_source_dataframe_is_taken_and_the_topic_option_overrides_its_topic():
+    source = _schema(("key", BinaryType()), ("value", BinaryType()), ("topic", StringType()),
+                     ("partition", IntegerType()), ("offset", LongType()), ("timestamp", TimestampType()),
+                     ("timestampType", IntegerType()), ("headers", HEADERS))
+    cols = validate_spark_schema(source, "out")
+    assert cols.kafka == ("key", "value", "partition", "headers")  # the sink's own order, not the input's
+    assert {i.split(":")[0] for i in cols.ignored} == {"topic", "offset", "timestamp", "timestampType"}
+    assert "topic option overrides" in next(i for i in cols.ignored if i.startswith("topic"))
+    assert validate_spark_schema(source, None).kafka == ("key", "value", "topic", "partition", "headers")
+
+
+def test_id_columns_are_selected_beside_the_kafka_columns():
+    source = _schema(("value", BinaryType()), ("topic", StringType()), ("partition", IntegerType()),
+                     ("offset", LongType()))
+    cols = validate_spark_schema(source, "out", id_columns=("topic", "partition", "offset"))
+    assert cols.kafka == ("value", "partition") and cols.ids == ("topic", "partition", "offset")
+    assert cols.select == ["value", "partition", "topic", "offset"]
+    with pytest.raises(SchemaError, match="'nope'.*not in the DataFrame"):
+        validate_spark_schema(source, "out", id_columns=("nope",))
+    with pytest.raises(SchemaError, match="id column 'h' has type"):
+        validate_spark_schema(_schema(("value", BinaryType()), ("h", HEADERS)), "out", id_columns=("h",))
+
+
+def test_unknown_columns_are_ignored_not_refused():
+    cols = validate_spark_schema(_schema(("value", StringType()), ("extra", LongType())), "t")
+    assert cols.kafka == ("value",) and cols.ignored == ("extra: not a Kafka column",)
 
 
 @pytest.mark.parametrize("col,typ,allowed", [
@@ -56,19 +81,29 @@ def test_unknown_column_names_column_type_and_allowed():
 def test_wrong_type_is_named(col, typ, allowed):
     fields = [("value", BinaryType())] if col != "value" else []
     with pytest.raises(SchemaError) as ei:
-        validate_spark_schema(_schema(*fields, (col, typ)), "t")
+        validate_spark_schema(_schema(*fields, (col, typ)), None if col == "topic" else "t", write_timestamp=True)
     assert ei.value.column == col
     assert ei.value.actual == typ.simpleString()
     assert allowed in str(ei.value)
 
 
+def test_a_column_the_sink_ignores_is_not_type_checked():
+    assert validate_spark_schema(_schema(("value", BinaryType()), ("topic", BinaryType())), "t").kafka == ("value",)
+    assert validate_spark_schema(_schema(("value", BinaryType()), ("timestamp", StringType())), "t").kafka == (
+        "value",)
+
+
 def test_missing_value_and_missing_topic():
     with pytest.raises(SchemaError, match="'value'"):
         validate_spark_schema(_schema(("key", StringType())), "t")
-    with pytest.raises(SchemaError, match="no 'topic' column and no default topic"):
+    with pytest.raises(SchemaError, match="'VALUE' is not it"):
+        validate_spark_schema(_schema(("VALUE", StringType())), "t")
+    with pytest.raises(SchemaError, match="no 'topic' column and no topic option"):
         validate_spark_schema(_schema(("value", StringType())), None)
     with pytest.raises(SchemaError, match="twice"):
-        validate_spark_schema(_schema(("value", StringType()), ("VALUE", StringType())), "t")
+        validate_spark_schema(_schema(("value", StringType()), ("value", StringType())), "t")
+    with pytest.raises(SchemaError, match="no 'timestamp' column"):
+        validate_spark_schema(_schema(("value", StringType())), "t", write_timestamp=True)
 
 
 def test_normalize_keeps_null_and_empty_and_converts():
