@@ -56,8 +56,8 @@ def test_the_last_batch_of_an_available_now_query_raises_its_dead_letter(spark, 
     last_rows = pa.RecordBatch.from_pydict({"key": pa.array([str(i) for i in range(100, 200)], pa.string()),
                                             "value": pa.array([b"x" * POISON if i == 150 else b"v%d" % i
                                                                for i in range(100, 200)], pa.binary())})
-    run, part = q.id.replace("-", "")[:16], int(rid.split(":")[3])
-    assert rid == ids_of(sink.name, run, 1, part, [last_rows], topic)[50], rid
+    run = q.id.replace("-", "")[:16]
+    assert rid == ids_of(sink.name, run, 1, 0, [last_rows], topic)[50], rid
     assert "DeadLetterError" in str(exc) and rid in str(exc), str(exc)[:1000]
     got = read_topic(broker.bootstrap, topic, expected=199)
     assert {r.key for r in got.records} == {str(i).encode() for i in range(200) if i != 150}
@@ -82,7 +82,8 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
             raise ValueError("injected failure of partition 1")
         return b"x" * POISON if i == 500 else b"v%d" % i
 
-    sink = _poison_sink(broker, tmp_path, topic, drain_on_failure_s=0)
+    # record_ids="partition": each input partition's rows written by its own task (no shuffle before the sink)
+    sink = _poison_sink(broker, tmp_path, topic, drain_on_failure_s=0, record_ids="partition")
     df = spark.range(0, 2000, 1, 2).select(F.col("id").cast("string").alias("key"), value_of("id").alias("value"))
     tracker = spark.sparkContext.statusTracker()
     errors: list[BaseException] = []
@@ -130,5 +131,5 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
                                         "value": pa.array([b"x" * POISON if i == 500 else b"v%d" % i
                                                            for i in range(1000)], pa.binary())})
     run = rid.split(":")[1]
-    assert len(run) == 16 and rid == ids_of(sink.name, run, 1, 0, [part0], topic)[500], ei.value.record_ids
+    assert len(run) == 16 and rid == ids_of(sink.name, run, 1, 0, [part0], topic, scope="")[500], ei.value.record_ids
     sink.write(clean, batch_id=3)  # held by the driver now: not raised twice
