@@ -125,9 +125,12 @@ _IGN = "Ignored: "
 _KEYLESS = "only spreads keyless records; librdkafka's sticky partitioner (sticky.partitioning.linger.ms) does that"
 TABLE: tuple[JavaSetting, ...] = (
     _s("bootstrap.servers", "Comma-separated host:port, as in Java.", alias="metadata.broker.list"),
-    _s("acks", "all, -1, 0, 1 alike (all = -1); the sink sets all unless given.", alias="request.required.acks"),
+    _s("acks", "all, -1, 0, 1 alike (all = -1); the sink sets all unless given. 0 or 1 need "
+       "enable.idempotence=false: Java turns idempotence off by itself, librdkafka refuses.",
+       alias="request.required.acks"),
     _s("enable.idempotence", "The sink sets true unless given (Java's default is true too)."),
-    _s("retries", "Default 2147483647 in both.", alias="message.send.max.retries"),
+    _s("retries", "Default 2147483647 in both; 0 needs enable.idempotence=false (as acks).",
+       alias="message.send.max.retries"),
     _s("delivery.timeout.ms", "Milliseconds. Default 120000 in Java, 300000 in librdkafka; librdkafka's 0 means "
        "no limit.", alias="message.timeout.ms"),
     _s("request.timeout.ms", "Milliseconds, the broker's ack timeout of a produce request. librdkafka's own "
@@ -137,7 +140,8 @@ TABLE: tuple[JavaSetting, ...] = (
     _s("batch.size", "Bytes per batch (librdkafka counts the batch's framing too). Default 16384 in Java, 1000000 in "
        "librdkafka. Java's 0 (no batching) is refused by librdkafka: use 1."),
     _s("compression.type", "none, gzip, snappy, lz4, zstd in both.", alias="compression.codec"),
-    _s("max.in.flight.requests.per.connection", "Default 5 in Java; librdkafka sets 5 with idempotence.",
+    _s("max.in.flight.requests.per.connection", "Default 5 in Java; librdkafka sets 5 with idempotence (more needs "
+       "enable.idempotence=false, as acks).",
        alias="max.in.flight"),
     _s("retry.backoff.ms", "Milliseconds; default 100 in both (librdkafka's minimum is 1)."),
     _s("retry.backoff.max.ms", "Milliseconds; default 1000 in both."),
@@ -255,7 +259,7 @@ TABLE: tuple[JavaSetting, ...] = (
        "job settings and rks --kafka-conf files"),
     _u("transaction.two.phase.commit.enable", "—", "two-phase commit has no librdkafka counterpart: the sink's "
        "guarantee='exactly_once' runs its own transactions", ("", "false")),
-    _r("transactional.id", "—", "is set by the sink itself (exactly-once mode: one per lane)"),
+    _r("transactional.id", "—", "the sink sets it itself (exactly-once mode: one per lane)"),
     _r("key.serializer", "—", "Spark's format(\"kafka\") refuses it too: keys are bytes; give the key column as "
        "binary or string, or the sink's key_format= (Avro / JSON Schema with a registry)"),
     _r("value.serializer", "—", "Spark's format(\"kafka\") refuses it too: values are bytes; give the value column "
