@@ -19,17 +19,11 @@ from spark_recoverable_sink.driver.options import parse_options
 from spark_recoverable_sink.javaconf import BY_NAME, REFUSED, SAME, TABLE, to_librdkafka
 from spark_recoverable_sink.ops.common import OpsError, build_config, load_kafka_conf
 
+from ..java_settings import PRODUCTION, PRODUCTION_LIBRDKAFKA
+
 B = {"bootstrap.servers": "h:1"}
 KINIT = '-t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal}'
 GONE = object()  # the setting must not reach librdkafka
-#: The Java producer settings of a typical production job (what the broker tier writes with too).
-PRODUCTION = {"acks": "all", "linger.ms": "20", "batch.size": "131072", "compression.type": "lz4",
-              "max.request.size": "2097152", "retries": "2147483647", "delivery.timeout.ms": "120000",
-              "max.in.flight.requests.per.connection": "5", "enable.idempotence": "true",
-              "request.timeout.ms": "30000", "buffer.memory": "67108864"}
-PRODUCTION_LIBRDKAFKA = {**{k: v for k, v in PRODUCTION.items() if k not in ("max.request.size", "buffer.memory")},
-                         "message.max.bytes": "2097152", "queue.buffering.max.kbytes": "65536"}
-
 # java name -> (the settings given, what producer_conf() must hold); a refused row -> (given, ConfigError text)
 EXAMPLES: dict[str, tuple[dict[str, str], dict[str, object] | str]] = {
     "bootstrap.servers": ({}, {"bootstrap.servers": "h:1"}),
