@@ -172,7 +172,8 @@ def _is_jks(path: str) -> bool:
 
 
 def store_type_check(name: str) -> _Convert:
-    """A converter of ``ssl.keystore.type`` / ``ssl.truststore.type``: nothing to set; not JKS/PKCS12/PEM: ConfigError."""
+    """A converter of ``ssl.keystore.type`` / ``ssl.truststore.type``: nothing to set;
+    not JKS/PKCS12/PEM: ConfigError."""
     def convert(v: str, conf: Mapping[str, str]) -> dict:
         if _store_type(v) not in ("JKS", "PKCS12", "PEM"):
             raise ConfigError(f"kafka_conf[{name!r}]", f"must be JKS, PKCS12 or PEM, got {v!r}")
@@ -199,8 +200,9 @@ def keystore(v: str, conf: Mapping[str, str]) -> dict:
 def keystore_password(v: str, conf: Mapping[str, str]) -> dict:
     """``ssl.keystore.password`` kept; with a PEM keystore a ConfigError, as in the Java client."""
     if _store_type(conf.get("ssl.keystore.type", "PKCS12")) == "PEM":
-        raise ConfigError("kafka_conf['ssl.keystore.password']", "has no meaning for a PEM keystore (as in the Java "
-                                                                 "client): put the key's passphrase in ssl.key.password")
+        raise ConfigError("kafka_conf['ssl.keystore.password']",
+                          "has no meaning for a PEM keystore (as in the Java client): put the key's passphrase in "
+                          "ssl.key.password")
     return {"ssl.keystore.password": v}
 
 

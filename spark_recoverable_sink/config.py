@@ -54,10 +54,8 @@ DEFAULT_MAX_WAL_BYTES = 20 * 1024**3
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_SECRET_RE = re.compile(
-    r"(password|secret|passwd|\.pem$|jaas|oauthbearer\.config|token|credential|api\.key|private|user\.info)",
-    re.IGNORECASE,
-)
+_SECRET_RE = re.compile(r"(password|secret|passwd|\.pem$|keystore\.key$|jaas|oauthbearer\.config|token|credential|"
+                        r"api\.key|private|user\.info)", re.IGNORECASE)
 #: Names that match :data:`_SECRET_RE` but say where credentials come from, not what they are
 #: (Schema Registry's ``bearer.auth.credentials.source``: ``STATIC_TOKEN``, ``OAUTHBEARER``, ...).
 _NOT_SECRET_RE = re.compile(r"credentials\.source$", re.IGNORECASE)

@@ -15,7 +15,10 @@ inside quotes, an unclosed quote, a repeated option are refused.
 The string holds a password or client secret: no error raised here quotes it
 or any of its values (positions and option names the module knows are named
 instead); :func:`options` feeds :func:`.config.scrub_secrets`, which removes
-its secret values from every text this package prints.
+its secret values from every text this package prints. The other SASL
+settings of the Java client whose values librdkafka reads otherwise
+(``sasl.mechanism``, ``sasl.login.callback.handler.class``, a ``file:`` token
+URL) have their converters here too (:data:`.javaconf.TABLE`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Mapping
 from .errors import ConfigError
 
 __all__ = ["JaasEntry", "parse", "options", "jaas_settings", "sasl_mechanism", "token_url", "login_handler",
-           "kinit_cmd", "CALLBACK", "OPTION", "SHADED_PREFIX"]
+           "CALLBACK", "OPTION", "SHADED_PREFIX"]
 
 OPTION = "kafka_conf['sasl.jaas.config']"
 SHADED_PREFIX = "kafkashaded."
@@ -276,15 +279,12 @@ def token_url(v: str, conf: Mapping[str, str]) -> dict[str, str]:
 
 
 def login_handler(v: str, conf: Mapping[str, str]) -> dict[str, str]:
-    """Kafka's own OIDC login handler: nothing (``sasl.jaas.config`` gives the oidc method); another class: ConfigError."""
+    """Kafka's own OIDC login handler: nothing (``sasl.jaas.config`` gives the oidc method).
+
+    Raises:
+        ConfigError: another class (librdkafka runs no Java), naming ``oauth_cb``.
+    """
     if str(v).strip().removeprefix(SHADED_PREFIX) in _OIDC_HANDLERS:
         return {}
     raise ConfigError("kafka_conf['sasl.login.callback.handler.class']", CALLBACK)
 
-
-def kinit_cmd(v: str, conf: Mapping[str, str]) -> dict[str, str]:
-    """Java's ``sasl.kerberos.kinit.cmd`` (the binary) as librdkafka's (the whole command, its default run with it)."""
-    if not v or any(c.isspace() for c in str(v)):
-        return {"sasl.kerberos.kinit.cmd": v}  # a whole command already: librdkafka's meaning
-    args = '-t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal}'
-    return {"sasl.kerberos.kinit.cmd": f"{v} -R {args} || {v} {args}"}

@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 from .auth import keystore, keystore_password, store_type_check, truststore
 from .errors import ConfigError
-from .jaas import CALLBACK, jaas_settings, kinit_cmd, login_handler, sasl_mechanism, token_url
+from .jaas import CALLBACK, jaas_settings, login_handler, sasl_mechanism, token_url
 
 __all__ = ["JavaSetting", "TABLE", "BY_NAME", "SAME", "MAPPED", "REFUSED", "to_librdkafka"]
 
@@ -219,8 +219,10 @@ TABLE: tuple[JavaSetting, ...] = (
     _m("sasl.login.callback.handler.class", "sasl.oauthbearer.method=oidc", "Kafka's own "
        "OAuthBearerLoginCallbackHandler is librdkafka's OIDC client (from sasl.jaas.config); any other class is "
        "refused: oauth_cb.", login_handler),
-    _m("sasl.kerberos.kinit.cmd", "sasl.kerberos.kinit.cmd", "Java's is the kinit binary, librdkafka's the whole "
-       "command: a bare path becomes librdkafka's default command run with it.", kinit_cmd),
+    _s("sasl.kerberos.kinit.cmd", "Not the same value: Java's is the kinit binary (default /usr/bin/kinit), "
+       "librdkafka's the whole command it runs (default: kinit -R -t \"%{sasl.kerberos.keytab}\" -k "
+       "%{sasl.kerberos.principal} || kinit -t ... -k ...); give librdkafka's, as Kerberos's JAAS string is "
+       "refused anyway."),
     _m("max.block.ms", "—", _IGN + "librdkafka's produce never blocks; the sink bounds its own wait for room in the "
        "client's queue (max_block_s, at most the delivery timeout) and retries from the WAL.", _ignore),
     _m("metadata.max.idle.ms", "—", _IGN + "how long the Java client keeps an idle topic's metadata; no effect on "

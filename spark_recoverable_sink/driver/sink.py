@@ -76,7 +76,9 @@ class RecoverableKafkaSink:
     Args:
         name: Stable id of this sink; goes into WAL paths and record ids.
         kafka_conf: confluent-kafka producer configuration, passed through
-            (``enable.idempotence=true`` and ``acks=all`` unless set).
+            (``enable.idempotence=true`` and ``acks=all`` unless set); the Java
+            producer's settings, as ``format("kafka")`` takes them, are mapped
+            to librdkafka's or refused (:mod:`..javaconf`).
         topic: Default topic; a ``topic`` column overrides it per row.
         wal_dir: Executor-local directory for the write-ahead log.
         ack_timeout_s: How long a task waits for broker acks (0 = fully async).

@@ -15,6 +15,7 @@ import logging
 import pytest
 
 from spark_recoverable_sink import ConfigError, RecoverableKafkaSink, SinkConfig
+from spark_recoverable_sink.config import is_secret_option, redact
 from spark_recoverable_sink.driver.options import parse_options
 from spark_recoverable_sink.javaconf import BY_NAME, REFUSED, SAME, TABLE, to_librdkafka
 from spark_recoverable_sink.ops.common import OpsError, build_config, load_kafka_conf
@@ -106,8 +107,8 @@ EXAMPLES: dict[str, tuple[dict[str, str], dict[str, object] | str]] = {
         {"sasl.login.callback.handler.class": "org.apache.kafka.common.security.oauthbearer.secured."
                                               "OAuthBearerLoginCallbackHandler"},
         {"sasl.login.callback.handler.class": GONE}),
-    "sasl.kerberos.kinit.cmd": ({"sasl.kerberos.kinit.cmd": "/usr/bin/kinit"},
-                                {"sasl.kerberos.kinit.cmd": f"/usr/bin/kinit -R {KINIT} || /usr/bin/kinit {KINIT}"}),
+    "sasl.kerberos.kinit.cmd": ({"sasl.kerberos.kinit.cmd": f"/usr/bin/kinit {KINIT}"},
+                                {"sasl.kerberos.kinit.cmd": f"/usr/bin/kinit {KINIT}"}),
     "interceptor.classes": ({"interceptor.classes": "io.confluent.monitoring.clients.interceptor."
                                                     "MonitoringProducerInterceptor"}, "plugin.library.paths"),
     "metric.reporters": ({"metric.reporters": "com.example.Reporter"}, "statistics.interval.ms"),
@@ -221,13 +222,29 @@ def test_equal_values_under_both_names_are_one_setting():
 
 def test_librdkafka_names_map_onto_themselves():
     conf = {**B, **PRODUCTION, "ssl.endpoint.identification.algorithm": "", "send.buffer.bytes": "-1",
-            "sasl.mechanism": "SCRAM-SHA-512", "sasl.kerberos.kinit.cmd": "kinit",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.kerberos.kinit.cmd": "/opt/kinit-wrapper",
             "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" '
                                 'password="p";'}
     once, _ = to_librdkafka(conf)
     assert to_librdkafka(once) == (once, {})
     first = SinkConfig.build("j", conf, "/tmp/rks-unit-javaconf")
     assert SinkConfig.build("j", dict(first.kafka_conf_items), "/tmp/rks-unit-javaconf") == first
+
+
+@pytest.mark.parametrize("java", ["sasl.jaas.config", "ssl.keystore.key", "ssl.keystore.password",
+                                  "ssl.truststore.password", "ssl.key.password",
+                                  "sasl.oauthbearer.client.credentials.client.secret"])
+def test_java_settings_holding_secrets_are_secret_options(java):
+    assert is_secret_option(java)
+    value = "Zq9-pw" if java != "sasl.jaas.config" else \
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="Zq9-pw";'
+    cfg = SinkConfig.build("j", {**B, "ssl.truststore.type": "PEM", java: value}, "/tmp/rks-unit-javaconf")
+    assert "Zq9-pw" not in repr(cfg) and redact({java: value}) == {java: "***"}
+
+
+def test_a_pem_key_given_the_java_way_is_never_shown():
+    cfg = SinkConfig.build("j", {**B, "ssl.keystore.key": "-----BEGIN PRIVATE KEY-----Zq9"}, "/tmp/rks-unit-javaconf")
+    assert "Zq9" not in repr(cfg) and cfg.scrub("near -----BEGIN PRIVATE KEY-----Zq9") == "near ***"
 
 
 def test_the_mapping_is_logged_by_name_only(caplog):
