@@ -152,12 +152,19 @@ def parse(text: str) -> JaasEntry:
     return JaasEntry(module, toks[1][1].lower(), tuple(opts.items()))
 
 
+_LENIENT = re.compile(r"""([^\s=;"']+)\s*=\s*("(?:\\.|[^"\\])*"?|'(?:\\.|[^'\\])*'?|[^\s;"']+)""")
+
+
 def options(text: str) -> dict[str, str]:
-    """The options of a ``sasl.jaas.config`` value (``{}`` when it cannot be read): what a scrub must remove."""
+    """The options of a ``sasl.jaas.config`` value: what a scrub must remove.
+
+    A string :func:`parse` refuses is read leniently instead (every ``key=value``, quotes
+    stripped), so that its password is still found.
+    """
     try:
         return dict(parse(text).options)
     except ConfigError:
-        return {}
+        return {k: v.strip("\"'") for k, v in _LENIENT.findall(text)}
 
 
 def _only(entry: JaasEntry, allowed: tuple[str, ...], prefix: str = "") -> dict[str, str]:

@@ -132,6 +132,10 @@ def test_the_password_inside_a_jaas_string_is_scrubbed_and_redacted_everywhere()
     assert redact(raw)["sasl.jaas.config"] == "***"
     assert PW.encode() in pickle.dumps(cfg)  # shipped to executors as a value, like sasl.password
     assert options("not a jaas string") == {}
+    # a string the parser refuses still gives its password to the scrub
+    broken = f'{SCRAM} required username="alice" password="{PW}" /* no end'
+    assert options(broken)["password"] == PW and scrub_secrets({"sasl.jaas.config": broken}, PW) == "***"
+    assert options(f"{PLAIN} required password={PW}/x")["password"] == PW + "/x"
 
 
 def test_an_oidc_client_secret_is_scrubbed():
