@@ -132,7 +132,7 @@ TABLE: tuple[JavaSetting, ...] = (
     _s("retries", "Default 2147483647 in both; 0 needs enable.idempotence=false (as acks).",
        alias="message.send.max.retries"),
     _s("delivery.timeout.ms", "Milliseconds. Default 120000 in Java, 300000 in librdkafka; librdkafka's 0 means "
-       "no limit.", alias="message.timeout.ms"),
+       "no limit. Exactly-once needs it <= transaction.timeout.ms (default 60000).", alias="message.timeout.ms"),
     _s("request.timeout.ms", "Milliseconds, the broker's ack timeout of a produce request. librdkafka's own "
        "wait for any request is socket.timeout.ms (default 60000)."),
     _s("linger.ms", "Milliseconds; default 5 in librdkafka and Java 4.0+ (0 before); librdkafka's maximum is "
