@@ -16,7 +16,9 @@ type, never with what it returned; one whose result the client would refuse
 Files a configuration names (``ssl.ca.location``, ``ssl.key.location``, ...)
 must exist on every executor; :func:`check_files` says which host lacks which
 one, and that the PEM-as-value options (``ssl.ca.pem``, ``ssl.certificate.pem``,
-``ssl.key.pem``) avoid the files altogether.
+``ssl.key.pem``) avoid the files altogether. The Java client's keystores and
+truststores are read here as librdkafka reads them (PEM and PKCS#12; JKS
+refused with how to convert it): converters of :data:`.javaconf.TABLE`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["CALLBACK_OPTIONS", "load_callable", "with_callbacks", "check_files", "FILE_OPTIONS", "provider_failure"]
+__all__ = ["CALLBACK_OPTIONS", "load_callable", "with_callbacks", "check_files", "FILE_OPTIONS", "provider_failure",
+           "store_type_check", "keystore", "keystore_password", "truststore"]
 
 #: Kafka options whose value is a callable, given here as ``"package.module:function"``.
 CALLBACK_OPTIONS = ("oauth_cb",)
@@ -146,3 +149,68 @@ def check_files(conf: Mapping[str, Any]) -> None:
             instead = f"; or pass the file's content as {pem} (a value, shipped with the configuration)" if pem else ""
             raise ConfigError(f"kafka_conf[{option!r}]", f"{path} does not exist on host {socket.gethostname()}: "
                                                           f"install it on every executor{instead}")
+
+
+# -- the Java client's keystores and truststores, as librdkafka reads them (javaconf.TABLE) ------------------------
+
+_Convert = Callable[[str, Mapping[str, str]], dict]
+_JKS_MAGIC = (b"\xfe\xed\xfe\xed", b"\xce\xce\xce\xce")  # JKS, JCEKS
+_TO_PEM = ("export its certificates as PEM (keytool -exportcert -rfc, or openssl pkcs12 -nokeys) and give them as "
+           "ssl.ca.location (a file) or ssl.ca.pem (the certificates as a value)")
+
+
+def _store_type(kind: Any) -> str:
+    return str(kind).strip().upper() if kind else "JKS"  # the Java client's default store type
+
+
+def _is_jks(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in _JKS_MAGIC
+    except OSError:
+        return False  # not on this host: the executors' check_files names a missing file
+
+
+def store_type_check(name: str) -> _Convert:
+    """A converter of ``ssl.keystore.type`` / ``ssl.truststore.type``: nothing to set;
+    not JKS/PKCS12/PEM: ConfigError."""
+    def convert(v: str, conf: Mapping[str, str]) -> dict:
+        if _store_type(v) not in ("JKS", "PKCS12", "PEM"):
+            raise ConfigError(f"kafka_conf[{name!r}]", f"must be JKS, PKCS12 or PEM, got {v!r}")
+        return {}
+    return convert
+
+
+def keystore(v: str, conf: Mapping[str, str]) -> dict:
+    """``ssl.keystore.location``: PKCS#12 kept (librdkafka's meaning), PEM split into key and certificate files.
+
+    Raises:
+        ConfigError: a JKS keystore (``ssl.keystore.type=JKS``, or a JKS file found on this host).
+    """
+    kind = _store_type(conf.get("ssl.keystore.type", "PKCS12"))
+    if kind == "PEM":
+        return {"ssl.key.location": v, "ssl.certificate.location": v}
+    if kind == "JKS" or _is_jks(v):
+        raise ConfigError("kafka_conf['ssl.keystore.location']", "is a JKS keystore; librdkafka reads PKCS#12 "
+                          "(ssl.keystore.location with ssl.keystore.password; convert with keytool -importkeystore "
+                          "-deststoretype PKCS12) or PEM (ssl.key.location and ssl.certificate.location)")
+    return {"ssl.keystore.location": v}
+
+
+def keystore_password(v: str, conf: Mapping[str, str]) -> dict:
+    """``ssl.keystore.password`` kept; with a PEM keystore a ConfigError, as in the Java client."""
+    if _store_type(conf.get("ssl.keystore.type", "PKCS12")) == "PEM":
+        raise ConfigError("kafka_conf['ssl.keystore.password']",
+                          "has no meaning for a PEM keystore (as in the Java client): put the key's passphrase in "
+                          "ssl.key.password")
+    return {"ssl.keystore.password": v}
+
+
+def truststore(target: str, name: str) -> _Convert:
+    """A converter of a PEM truststore setting ``name`` to librdkafka's ``target``; JKS/PKCS#12: ConfigError."""
+    def convert(v: str, conf: Mapping[str, str]) -> dict:
+        if _store_type(conf.get("ssl.truststore.type", "PEM" if name.endswith("certificates") else "")) != "PEM":
+            raise ConfigError(f"kafka_conf[{name!r}]", f"names a JKS or PKCS#12 truststore, which librdkafka cannot "
+                                                       f"read: {_TO_PEM}")
+        return {target: v}
+    return convert

@@ -94,13 +94,15 @@ def check_option_names(options: Mapping[str, Any], known: list[str]) -> None:
         raise ConfigError(opt, f"is not an option of the sink{hint}")
 
 
-def check_kafka_conf(producer_conf: Mapping[str, str], scrub: Callable[[str], str]) -> None:
+def check_kafka_conf(producer_conf: Mapping[str, str], scrub: Callable[[str], str],
+                     origin: Mapping[str, str] | None = None) -> None:
     """Let librdkafka check a producer configuration on the driver, without connecting.
 
     A producer is created and destroyed with the user's options minus
     ``bootstrap.servers`` (so it connects to nothing; it costs well under a
     millisecond), minus options naming executor-local files or starting their
     own network activity. Its log is silenced; ``scrub`` removes secrets from its messages.
+    ``origin`` maps a librdkafka name to the Java setting that gave it (:mod:`.javaconf`), named instead.
 
     Raises:
         ConfigError: naming ``kafka_conf`` and librdkafka's reason.
@@ -124,8 +126,10 @@ def check_kafka_conf(producer_conf: Mapping[str, str], scrub: Callable[[str], st
         named = re.search(r'property:? "([^"]+)"', text)
         prop = named.group(1) if named else ""
         prop = prop if prop in conf else _ALIASES.get(prop, "")
-        option = f"kafka_conf[{prop!r}]" if prop in conf else "kafka_conf"
-        raise ConfigError(option, f"refused by the Kafka client: {scrub(text)}") from None
+        given = (origin or {}).get(prop, prop)
+        option = f"kafka_conf[{given!r}]" if prop in conf else "kafka_conf"
+        via = f" ({given} is librdkafka's {prop})" if given != prop else ""
+        raise ConfigError(option, f"refused by the Kafka client: {scrub(text)}{via}") from None
     del producer  # destroyed here: it never had a broker to talk to
 
 

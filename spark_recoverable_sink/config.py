@@ -1,7 +1,9 @@
 """Sink configuration: one frozen dataclass, validated when it is built.
 
-The Kafka configuration is copied and passed to confluent-kafka as it is,
-except that the safe producer settings (``enable.idempotence=true``,
+The Kafka configuration is copied, the Java producer's settings in it mapped
+to librdkafka's (:mod:`.javaconf`: ``kafka.max.request.size``,
+``sasl.jaas.config``, ... as Spark's ``format("kafka")`` takes them), and
+passed to confluent-kafka; the safe producer settings (``enable.idempotence=true``,
 ``acks=all``) are filled in when the user did not set them. Values of secret
 options never appear in reprs, logs or error messages: :func:`redact` and
 :meth:`SinkConfig.scrub` are the only ways this package prints Kafka config.
@@ -29,6 +31,8 @@ from .checks import (
     warn_ack_timeout,
 )
 from .errors import ConfigError
+from .jaas import options as jaas_options
+from .javaconf import to_librdkafka
 
 __all__ = [
     "SinkConfig",
@@ -61,10 +65,8 @@ RECORD_IDS = (CONTENT_IDS, PARTITION_IDS, COLUMN_IDS)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_SECRET_RE = re.compile(
-    r"(password|secret|passwd|\.pem$|jaas|oauthbearer\.config|token|credential|api\.key|private|user\.info)",
-    re.IGNORECASE,
-)
+_SECRET_RE = re.compile(r"(password|secret|passwd|\.pem$|keystore\.key$|jaas|oauthbearer\.config|token|credential|"
+                        r"api\.key|private|user\.info)", re.IGNORECASE)
 #: Names that match :data:`_SECRET_RE` but say where credentials come from, not what they are
 #: (Schema Registry's ``bearer.auth.credentials.source``: ``STATIC_TOKEN``, ``OAUTHBEARER``, ...).
 _NOT_SECRET_RE = re.compile(r"credentials\.source$", re.IGNORECASE)
@@ -83,8 +85,14 @@ def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scrub_secrets(conf: Mapping[str, Any], text: str) -> str:
-    """``text`` with every value of a secret option of ``conf`` replaced by ``***`` (longest first)."""
-    secrets = sorted({str(v) for k, v in conf.items() if is_secret_option(k) and str(v)}, key=len, reverse=True)
+    """``text`` with every value of a secret option of ``conf`` replaced by ``***`` (longest first).
+
+    A ``sasl.jaas.config`` string is removed whole, and so is each secret value inside it (its password).
+    """
+    found = {str(v) for k, v in conf.items() if is_secret_option(k) and str(v)}
+    jaas = conf.get("sasl.jaas.config")
+    found |= {v for k, v in jaas_options(jaas).items() if is_secret_option(k) and v} if isinstance(jaas, str) else set()
+    secrets = sorted(found, key=len, reverse=True)
     for secret in secrets:
         text = text.replace(secret, _REDACTED)
     return text
@@ -214,10 +222,10 @@ class SinkConfig:
 
     @classmethod
     def build(cls, name: str, kafka_conf: Mapping[str, Any], wal_dir: str, **options: Any) -> "SinkConfig":
-        """Validate and copy user options into a config.
+        """Validate and copy user options into a config (the Java producer's settings mapped: :mod:`.javaconf`).
 
         Raises:
-            ConfigError: naming the option that is wrong and why.
+            ConfigError: naming the option that is wrong and why (a refused Java setting: what does its job).
         """
         fixed = ("kafka_conf_items", "name", "wal_dir")  # given positionally, or not an option
         check_option_names(options, [f.name for f in fields(cls) if f.name not in fixed])
@@ -242,8 +250,11 @@ class SinkConfig:
         if isinstance(options.get("id_columns"), (list, str)):  # a list from Python, "a,b" from an option
             ids = options["id_columns"]
             options["id_columns"] = tuple(c.strip() for c in (ids.split(",") if isinstance(ids, str) else ids))
-        conf = cls(name=name, kafka_conf_items=tuple(sorted(items)), wal_dir=wal_dir, **options)
-        check_kafka_conf(conf.producer_conf(), conf.scrub)
+        mapped, origin = to_librdkafka(dict(items))  # the Java producer's settings in librdkafka's terms
+        conf = cls(name=name, kafka_conf_items=tuple(sorted(mapped.items())), wal_dir=wal_dir, **options)
+        check_kafka_conf(conf.producer_conf(), conf.scrub, origin)
+        if origin:
+            log.info("sink=%s java_settings_mapped=%s", name, ",".join(sorted(set(origin.values()))))
         return conf
 
     def __post_init__(self) -> None:

@@ -73,8 +73,8 @@ def explain(config: SinkConfig, code: int, text: str, topic: str, partition: int
             limit = _DEFAULT_MESSAGE_MAX_BYTES
         if size + 1024 >= limit:  # the client counts some framing too
             return (f"{text}: the record is {size} bytes (key, value and headers), at or over the producer's "
-                    f"message.max.bytes={limit}; raise message.max.bytes in kafka_conf (and the topic's "
-                    "max.message.bytes if needed) or send smaller values")
+                    f"message.max.bytes={limit}; raise message.max.bytes (the Java client's max.request.size) in "
+                    "kafka_conf (and the topic's max.message.bytes if needed) or send smaller values")
         return (f"{text}: the record is {size} bytes, within the producer's message.max.bytes={limit}, so the "
                 f"broker refused it: raise topic {topic!r}'s max.message.bytes (or the broker's "
                 "message.max.bytes), or send smaller values")

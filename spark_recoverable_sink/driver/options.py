@@ -5,7 +5,8 @@ map onto :class:`.SinkConfig` exactly as the keyword arguments of
 :class:`.RecoverableKafkaSink` do:
 
 * ``kafka.<option>`` -> ``kafka_conf[<option>]`` (the prefix removed, as in
-  Spark's Kafka sink);
+  Spark's Kafka sink; the Java producer's settings are then mapped to
+  librdkafka's by :class:`.SinkConfig`, see :mod:`..javaconf`);
 * ``name``, ``topic``, ``wal_dir``, ``run_id`` and every other sink keyword
   under its own name, converted to the field's type (``true``/``false`` for
   booleans);

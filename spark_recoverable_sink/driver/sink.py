@@ -80,7 +80,9 @@ class RecoverableKafkaSink:
     Args:
         name: Stable id of this sink; goes into WAL paths and record ids.
         kafka_conf: confluent-kafka producer configuration, passed through
-            (``enable.idempotence=true`` and ``acks=all`` unless set).
+            (``enable.idempotence=true`` and ``acks=all`` unless set); the Java
+            producer's settings, as ``format("kafka")`` takes them, are mapped
+            to librdkafka's or refused (:mod:`..javaconf`).
         topic: The topic of every record (overrides a ``topic`` column, as in
             Spark's sink); unset, each row's ``topic`` column.
         wal_dir: Executor-local directory for the write-ahead log.

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from ..config import resolve_env_values
 from ..errors import ConfigError
+from ..javaconf import to_librdkafka
 from .settings import KafkaSettings, SettingsError
 
 __all__ = ["CLIENT_CONF_PREFIXES", "resolve_client_conf", "producer_conf", "load_schema", "registry_format"]
@@ -36,13 +37,16 @@ def resolve_client_conf(key: str, conf: Mapping[str, Any], environ: Mapping[str,
 def producer_conf(kafka: KafkaSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The confluent-kafka configuration: bootstrap servers plus ``producer_conf``, secrets resolved.
 
+    The Java producer's settings in it are mapped to librdkafka's (:mod:`..javaconf`, as the sink
+    maps them), so the admin client that creates topics gets the same connection settings.
     Never log the result: it holds secrets.
 
     Raises:
         SettingsError: a ``{"env": NAME}`` value names an unset variable.
+        ConfigError: a Java setting is refused (named, with what does its job; never a secret value).
     """
     resolved = resolve_client_conf("kafka.producer_conf", kafka.producer_conf, environ)
-    return {"bootstrap.servers": kafka.bootstrap_servers, **resolved}
+    return to_librdkafka({"bootstrap.servers": kafka.bootstrap_servers, **resolved})[0]
 
 
 def load_schema(path: str) -> Any:

@@ -141,7 +141,8 @@ def _id_header_option() -> Callable[[Any], Any]:
 
 def _conf_option(required: bool = True) -> Callable[[Any], Any]:
     return click.option("--kafka-conf", "kafka_conf", required=required, metavar="FILE.json",
-                        help='confluent-kafka settings (JSON; {"env": "VAR"} reads a value from the environment).')
+                        help='confluent-kafka settings, or the Java client\'s as format("kafka") takes them (JSON; '
+                             '{"env": "VAR"} reads a value from the environment).')
 
 
 @main.command()

@@ -18,6 +18,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaDataSource
 
+from ..java_settings import PRODUCTION
 from ..kafka_helpers import create_topic, read_topic
 from ..record_ids import id_prefix
 from ..registry_reads import decode_values
@@ -113,6 +114,9 @@ def _save(spark, **options):
     ({"mode": "overwrite"}, "use mode('append')"),
     ({"history": "3"}, "is an option of foreachBatch(sink) only"),
     ({"metrics_port": "0"}, "metrics_port"),
+    ({"kafka.partitioner.class": "org.apache.kafka.clients.producer.RoundRobinPartitioner"}, "use partitioner"),
+    ({"kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" '
+                                'password="hunter2-secret"'}, "does not end with ';'"),
 ])
 def test_option_errors_name_the_option(spark, broker, topic, tmp_path, options, message):
     spark.dataSource.register(RecoverableKafkaDataSource)
@@ -133,3 +137,12 @@ def test_explicit_registration_writes_with_the_sinks_options(spark, broker, topi
     got = read_topic(broker.bootstrap, topic, expected=10)
     ids = sorted(dict(r.headers)["my-id"].decode() for r in got.records)
     assert len(ids) == 10 and all(i.startswith("ds-explicit:fixedrun:0:") for i in ids)
+
+
+def test_a_format_kafka_job_s_java_producer_settings_write_as_they_are(spark, broker, topic, tmp_path):
+    """``df.write.format("kafka")``'s ``kafka.*`` options moved over unchanged (Spark lower-cases their keys)."""
+    spark.dataSource.register(RecoverableKafkaDataSource)
+    _save(spark, **{"kafka.bootstrap.servers": broker.bootstrap, "topic": topic, "name": "ds-java",
+                    "wal_dir": str(tmp_path / "wal"), **{f"kafka.{k}": v for k, v in PRODUCTION.items()}})
+    got = read_topic(broker.bootstrap, topic, expected=10)
+    assert sorted(int(r.key) for r in got.records) == list(range(10)) and got.duplicates() == 0

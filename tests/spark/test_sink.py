@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 
 from spark_recoverable_sink import ConfigError, RecoverableKafkaSink, SchemaError
 
+from ..java_settings import PRODUCTION
 from ..kafka_helpers import create_topic, read_topic
 from ..record_ids import ids_of
 
@@ -90,6 +91,17 @@ def test_string_value_and_per_row_topic_partition_headers_timestamp(spark, broke
         sink_name, run, batch, _content = hdrs["rks-id"].split(b":")
         assert (sink_name, batch) == (b"perrow", b"3") and len(run) == 16
         assert r.timestamp == int(ts.replace(tzinfo=dt.datetime.now().astimezone().tzinfo).timestamp() * 1000)
+
+
+def test_java_producer_settings_write_through_sink_write(spark, broker, topic, tmp_path):
+    sink = RecoverableKafkaSink(name=f"s-{uuid.uuid4().hex[:8]}", kafka_conf={"bootstrap.servers": broker.bootstrap,
+                                                                              **PRODUCTION},
+                                wal_dir=str(tmp_path / "wal"), topic=topic)
+    df = spark.range(2000).selectExpr("cast(id as string) as key", "repeat('x', 300) as value")
+    report = sink.write(df, batch_id=1)
+    assert (report.rows, report.acked, report.pending) == (2000, 2000, 0)
+    got = read_topic(broker.bootstrap, topic, expected=2000)
+    assert sorted(int(r.key) for r in got.records) == list(range(2000)) and got.duplicates() == 0
 
 
 def test_wrong_schema_fails_before_any_task_runs(spark, broker, topic, tmp_path):
