@@ -17,14 +17,12 @@ from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["DEFAULT_WAL_DIR", "JAVA_PARTITIONER", "SUPPORTED_PARTITIONERS", "check_exactly_once", "check_record_ids",
+__all__ = ["DEFAULT_WAL_DIR", "JAVA_PARTITIONER", "check_exactly_once", "check_record_ids",
            "check_wal_dir", "check_option_names", "check_kafka_conf", "warn_ack_timeout"]
 
 log = logging.getLogger("spark_recoverable_sink.config")
 
 JAVA_PARTITIONER = "murmur2_random"  # the Java client's default: murmur2 of the key, random when null
-#: Partitioners whose choice for a keyed record the sink computes (exactly-once splits batches by it).
-SUPPORTED_PARTITIONERS = frozenset({"murmur2_random", "murmur2", "consistent_random", "consistent"})
 
 # Private to the user the Python workers run as, on a persistent disk; ``~`` is
 # expanded on each executor, never on the driver (another host, maybe another user).
@@ -182,9 +180,8 @@ def check_exactly_once(config: Any, conf: Mapping[str, str]) -> None:
 
     Raises:
         ConfigError: naming the option: async acks, a marker topic that is a
-            data topic, a dead-letter topic, ``acks`` other than all, a
-            partitioner whose choice the sink cannot compute, or a message
-            timeout above the transaction timeout.
+            data topic, a dead-letter topic, ``acks`` other than all, or a
+            message timeout above the transaction timeout.
     """
     if config.ack_timeout_s <= 0:
         raise ConfigError("ack_timeout_s", "must be > 0 with exactly_once: a task publishes its unit in a "
@@ -197,9 +194,6 @@ def check_exactly_once(config: Any, conf: Mapping[str, str]) -> None:
                                                "good stays in the WAL and its unit is reported pending")
     if str(conf.get("acks", "all")).lower() not in ("all", "-1"):
         raise ConfigError("kafka_conf['acks']", "must be 'all' with exactly_once (Kafka transactions need it)")
-    if conf.get("partitioner", JAVA_PARTITIONER) not in SUPPORTED_PARTITIONERS:
-        raise ConfigError("kafka_conf['partitioner']", f"must be one of {', '.join(sorted(SUPPORTED_PARTITIONERS))} "
-                          "with exactly_once (batches are split by the partition each record goes to)")
     ms = {}
     for opt in ("transaction.timeout.ms", "message.timeout.ms", "delivery.timeout.ms"):
         try:

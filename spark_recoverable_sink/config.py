@@ -22,7 +22,6 @@ from .auth import CALLBACK_OPTIONS, load_callable, with_callbacks
 from .checks import (
     DEFAULT_WAL_DIR,
     JAVA_PARTITIONER,
-    SUPPORTED_PARTITIONERS,
     check_exactly_once,
     check_kafka_conf,
     check_record_ids,
@@ -42,7 +41,6 @@ __all__ = [
     "DELIVERY_ENGINES",
     "DEFAULT_MAX_WAL_BYTES",
     "DEFAULT_WAL_DIR",
-    "SUPPORTED_PARTITIONERS",
     "RECORD_IDS",
     "CONTENT_IDS",
     "PARTITION_IDS",
@@ -165,9 +163,11 @@ class SinkConfig:
             :class:`.SettleTimeoutError` naming every lane still pending.
         exactly_once_lanes: Driver only, exactly-once through ``foreachBatch``
             / ``write()``: every batch is re-split into this many Spark
-            partitions by each record's destination partition, one lane (one
-            transactional producer, one unit) each, however Spark split the
-            input. Keep it for the life of a query: a batch re-run with another
+            partitions by Spark's hash of each record's key (of its topic and
+            partition column when set, of its value when it has no key), one
+            lane (one transactional producer, one unit) each, however Spark
+            split the input (:mod:`.driver.resplit`). A key's records keep
+            their order. Keep it for the life of a query: a batch re-run with another
             value is refused (its units differ). ``0``: no re-split (no
             shuffle): each Spark partition is a lane, which holds only for
             sources whose re-runs bring the same records to the same Spark

@@ -79,6 +79,9 @@ class Columns:
         return list(self.kafka) + [c for c in self.ids if c not in self.kafka]
 
 
+#: Columns the sink itself adds on the driver (a lane, a partition tag): never the user's, never reported.
+INTERNAL_PREFIX = "__rks_"
+
 #: Spark types an id column may have (its values are turned into text to be hashed: :func:`..ids.id_fingerprints`).
 ID_COLUMN_TYPES = ("string", "binary", "tinyint", "smallint", "int", "bigint", "timestamp", "date")
 
@@ -135,7 +138,7 @@ def validate_spark_schema(schema: "StructType", default_topic: str | None, *, wr
             raise SchemaError(f"id column {name!r} has type {actual}; ids are made of columns of type "
                               f"{', '.join(ID_COLUMN_TYPES)}", column=name, actual=actual, allowed=ID_COLUMN_TYPES)
     ignored = tuple(f"{n}: {_why_ignored(n, default_topic)}" for n in by_name
-                    if n not in used and n not in id_columns)
+                    if n not in used and n not in id_columns and not n.startswith(INTERNAL_PREFIX))
     return Columns(kafka=tuple(used), ids=tuple(id_columns), ignored=ignored)
 
 

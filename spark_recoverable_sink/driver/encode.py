@@ -39,15 +39,16 @@ def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, Reg
     """
     from pyspark.sql import functions as F
 
-    cols = {c.lower(): c for c in df.columns}
-    single = None if "topic" in cols else topic
+    # Spark's rules (schema.validate_spark_schema): columns by their exact names, the topic option over a topic
+    # column; without the option, the rows may have several topics.
+    single = topic if topic is not None or "topic" not in df.columns else None
     planned = []
     for column, fmt in formats.items():  # every column checked before any schema is registered
         if fmt is None:
             continue
-        if column not in cols:
+        if column not in df.columns:
             raise SchemaError(f"{column}_format is set and the DataFrame has no {column!r} column", column)
-        name = cols[column]
+        name = column
         data_type = df.schema[name].dataType
         subject = fmt.subject_for(single, column)  # Step 1
         src = F.col(f"`{name}`")

@@ -2,103 +2,76 @@
 
 A lane must hold the same records on every run of a batch, however Spark
 split them (DESIGN.md, "Units that do not depend on how Spark split the
-batch"). Each record's lane is its destination partition
-(:mod:`..task.lanes`), computed in the executors, then the batch is
-repartitioned by it.
+batch"): a lane is one unit (one transaction, one marker) per batch. A
+record's lane is Spark's own hash (Murmur3, the function bucketed tables
+rely on: the same in every Spark version) of:
 
-Two ways to compute it, same lanes:
+* its ``(topic, partition)`` when its ``partition`` column is set: the records
+  a batch places on a partition explicitly go through one lane, in order;
+* else its ``key``: all of a key's records go through one lane, so a key's
+  records from one input partition reach Kafka in their input order (what
+  Kafka consumers rely on); records of *different* keys of one input
+  partition may land on one Kafka partition from different lanes, so their
+  relative order there is not kept;
+* else its ``value``: equal keyless records share a lane (their ids are
+  numbered there).
 
-* an Arrow UDF (PySpark 4.1+, :func:`pyspark.sql.functions.arrow_udf`): only
-  the columns the lane needs cross to Python (the key, the topic and
-  partition columns, and the first 64 bytes of a keyless record's value);
-  the rows stay in the JVM;
-* otherwise a ``mapInArrow`` pass that sends every column to Python and back.
+The hash is taken in the JVM (no Python pass before the shuffle), and before
+a Schema Registry format encodes the key or value, so that a change of
+schema id between two runs of a batch moves no record to another lane. It
+depends on nothing else: not on the topic's partition count, the
+partitioner, nor the Spark split; only the lane count, which a run keeps.
+Spark's hash partitioning of the batch by that value (``repartition(L, v)``)
+then puts lane ``pmod(hash(v), L)`` in Spark partition of that index.
 
-Where it runs: the driver, once per batch (it reads the sink topic's
-partition count and builds the plan). What pickles: the config and that count.
+Where it runs: the driver, once per batch (it builds the plan, runs nothing).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from ..config import SinkConfig
-from ..task.lanes import LANE_COLUMN, LaneTagger, driver_counts, lane_values
 from .coalesce import coalesce_width
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["by_lane", "LaneColumn"]
+__all__ = ["LANE_COLUMN", "with_lane", "by_lane"]
 
-#: Bytes of a keyless record's value its lane is hashed from (:func:`..task.lanes.lane_values`).
-VALUE_HEAD = 64
-
-
-class LaneColumn:
-    """Picklable body of the Arrow UDF: (key, topic, partition, value head) arrays -> lane tags."""
-
-    def __init__(self, config: SinkConfig, counts: dict[str, int]) -> None:
-        self.tagger = LaneTagger(config, counts)
-
-    def __call__(self, key: pa.Array, topic: pa.Array, partition: pa.Array, head: pa.Array) -> pa.Array:
-        batch = pa.RecordBatch.from_arrays([key, topic, partition, head], names=["key", "topic", "partition", "value"])
-        return lane_values(batch, self.tagger.config, self.tagger.count)
+#: The column carrying a record's lane hash from before the encoding to the re-split (dropped there).
+LANE_COLUMN = "__rks_lane"
 
 
-def _arrow_udf() -> Any:
-    try:
-        from pyspark.sql.functions import arrow_udf
-    except ImportError:  # PySpark 4.0: no Arrow UDFs
-        return None
-    return arrow_udf
+def _lane_hash(df: "DataFrame", config: SinkConfig) -> Any:
+    from pyspark.sql import functions as F
+
+    cols = df.columns
+    value = F.hash(F.col("value")) if "value" in cols else F.lit(0)
+    lane = F.when(F.col("key").isNotNull(), F.hash(F.col("key"))).otherwise(value) if "key" in cols else value
+    if "partition" in cols:
+        topic = F.col("topic") if config.topic is None and "topic" in cols else F.lit(config.topic or "")
+        lane = F.when(F.col("partition").isNotNull(), F.hash(topic, F.col("partition"))).otherwise(lane)
+    return lane
 
 
-def _at_most_one_task_per_core(df: "DataFrame") -> "DataFrame":
-    """``df`` coalesced (no shuffle) to the cluster's cores when it has more partitions.
+def with_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
+    """``df`` with each record's lane hash in :data:`LANE_COLUMN` (before any encoding of key or value).
 
-    The lane pass costs a Python worker round trip per task: 64 input
-    partitions on 2 cores would pay it 64 times for work that 2 tasks do as
-    fast. Lanes are a function of each record, so how the pass is split does
-    not change them. Left as it is wherever
-    :func:`.coalesce.coalesce_width` says so (Spark Connect, dynamic
-    allocation, a batch known to have no more partitions than cores).
+    Columns are the user's, found as the sink finds them (exact names); a
+    ``topic`` column counts only without a ``topic`` option.
     """
-    width = coalesce_width(df)
-    return df if width is None else df.coalesce(width)
+    return df.withColumn(LANE_COLUMN, _lane_hash(df, config))
 
 
 def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
-    """``df`` re-split into ``config.exactly_once_lanes`` partitions by each record's lane.
+    """``df`` (with :data:`LANE_COLUMN`) re-split into ``config.exactly_once_lanes`` partitions, one lane each.
 
-    Raises:
-        ConfigError: the sink's topic does not exist.
-        confluent_kafka.KafkaException: no broker answered and the topic's count was never read.
+    The stage before the shuffle is coalesced to the cores where
+    :func:`.coalesce.coalesce_width` says so (a narrower map stage; the lanes
+    do not depend on it).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StructField, StructType
-
-    counts = driver_counts(config)
-    df = _at_most_one_task_per_core(df)
-    arrow_udf = _arrow_udf()
-    if arrow_udf is None:
-        schema = StructType([*df.schema.fields, StructField(LANE_COLUMN, IntegerType(), False)])
-        tagged = df.mapInArrow(LaneTagger(config, counts), schema)
-    else:
-        cols = {c.lower(): c for c in df.columns}
-
-        def col(name: str, kind: str) -> Any:
-            return F.col(f"`{cols[name]}`").cast(kind) if name in cols else F.lit(None).cast(kind)
-
-        key = col("key", "binary")
-        head = F.when(key.isNull(), F.substring(col("value", "binary"), 1, VALUE_HEAD))
-        body = LaneColumn(config, counts)
-
-        def lanes(key: pa.Array, topic: pa.Array, partition: pa.Array, head: pa.Array) -> pa.Array:
-            return body(key, topic, partition, head)
-
-        udf = arrow_udf(lanes, IntegerType())  # SCALAR, from the type hints
-        tagged = df.withColumn(LANE_COLUMN, udf(key, col("topic", "string"), col("partition", "int"), head))
-    return tagged.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)
+    width = coalesce_width(df)
+    if width is not None:
+        df = df.coalesce(width)
+    return df.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)

@@ -50,7 +50,7 @@ from .query import (
 from .placement import place_for_ids
 from .encode import encode_columns
 from .formats import RegistryFormat
-from .resplit import by_lane
+from .resplit import LANE_COLUMN, by_lane, with_lane
 from .settle import settle
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -230,6 +230,9 @@ class RecoverableKafkaSink:
         if self.config.guarantee == EXACTLY_ONCE and not 0 <= batch_id <= MAX_BATCH:
             raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
                                           f"got {batch_id}")
+        lanes = self.config.guarantee == EXACTLY_ONCE and self.config.exactly_once_lanes > 0
+        if lanes:  # units independent of the split: each record's lane, taken before any encoding
+            df = with_lane(df, self.config)
         if any(self.formats.values()):  # struct columns -> Confluent's wire format, in the JVM
             df = encode_columns(df, self.config.topic, self.formats)
         columns = validate_spark_schema(df.schema, self.config.topic, write_timestamp=self.config.write_timestamp,
@@ -238,8 +241,8 @@ class RecoverableKafkaSink:
         with self._lock:
             confirmed = self._dead.confirmed()
         writer = PartitionWriter(self.config, batch_id, run, confirmed, columns)
-        df = df.select(*[F.col(f"`{c}`") for c in columns.select])
-        if self.config.guarantee == EXACTLY_ONCE and self.config.exactly_once_lanes:  # units independent of the split
+        df = df.select(*[F.col(f"`{c}`") for c in columns.select + ([LANE_COLUMN] if lanes else [])])
+        if lanes:
             df = by_lane(df, self.config)
         df = place_for_ids(df, self.config)  # at-least-once: ids the same in every run of the batch
         try:

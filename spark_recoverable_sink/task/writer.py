@@ -28,6 +28,7 @@ from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import COMMITTED, OPEN, AttemptState
 from .at_least_once import AtLeastOnceTask
 from .exactly_once import ExactlyOnceTask
+from .input_end import input_complete
 from .parts import split_by_partition
 from .runtime import WorkerRuntime, get_runtime
 
@@ -107,7 +108,8 @@ def write_partitions(
        in one committed transaction (the first chunk of a partition opens its
        attempt), *then* produce them (each with its deterministic id header);
        block for space first if the WAL is full;
-    4. mark the task's attempts committed in the WAL (one durable
+    4. exactly-once: prove the input was read whole (:mod:`.input_end`);
+       mark the task's attempts committed in the WAL (one durable
        transaction), wait for acks up to ``ack_timeout_s``, prune what is
        acked, and return the reports. Records still unacked stay in the WAL
        and are delivered by the poller thread.
@@ -259,6 +261,12 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                     part.nbytes += payload_bytes(norm)
                     rows += norm.num_rows
                     _points.point("task.mid_task", batch=batch_id, partition=p, attempt=spark_attempt, rows=rows)
+        if parts and config.guarantee == EXACTLY_ONCE and input_complete() is False:
+            why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={spark_attempt} rows={rows}: "
+                   "the task's input ended without Spark's end marker (its source failed part-way: a lost shuffle, "
+                   "a cancelled stage or a speculative copy); nothing of its unit is committed, Spark re-runs it")
+            log.warning("%s", why)  # Spark may never read the task's error: it failed the task first
+            raise RecoverableSinkError(why)
         if parts:  # Step 4
             rt.wal.set_attempts([(x.akey, AttemptState(COMMITTED, spark_attempt, x.seq, started, mode.guarantee,
                                                        mode.digest)) for x in parts.values()])

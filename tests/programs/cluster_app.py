@@ -1,9 +1,10 @@
-"""A streaming Spark app in ``local-cluster[2,1,1024]`` mode, run as a subprocess by scenario 3.
+"""A streaming Spark app in ``local-cluster[2,1,1024]`` mode, run as a subprocess by scenarios 3 and 19.
 
 Two executor JVMs (one core each) on this machine, sharing one wal_dir (the
 disk survives the executor). It writes ``start <batch> <time>`` /
 ``end <batch> <time>`` lines to a status file as batches run, and at the end a
 JSON file with the sink's partition reports and the query's exception.
+``conf`` adds Spark settings, ``sink`` further sink options.
 
 Usage: ``python -m tests.programs.cluster_app ARGS_JSON``
 """
@@ -49,13 +50,15 @@ def main() -> None:
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
         .config("spark.python.worker.reuse", "true")
         .config("spark.task.maxFailures", "4")
-        .getOrCreate()
     )
+    for k, v in a.get("conf", {}).items():
+        spark = spark.config(k, v)
+    spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     status.write(f"up {time.time() - t0:.1f}\n")
     sink = RecoverableKafkaSink(a["name"], {"bootstrap.servers": a["bootstrap"]}, topic=a["topic"],
                                 wal_dir=a["wal_dir"], ack_timeout_s=30.0, guarantee=a.get("guarantee", "at_least_once"),
-                                delivery_engine=a.get("engine", "auto"))
+                                delivery_engine=a.get("engine", "auto"), **a.get("sink", {}))
 
     def fn(df, batch_id):
         status.write(f"start {batch_id} {time.time():.3f}\n")

@@ -3,10 +3,12 @@
 Spark's Kafka source does not give a Kafka partition the same Spark
 partition when a batch is re-run from its offset log (measured: the first
 run put Kafka partitions 3, 2, 1, 0 in Spark partitions 0..3, the re-run
-0, 1, 2, 3). The sink re-splits every exactly-once batch by each record's
-destination partition into ``exactly_once_lanes`` partitions, so a lane's
-unit holds the same records however the input was split. Here the re-runs bring
-the same records in another number of partitions and in reverse order.
+0, 1, 2, 3). The sink re-splits every exactly-once batch into
+``exactly_once_lanes`` partitions by Spark's hash of each record's key (its
+``(topic, partition)`` when a partition column places it, its value when it
+has no key), so a lane's unit holds the same records however the input was
+split. Here the re-runs bring the same records in another number of
+partitions and in reverse order, or after the topic gained partitions.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from spark_recoverable_sink.errors import ExactlyOnceMismatchError
 
-from ..kafka_helpers import create_topic
+from ..kafka_helpers import create_topic, read_topic
 from .test_exactly_once import _assert_each_once, _eo_sink
 
 pytestmark = pytest.mark.spark
@@ -79,4 +81,49 @@ def test_no_resplit_keeps_sparks_partitions_as_lanes_and_refuses_a_rerun_split_o
     with pytest.raises(Exception) as caught:
         sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=3, run_id="nosplit")
     assert ExactlyOnceMismatchError.__name__ in str(caught.value), caught.value
+    _assert_each_once(broker, topic, N)
+
+
+def test_a_keys_records_go_through_one_lane_in_their_input_order(spark, broker, tmp_path):
+    """Each key's records share a lane (the lane is in the id) and keep their input order in Kafka; records a
+    partition column places share the lane of their (topic, partition)."""
+    from pyspark.sql import functions as F
+
+    topic = f"eo-keys-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, 4)
+    sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30, exactly_once_lanes=4)
+    df = spark.range(0, N, 1, 3).select(
+        F.when(F.col("id") % 10 == 0, F.lit(None)).otherwise((F.col("id") % 40).cast("string")).alias("key"),
+        F.col("id").cast("string").cast("binary").alias("value"),
+        F.when(F.col("id") % 10 == 0, (F.col("id") % 4).cast("int")).alias("partition"))
+    assert sink.write(df, batch_id=1, run_id="keys").acked == N
+    got = read_topic(broker.bootstrap, topic, expected=N, isolation="read_committed").records
+    assert len(got) == N
+    lanes: dict[object, set] = {}
+    last: dict[tuple, int] = {}
+    for r in got:  # in offset order per partition
+        lane = r.rid.split(":")[3]
+        group = ("key", r.key) if r.key is not None else ("partition", r.partition)
+        lanes.setdefault(group, set()).add(lane)
+        seq = int(r.value)
+        if r.key is not None:
+            assert last.get((r.partition, r.key), -1) < seq, f"key {r.key!r}: {seq} after {last[(r.partition, r.key)]}"
+            last[(r.partition, r.key)] = seq
+    assert all(len(v) == 1 for v in lanes.values()), {k: v for k, v in lanes.items() if len(v) > 1}
+    assert len({next(iter(v)) for v in lanes.values()}) == 4, "the keys spread over every lane"
+
+
+def test_a_rerun_after_the_topic_gained_partitions_moves_no_record(spark, broker, tmp_path):
+    """Lanes do not depend on the topic's partition count: a re-run of a committed batch after the topic grew is
+    proven by its lanes' markers and skipped (the lanes of a destination partition would all have moved)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = f"eo-grow-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, 2)
+    sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30, exactly_once_lanes=4)
+    assert sink.write(spark.createDataFrame(_rows(N), SCHEMA).repartition(5), batch_id=4, run_id="grow").acked == N
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 6)])[topic].result(30)
+    again = sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=4, run_id="grow")
+    assert again.acked == 0 and again.pending == 0 and again.skipped == N, again
     _assert_each_once(broker, topic, N)

@@ -10,7 +10,7 @@ import pytest
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.driver import coalesce
 from spark_recoverable_sink.driver.coalesce import coalesce_width, one_task_per_core
-from spark_recoverable_sink.driver.resplit import _at_most_one_task_per_core
+from spark_recoverable_sink.driver.resplit import LANE_COLUMN, by_lane
 from spark_recoverable_sink.task.parts import SOURCE_PARTITION
 
 
@@ -29,6 +29,12 @@ class FakeFrame:
 
     def withColumn(self, name: str, col: Any) -> "FakeFrame":  # noqa: N802 - DataFrame's name
         return FakeFrame(self.cores, self.dynamic, self.steps + (f"withColumn({name})",))
+
+    def repartition(self, n: int, col: str) -> "FakeFrame":
+        return FakeFrame(self.cores, self.dynamic, self.steps + (f"repartition({n}, {col})",))
+
+    def drop(self, col: str) -> "FakeFrame":
+        return FakeFrame(self.cores, self.dynamic, self.steps + (f"drop({col})",))
 
 
 @pytest.fixture
@@ -55,8 +61,11 @@ def test_a_batch_is_coalesced_to_the_cores_only_where_they_are_known_fixed_and_f
 def test_both_guarantees_passes_follow_the_one_rule(known: dict, dynamic: bool, partitions: int | None) -> None:
     known["n"] = partitions
     coalesced = not dynamic and partitions != 2
-    lane_pass = _at_most_one_task_per_core(FakeFrame(cores=2, dynamic=dynamic))
-    assert lane_pass.steps == (("coalesce(2)",) if coalesced else ())
+    eo = SinkConfig.build("c", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-coalesce", topic="t",
+                          guarantee="exactly_once", exactly_once_lanes=4)
+    lane_pass = by_lane(FakeFrame(cores=2, dynamic=dynamic), eo)  # the stage before the lane shuffle
+    assert lane_pass.steps == (("coalesce(2)",) if coalesced else ()) + (f"repartition(4, {LANE_COLUMN})",
+                                                                         f"drop({LANE_COLUMN})")
     config = SinkConfig.build("c", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-coalesce", topic="t")
     written = one_task_per_core(FakeFrame(cores=2, dynamic=dynamic), config)
     # at-least-once tags each row with its own partition before the coalesce (ids keep their partition)

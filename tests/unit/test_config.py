@@ -43,8 +43,6 @@ def _sink(**kw):
     ({"guarantee": "exactly_once", "kafka_conf": {"bootstrap.servers": "h", "message.timeout.ms": 90000}},
      "kafka_conf['message.timeout.ms']"),
     ({"guarantee": "at_most_once"}, "guarantee"),
-    ({"guarantee": "exactly_once", "kafka_conf": {"bootstrap.servers": "h", "partitioner": "fnv1a_random"}},
-     "kafka_conf['partitioner']"),
     ({"checkpoint_interval_s": 0}, "checkpoint_interval_s"),
     ({"wal_dir": ""}, "wal_dir"),
     ({"no_such_option": 1}, "no_such_option"),

@@ -1,0 +1,61 @@
+"""Proof that a task read its whole input: the end marker Spark sends after the last Arrow batch.
+
+A Python worker reads a task's rows as an Arrow IPC stream. When the
+stream's source fails part-way (a ``FetchFailed`` on a shuffle after an
+executor is lost, a cancelled stage, the losing copy of a speculative pair),
+the JVM closes the worker's input, and that can happen between two Arrow
+messages: pyarrow then reads a clean end of stream, and the code after the
+input loop runs as if the task had read everything. An exactly-once task
+would commit a unit of part of its records, and the retry (which brings the
+whole unit) would find its lane's marker holding another digest.
+
+What tells the two ends apart is what follows: after the last batch of a
+complete input, Spark writes the end of the Arrow stream and then
+``END_OF_STREAM`` (-4) on the same socket, before it waits for the worker's
+output (``BasePythonRunner``; since Spark 3.5 in every runner that feeds
+``mapInArrow``). After a cut there is nothing: the socket is at its end. So
+once the rows are read, :func:`input_complete` looks at the next bytes of the
+worker's input without consuming them (``peek``): bytes there prove the
+input was whole; the end of the file proves it was cut.
+
+The input file is PySpark's ``worker.main(infile, outfile)`` argument, found
+on the call stack (the mapInArrow function is called from there). Outside a
+Spark Python worker (tools, tests calling the writer directly) there is no
+such frame and nothing to prove.
+
+Where it runs: the executor, in the task, after its input loop.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["input_complete", "worker_input"]
+
+
+def worker_input() -> Any | None:
+    """The Python worker's input stream (``infile`` of PySpark's ``worker.main``), or ``None`` outside one."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "main" and code.co_filename.endswith("worker.py") and "infile" in frame.f_locals:
+            infile = frame.f_locals["infile"]
+            return infile if hasattr(infile, "peek") else None
+        frame = frame.f_back
+    return None
+
+
+def input_complete() -> bool | None:
+    """Whether the task's input stream went on past its last Arrow batch (``None``: not in a Spark worker).
+
+    Blocks only until the next bytes arrive: Spark sends them with the last
+    batch, before it reads any output of the worker.
+    """
+    infile = worker_input()
+    if infile is None:
+        return None
+    try:
+        return bool(infile.peek(4))
+    except (OSError, ValueError):  # a closed or broken socket: the input did not end well
+        return False

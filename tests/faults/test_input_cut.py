@@ -1,0 +1,104 @@
+"""Scenario 19: an exactly-once lane task whose input is cut part-way commits nothing of its unit.
+
+In ``local-cluster[2,1,1024]`` (two executor JVMs, one core each), an
+exactly-once batch is re-split into 2 lanes; its lane tasks read their rows
+from the lane shuffle one block at a time (``spark.reducer.maxSizeInFlight``
+1k). A lane task is parked at a named point after its first rows
+(``task.mid_task``), the *other* executor JVM is SIGKILLed (the map outputs
+it served are gone), and the task is released: its next fetch fails
+(``FetchFailed``), and Spark closes the Python worker's input between two
+Arrow messages, which pyarrow reads as a clean end of stream.
+
+The task must not commit a unit of the rows it read (the retry brings the
+whole unit: its lane's marker would then hold another digest, and the query
+would die at that batch for good). Premise checked: the executors logged the
+fetch failure and the sink's own line saying the input ended without Spark's
+end marker. Judged by what a read_committed consumer reads: every row once.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import new_topic, sink_name
+from .procs import REPO, executor_jvms, kill9, ppid
+from .readback import read_back
+from .streams import write_source
+
+pytestmark = pytest.mark.spark
+
+N, FILES = 24000, 8
+
+
+def _executor_of(pid: int, executors: list[int]) -> int | None:
+    p: int | None = pid
+    while p and p > 1:
+        if p in executors:
+            return p
+        p = ppid(p)
+    return None
+
+
+def _logs(spark_home: str) -> str:
+    text = []
+    for path in glob.glob(os.path.join(spark_home, "work", "*", "*", "stderr")):
+        with open(path, errors="replace") as f:
+            text.append(f.read())
+    return "\n".join(text)
+
+
+def test_19_an_exactly_once_lane_whose_input_is_cut_commits_nothing_of_it(broker, tmp_path, scenario, hooks):
+    scenario.scenario = "19_lane_input_cut_exactly_once"
+    scenario.title = "Exactly-once lane task's input cut by a lost executor's shuffle (local-cluster)"
+    scenario.fault = ("kill -9 of the other executor JVM while a lane task is parked at task.mid_task; "
+                      "the task's next shuffle fetch fails and its input ends between two Arrow messages")
+    src, wal = str(tmp_path / "src"), str(tmp_path / "wal")
+    write_source(src, N, FILES, value_size=1500)  # 36 MB: a lane's rows are far more than the socket buffers hold
+    topic = new_topic(broker.bootstrap, partitions=2)
+    name = sink_name("f19")
+    home = str(tmp_path / "spark_home")
+    args = {"bootstrap": broker.bootstrap, "topic": topic, "src": src, "wal_dir": wal, "chk": str(tmp_path / "chk"),
+            "name": name, "status": str(tmp_path / "status.txt"), "out": str(tmp_path / "out.json"),
+            "files_per_trigger": FILES, "spark_home": home, "guarantee": "exactly_once",
+            "sink": {"exactly_once_lanes": 2, "settle_timeout_s": 240.0},
+            "conf": {"spark.reducer.maxSizeInFlight": "1k", "spark.sql.execution.arrow.maxRecordsPerBatch": "500"}}
+    env = {**os.environ, "PYTHONPATH": REPO}
+    parked = hooks.park("task.mid_task", batch=0, rows__ge=1000)
+    log = open(tmp_path / "app.log", "wb")
+    app = subprocess.Popen([sys.executable, "-m", "tests.programs.cluster_app", json.dumps(args)], cwd=REPO, env=env,
+                           stdout=log, stderr=subprocess.STDOUT)
+    try:
+        at = parked.wait(240)
+        executors = executor_jvms(app.pid)
+        mine = _executor_of(at["pid"], executors)
+        others = [e for e in executors if e != mine]
+        assert mine is not None and len(others) == 1, f"worker {at['pid']} under {mine}; executors {executors}"
+        kill9(others[0])
+        parked.release()
+        try:
+            app.wait(400)
+        except subprocess.TimeoutExpired:
+            app.kill()
+            raise
+        t = read_back(broker.bootstrap, topic, range(N), None, isolation="read_committed")
+    finally:
+        if app.poll() is None:
+            app.kill()
+        log.close()
+    res = json.load(open(args["out"])) if os.path.exists(args["out"]) else {"exception": "no output"}
+    logs = _logs(home)
+    scenario.apply(t)
+    scenario.figures.update(app_rc=app.returncode, parked_at=at["coords"], fetch_failed="FetchFailed" in logs,
+                            cut_seen="without Spark's end marker" in logs)
+    assert "FetchFailed" in logs, "premise: the lane task's shuffle fetch from the killed executor failed"
+    assert "without Spark's end marker" in logs, "premise: the lane task's input was cut and the sink saw it"
+    assert res["exception"] is None, res["exception"]
+    assert app.returncode == 0
+    assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"
+    assert t.duplicates == 0, f"{t.duplicates} duplicates visible to read_committed"
