@@ -20,9 +20,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Java checked; Apache Kafka's jars and Spark's Kafka connector fetched from Maven Central once, into
-# ~/.cache/spark-recoverable-sink (RKS_KAFKA_CACHE), and reused offline afterwards (devtools/jvm.py)
+# ~/.cache/spark-recoverable-sink (RKS_KAFKA_CACHE), and reused offline afterwards (devtools/fetch_jars.py)
 jars: $(STAMP)
-	$(PY) -m devtools.jvm
+	$(PY) -m devtools.fetch_jars
 
 test: $(STAMP) jars
 	$(PY) -m pytest -q -ra --durations=30 tests
