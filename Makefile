@@ -20,12 +20,15 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Java checked; Apache Kafka's jars and Spark's Kafka connector fetched from Maven Central once, into
-# ~/.cache/spark-recoverable-sink (RKS_KAFKA_CACHE), and reused offline afterwards (devtools/jvm.py)
+# ~/.cache/spark-recoverable-sink (RKS_KAFKA_CACHE), and reused offline afterwards (devtools/fetch_jars.py)
 jars: $(STAMP)
-	$(PY) -m devtools.jvm
+	$(PY) -m devtools.fetch_jars
 
+# On two pytest-xdist workers: the tests using the session's SparkSession on one of them, every other test on
+# whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves
 test: $(STAMP) jars
-	$(PY) -m pytest -q -ra --durations=30 tests
+	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone" tests
+	$(PY) -m pytest -q -ra --durations=30 -m alone tests
 
 # Every test that needs no Spark (pure tests and tests against the real broker): run it every few minutes
 test-fast: $(STAMP) jars

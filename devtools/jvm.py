@@ -147,30 +147,3 @@ def maven_artifact(coordinate: str, name: str) -> str:
     """
     return _fetch_once(name, coordinate, ["org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy",
                                           f"-Dartifact={coordinate}"], lambda d: bool(os.listdir(d)))
-
-
-def main() -> int:
-    """``python -m devtools.jvm``: Java checked, Kafka's and Spark's Kafka connector's jars fetched (once)."""
-    import sys
-
-    sys.path.insert(0, os.path.dirname(_HERE))
-    from devtools.kafka_broker import kafka_jars, kafka_version
-
-    try:
-        where = java()
-        kafka = kafka_jars()
-        spark = spark_kafka_connector_jars()
-        avro = spark_avro_jars()
-        from devtools.schema_registry import registry_app
-
-        registry = registry_app()
-    except (MavenError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"java: {where}\nApache Kafka {kafka_version()}: {kafka}\nSpark's Kafka connector: {os.path.dirname(spark[0])}"
-          f"\nSpark's Avro package: {avro[0]}\nSchema Registry (Apicurio): {registry}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

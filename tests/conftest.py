@@ -11,6 +11,16 @@ using the ``spark`` fixture (directly or through another fixture) gets it from
 :func:`pytest_collection_modifyitems`; a test that starts Spark itself
 (spark-submit, ``local-cluster``, Spark Connect, a subprocess running Spark)
 is marked in its module (``pytestmark = pytest.mark.spark``).
+
+``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist
+loadgroup``), then the tests marked ``alone`` by themselves. Every test that
+uses the session's SparkSession goes to one worker (one ``xdist_group``, see
+:func:`pytest_collection_modifyitems`: one SparkSession, not one per worker);
+every other test is handed to whichever worker is free. Each worker has its
+own session broker, hook directory (``RKS_HOOK_DIR``) and ``tmp_path`` root,
+and takes its ports from a range of its own below the kernel's ephemeral
+range (``RKS_PORT_RANGE``, see devtools/processes.py): a broker restarted on
+its ports cannot lose one to the other worker while it is down.
 """
 
 from __future__ import annotations
@@ -29,6 +39,13 @@ import pytest
 # inherits them. Workers import ``tests.hooks`` themselves: the repository root
 # goes on their PYTHONPATH (Spark appends the inherited PYTHONPATH to its own).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Under pytest-xdist, worker ``gwN`` of ``W`` takes ports from the N-th of W equal ranges of [16384, 32768),
+#: below Linux's ephemeral range (32768-60999: where every ``bind(0)`` of any process lands).
+_WORKER, _WORKERS = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdigit() and _WORKERS.isdigit():
+    _size = 16384 // max(1, int(_WORKERS))
+    _low = 16384 + int(_WORKER[2:]) * _size
+    os.environ["RKS_PORT_RANGE"] = f"{_low}-{_low + _size - 1}"
 HOOK_DIR = tempfile.mkdtemp(prefix="rks-hooks-")
 os.environ["RKS_TEST_HOOKS"] = "tests.hooks"
 os.environ["RKS_HOOK_DIR"] = HOOK_DIR
@@ -125,11 +142,34 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     r.stop()
 
 
+#: The pytest-xdist group of every test that uses the session's SparkSession (one worker runs them all).
+SPARK_SESSION_GROUP = "spark-session"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups to name the work units
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``spark`` every test that uses the ``spark`` fixture, directly or through another fixture."""
+    """Mark ``spark`` every test that uses the ``spark`` fixture, directly or through another fixture, and put it
+    in the xdist group :data:`SPARK_SESSION_GROUP` (with ``--dist loadgroup``: one worker, one SparkSession)."""
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
-            item.add_marker(pytest.mark.spark)
+        if "spark" in getattr(item, "fixturenames", ()):
+            if item.get_closest_marker("spark") is None:
+                item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.xdist_group(SPARK_SESSION_GROUP))
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture is set up (a SparkSession, a broker)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a grouped test that pytest-xdist did not put in its group (pytest 9.2, see pyproject.toml's dev extra).
+
+    pytest-xdist names the group in the node id (``...@group``) to schedule it; pytest 9.2's node ids drop
+    that name, and the tests of the group would then be silently spread over every worker.
+    """
+    if not item.config.getoption("loadgroup", default=False):  # True in xdist's workers under --dist loadgroup
+        return
+    if item.get_closest_marker("xdist_group") is not None and item.nodeid.rfind("@") <= item.nodeid.rfind("]"):
+        pytest.fail(f"pytest-xdist did not put this test in its xdist_group (pytest {pytest.__version__}): "
+                    "--dist loadgroup does not work with this pytest; install the dev extra's versions "
+                    "(pyproject.toml)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,11 @@
 
 A *WAL directory* is a sink's ``wal_dir``: it holds one directory per sink
 name, each with ``slot-NNNNN.lock`` files and ``slot-NNNNN/`` LMDB
-directories. Nothing here creates anything: a command pointed at the wrong
-path says so instead of making a WAL there.
+directories. A slot drained of every record is removed, so a sink directory
+may hold no slot at all: it counts as one while it holds nothing but what the
+sink puts there (slots, ``quarantine/``, the ``broker-reached`` marker), empty
+included (see :func:`find_sinks`). Nothing here creates anything: a command
+pointed at the wrong path says so instead of making a WAL there.
 
 A Kafka conf file is a JSON object of confluent-kafka settings. A value may
 be ``{"env": "VAR"}``: it is read from the environment variable ``VAR``, so
@@ -20,12 +23,17 @@ import re
 from typing import Any, Callable, Mapping
 
 from ..config import SinkConfig, resolve_env_values, scrub_secrets
+from ..delivery.contact import MARKER
 from ..errors import ConfigError, RecoverableSinkError, WalError
+from ..wal.quarantine import QUARANTINE_DIR
 from ..wal.slots import list_slots, resolve_wal_dir
 
 __all__ = ["OpsError", "find_sinks", "load_kafka_conf", "build_config", "scrubber", "lock_owner"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: Every name the sink creates in a sink directory: slot lock files and LMDB directories (a slot is removed
+#: directory first, then lock file), the slots set aside, the marker of a broker once reached.
+_SINK_ENTRY_RE = re.compile(rf"^(slot-\d{{5}}(\.lock)?|{re.escape(QUARANTINE_DIR)}|{re.escape(MARKER)})$")
 
 
 class OpsError(RecoverableSinkError):
@@ -35,7 +43,13 @@ class OpsError(RecoverableSinkError):
 def find_sinks(wal_dir: str, sink: str | None = None) -> list[tuple[str, str]]:
     """``(sink name, sink directory)`` of every sink under ``wal_dir`` (or of ``sink`` only).
 
-    A sink whose slots were all drained (and so removed) is listed, with no slots.
+    A sink whose slots were all drained (and so removed) is listed, with no
+    slots. The rule, since a drained sink leaves no slot behind: a *sink
+    directory* is a real directory (not a link) named as a sink may be named
+    that holds a slot, or else holds only what the sink itself creates there --
+    ``quarantine/``, the ``broker-reached`` marker (:data:`.delivery.contact.MARKER`),
+    nothing at all. ``wal_dir`` is a WAL directory when it holds one. An empty
+    directory, or one of files and of directories holding anything else, is not.
 
     Raises:
         OpsError: ``wal_dir`` is not a directory or holds no sink with slots, or ``sink`` has no slots there.
@@ -66,11 +80,11 @@ def find_sinks(wal_dir: str, sink: str | None = None) -> list[tuple[str, str]]:
 
 
 def _is_sink_dir(sdir: str) -> bool:
-    """A sink directory: it has slots, or had them (drained slots are removed: it holds nothing else)."""
+    """A sink directory: it has slots, or had them (drained slots are removed: only what the sink leaves is left)."""
     if os.path.islink(sdir) or not os.path.isdir(sdir) or not _NAME_RE.match(os.path.basename(sdir)):
         return False
     try:
-        return bool(list_slots(sdir)) or all(n == "quarantine" for n in os.listdir(sdir))
+        return bool(list_slots(sdir)) or all(_SINK_ENTRY_RE.match(n) for n in os.listdir(sdir))
     except OSError:
         return False
 

@@ -194,8 +194,8 @@ def test_quarantine_refuses_a_live_owner_then_moves_the_slot(broker, topic, tmp_
     assert r.exit_code == 0, r.stderr
     moved = r.stdout.split("moved_to=")[1].strip()
     assert os.path.exists(os.path.join(moved, "data.mdb")) and not os.path.exists(os.path.join(wal, name, "slot-00000"))
-    gone = _rks("inspect", wal, "--sink", name)
-    assert gone.exit_code == 2 and f"sink '{name}' has no slots" in gone.stderr
+    gone = _rks("inspect", wal, "--sink", name, "--json")
+    assert gone.exit_code == 0 and json.loads(gone.stdout)["slots"] == []  # nothing left but quarantine/
 
 
 def test_errors_are_one_line_with_a_non_zero_exit(broker, topic, tmp_path):
@@ -275,3 +275,34 @@ def test_replay_exactly_once_commits_units_in_their_lane(broker, topic, tmp_path
     assert _slots(wal) == {}  # drained, and removed: nothing in it was left to keep
     again = _rks("replay", wal, "--sink", name, "--kafka-conf", good, "--exactly-once", "--topic", topic)
     assert again.exit_code == 0 and "records=0" in again.stdout  # nothing left to publish twice
+
+
+def test_inspect_after_a_replay_drained_every_slot_reports_nothing_pending(broker, topic, tmp_path):
+    wal, name = str(tmp_path / "wal"), "cli7"
+    _dead_slot(wal, name, topic, 3, 0, 200)  # ack_timeout_s=0, no broker: all 200 stay pending
+    _dead_slot(wal, name, topic, 4, 1, 100)  # takes the dead slot 0 over: still nothing reaches Kafka
+    assert {i: s["pending_records"] for i, s in _slots(wal).items()} == {0: 300}
+    r = _rks("replay", wal, "--sink", name, "--kafka-conf", _conf(tmp_path, "good", broker.bootstrap))
+    assert r.exit_code == 0, r.stderr
+    assert "records=300 delivered=300 dead_lettered=0 pending=0" in r.stdout
+    assert read_topic(broker.bootstrap, topic, expected=300).duplicates() == 0
+    assert not os.path.exists(os.path.join(wal, name, "slot-00000.lock"))  # drained, and removed
+
+    for extra in ((), ("--sink", name)):
+        r = _rks("inspect", wal, "--json", *extra)
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.stdout) == {"wal_dir": wal, "slots": [], "chunks_set_aside": []}
+        human = _rks("inspect", wal, *extra)
+        assert human.exit_code == 0, human.stderr
+        assert "pending records: 0 in slots of dead owners; slots owned by live processes: 0" in human.stdout
+
+    # What never held a WAL is still refused: an empty directory, files, a directory of other things.
+    empty, other = tmp_path / "empty", tmp_path / "other"
+    empty.mkdir()
+    other.mkdir()
+    (other / "notes.txt").write_text("x")
+    (other / "data").mkdir()
+    (other / "data" / "part-0.parquet").write_text("x")
+    for path in (empty, other):
+        r = _rks("inspect", str(path), "--json")
+        assert r.exit_code == 2 and "is not a WAL directory" in r.stderr and r.stdout == "", r.stderr

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
@@ -51,25 +53,35 @@ class ScenarioRow:
 
 
 def record_result(row: ScenarioRow, path: str | None = None) -> None:
-    """Replace this scenario's row in the results JSON (other scenarios' rows are kept)."""
+    """Replace this scenario's row in the results JSON (other scenarios' rows are kept).
+
+    Test processes running at once (pytest-xdist workers, a soak) each read,
+    change and replace the file: the whole read-modify-write holds an
+    exclusive ``flock`` on ``<path>.lock``, so that no row another process
+    just wrote is lost; the new file is written aside (a temporary file of
+    this process and thread) and renamed over the old one.
+    """
     path = path or results_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    data: dict[str, Any] = {"scenarios": {}}
-    with contextlib.suppress(FileNotFoundError, ValueError):
-        with open(path) as f:
-            data = json.load(f)
-    data.setdefault("scenarios", {})[row.scenario] = asdict(row)
-    data["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    data["machine"] = f"{os.cpu_count()} cores, python {sys.version.split()[0]}"
     from devtools.kafka_broker import external_bootstrap, kafka_version
 
-    data["broker"] = (f"the cluster at KAFKA_BOOTSTRAP={external_bootstrap()} for shared-broker scenarios, "
-                      f"Apache Kafka {kafka_version()} for the others") if external_bootstrap() else \
+    broker = (f"the cluster at KAFKA_BOOTSTRAP={external_bootstrap()} for shared-broker scenarios, "
+              f"Apache Kafka {kafka_version()} for the others") if external_bootstrap() else \
         f"Apache Kafka {kafka_version()} (single-node KRaft, devtools/kafka_broker.py)"
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # let go when the file closes
+        data: dict[str, Any] = {"scenarios": {}}
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            with open(path) as f:
+                data = json.load(f)
+        data.setdefault("scenarios", {})[row.scenario] = asdict(row)
+        data["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        data["machine"] = f"{os.cpu_count()} cores, python {sys.version.split()[0]}"
+        data["broker"] = broker
+        tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
 
 
 def print_table(rows: Iterable[dict[str, Any]], out: Any = None) -> None:

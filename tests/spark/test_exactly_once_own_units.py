@@ -32,7 +32,9 @@ from ..broker.rows import batches
 from ..faults.procs import spark_python_workers
 from ..kafka_helpers import create_topic, read_topic
 
-pytestmark = pytest.mark.spark
+# alone: its workers must stay idle under Spark's idle-worker timeout while frozen, a wall-clock bound that a
+# second test worker's load could break (make test runs it after the others, by itself)
+pytestmark = [pytest.mark.spark, pytest.mark.alone]
 
 RC = "read_committed"
 ROWS = 400
