@@ -16,6 +16,7 @@ option over the ``topic`` column), and a key / value / headers one with a
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -28,7 +29,9 @@ from ..kafka_helpers import ID_HEADER, create_topic, read_topic
 pytestmark = pytest.mark.spark
 
 N = 3000
-OLD_MS = 1_577_836_800_000  # 2020-01-01: the source records' timestamps, far from any write's
+#: The source records' timestamps: an hour before the test (far from any write's time, well inside the test
+#: broker's retention: records stamped years ago would be deleted by retention as soon as they are written).
+OLD_MS = int(time.time() * 1000) - 3_600_000
 
 
 def _produce_source(bootstrap: str, topic: str) -> None:
