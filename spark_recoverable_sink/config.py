@@ -173,12 +173,12 @@ class SinkConfig:
             sources whose re-runs bring the same records to the same Spark
             partitions (files; not Spark's Kafka source: its re-run is then
             refused with ``ExactlyOnceMismatchError``).
-        coalesce_tasks: Driver only, at-least-once through ``foreachBatch`` /
-            ``write()``: a batch with more Spark partitions than the cluster
-            has cores is written by one task per core (a coalesce: no
-            shuffle), as Spark starts a Python worker round trip per task.
-            Each record keeps the id its own Spark partition gives it (the
-            partition index travels with the row). ``False``: one task per
+        coalesce_tasks: Driver only, through ``foreachBatch`` / ``write()``:
+            a batch with more Spark partitions than the cluster has cores is
+            read by one task per core (a coalesce: no shuffle): at-least-once
+            with ``record_ids`` ``"partition"`` or ``"columns"`` writes it so
+            (each record keeps its own partition's id), exactly-once tags its
+            lanes so before the lane shuffle. ``False``: one task per
             partition, as Spark split the batch.
         write_timestamp: Write a ``timestamp`` column as the records'
             timestamps (Spark's sink up to 4.2 never does; unset, the producer

@@ -68,10 +68,10 @@ def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     """``df`` (with :data:`LANE_COLUMN`) re-split into ``config.exactly_once_lanes`` partitions, one lane each.
 
     The stage before the shuffle is coalesced to the cores where
-    :func:`.coalesce.coalesce_width` says so (a narrower map stage; the lanes
-    do not depend on it).
+    :func:`.coalesce.coalesce_width` says so and ``coalesce_tasks`` is set (a
+    narrower map stage; the lanes do not depend on it).
     """
-    width = coalesce_width(df)
+    width = coalesce_width(df) if config.coalesce_tasks else None
     if width is not None:
         df = df.coalesce(width)
     return df.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)
