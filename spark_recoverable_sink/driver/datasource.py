@@ -21,6 +21,9 @@ streaming query the run is the query's id (read in each task from the
 ``streaming.sql.batchId``), in a batch write a fresh random run per save
 unless ``run_id`` is given.
 
+It needs PySpark 4.0 (Python data sources): on 3.5 importing this module
+raises :class:`.SparkVersionError` (:func:`.versions.require_data_source`).
+
 What the data source does not do (``foreachBatch(sink)`` does): run a drain
 job after a failed batch, confirm dead letters back to the workers (a worker
 lists its unreported dead letters in each of its reports), refuse a second
@@ -37,13 +40,6 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
-
 from ..config import EXACTLY_ONCE, SinkConfig
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import PartitionReport
@@ -52,6 +48,16 @@ from ..task.writer import write_partition
 from .batches import conclude_batch, dead_letter_error, first_contact_error
 from .options import parse_options
 from .query import QUERY_ID_PROPERTY, RUN_LEN
+from .versions import require_data_source
+
+require_data_source()  # PySpark 4.0+: on 3.5 a SparkVersionError naming foreachBatch(sink)
+
+from pyspark.sql.datasource import (  # noqa: E402 - after the version check
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa

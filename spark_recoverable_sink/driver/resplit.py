@@ -12,7 +12,8 @@ Two ways to compute it, same lanes:
   the columns the lane needs cross to Python (the key, the topic and
   partition columns, and the first 64 bytes of a keyless record's value);
   the rows stay in the JVM;
-* otherwise a ``mapInArrow`` pass that sends every column to Python and back.
+* otherwise (PySpark 3.5 and 4.0) a ``mapInArrow`` pass that sends every
+  column to Python and back.
 
 Where it runs: the driver, once per batch (it reads the sink topic's
 partition count and builds the plan). What pickles: the config and that count.
@@ -27,6 +28,7 @@ import pyarrow as pa
 from ..config import SinkConfig
 from ..task.lanes import LANE_COLUMN, LaneTagger, driver_counts, lane_values
 from .coalesce import coalesce_width
+from .versions import features
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -49,10 +51,11 @@ class LaneColumn:
 
 
 def _arrow_udf() -> Any:
-    try:
-        from pyspark.sql.functions import arrow_udf
-    except ImportError:  # PySpark 4.0: no Arrow UDFs
+    """PySpark's ``arrow_udf`` (4.1+), else ``None`` (:mod:`.versions`)."""
+    if not features().arrow_udf:
         return None
+    from pyspark.sql.functions import arrow_udf
+
     return arrow_udf
 
 
@@ -63,7 +66,7 @@ def _at_most_one_task_per_core(df: "DataFrame") -> "DataFrame":
     partitions on 2 cores would pay it 64 times for work that 2 tasks do as
     fast. Lanes are a function of each record, so how the pass is split does
     not change them. Left as it is wherever
-    :func:`.coalesce.coalesce_width` says so (Spark Connect, dynamic
+    :func:`.coalesce.coalesce_width` says so (cores not known, dynamic
     allocation, a batch known to have no more partitions than cores).
     """
     width = coalesce_width(df)
