@@ -116,7 +116,7 @@ def spark_env(r: SparkRelease | str, wheel: str) -> str:
         env = _clean_env()
         try:
             subprocess.run([sys.executable, "-m", "venv", dest], check=True, capture_output=True, timeout=300, env=env)
-            p = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-compile", *reqs],
+            p = subprocess.run([python, "-m", "pip", "install", "--quiet", *reqs],
                                capture_output=True, text=True, timeout=_PIP_TIMEOUT_S, env=env)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             shutil.rmtree(dest, ignore_errors=True)

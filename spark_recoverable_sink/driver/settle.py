@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..delivery.exactly_once.lanes import lane_markers
@@ -82,6 +83,7 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     offered: dict[str, tuple[str, str, str]] = {}
     if not lanes:
         return []
+    _points.point("eo.settle", batch=report.batch_id, lanes=len(lanes))
     t0 = time.monotonic()
     bound = Deadline(config.settle_timeout_s)
     rounds = 0
