@@ -30,7 +30,8 @@ from typing import Any
 
 from ..errors import SparkVersionError
 
-__all__ = ["SUPPORTED", "Features", "parse_version", "installed_version", "features", "check_supported",
+__all__ = ["SUPPORTED", "Features", "parse_version", "installed_version", "distribution_version", "features",
+           "check_supported",
            "require_data_source", "inheritable_thread", "is_connect", "scala_binary"]
 
 #: PySpark versions the sink supports: [3.5, 5).
@@ -71,6 +72,17 @@ def installed_version() -> tuple[int, int, int] | None:
     except ImportError:
         return None
     return parse_version(__version__)
+
+
+def distribution_version() -> tuple[int, int, int] | None:
+    """The installed ``pyspark`` distribution's version, without importing PySpark; ``None`` when pip did not
+    install it (a platform's own PySpark may have no distribution metadata) or it cannot be read."""
+    from importlib import metadata
+
+    try:
+        return parse_version(metadata.version("pyspark"))
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
 
 
 def features(version: tuple[int, int, int] | None = None) -> Features:

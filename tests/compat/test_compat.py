@@ -80,6 +80,7 @@ def test_the_data_source_or_its_refusal(release_run):
     if version.startswith("3."):  # no Python data sources: refused on import, naming the version and the way
         assert got["refused"] and "SparkVersionError" in got["refused"] and version in got["refused"], got
         assert "foreachBatch" in got["refused"], got
+        assert "RecoverableKafkaSink" in got["star"] and "RecoverableKafkaDataSource" not in got["star"], got
         return
     assert got["refused"] is None and got["stream_error"] is None, got
     rows = release_run.spec["rows"]
