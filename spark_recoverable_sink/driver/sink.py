@@ -102,6 +102,7 @@ class RecoverableKafkaSink:
         ConfigError: an option is wrong (the message names it), or
             ``metrics_port`` is set and the endpoint cannot start
             (prometheus-client missing, port taken).
+        SparkVersionError: the installed PySpark is not 3.5 or 4.x (:mod:`.versions`).
     """
 
     def __init__(
@@ -210,8 +211,7 @@ class RecoverableKafkaSink:
 
         spark = spark or SparkSession.getActiveSession()
         if spark is None:
-            raise RecoverableSinkError("drain needs a SparkSession: pass spark= (a Spark Connect session on PySpark "
-                                       "3.5 is not found as the active one)")
+            raise RecoverableSinkError("drain needs a SparkSession: pass spark= (none is active in this thread)")
         n = tasks or drain_tasks(spark)
         t0 = time.monotonic()
         with self._lock:
