@@ -103,7 +103,8 @@ def _notes(r: SparkRelease) -> str:
     f = features(parse_version(r.version))
     notes = []
     if not f.python_data_source:
-        notes.append('no Python data sources: format("recoverable-kafka") needs Spark 4.0')
+        notes.append('format("recoverable-kafka") needs PySpark 4.1 (a streaming Arrow writer); importing it '
+                     "raises SparkVersionError")
     if not f.arrow_udf:
         notes.append("exactly-once re-split by mapInArrow (Arrow UDFs from 4.1)")
     if r.notes:

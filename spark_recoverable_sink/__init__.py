@@ -69,6 +69,6 @@ __all__ = [
 
 _pyspark = _versions.distribution_version()  # read without importing PySpark
 if _pyspark is not None and not _versions.features(_pyspark).python_data_source:
-    __all__.remove("RecoverableKafkaDataSource")  # PySpark 3.5: ``import *`` leaves the data source out
+    __all__.remove("RecoverableKafkaDataSource")  # PySpark 3.5, 4.0: ``import *`` leaves the data source out
 
 __version__ = "0.1.0"

@@ -21,8 +21,8 @@ streaming query the run is the query's id (read in each task from the
 ``streaming.sql.batchId``), in a batch write a fresh random run per save
 unless ``run_id`` is given.
 
-It needs PySpark 4.0 (Python data sources): on 3.5 importing this module
-raises :class:`.SparkVersionError` (:func:`.versions.require_data_source`).
+It needs PySpark 4.1 (a streaming Arrow writer): on 3.5 and 4.0 importing
+this module raises :class:`.SparkVersionError` (:func:`.versions.require_data_source`).
 
 What the data source does not do (``foreachBatch(sink)`` does): run a drain
 job after a failed batch, confirm dead letters back to the workers (a worker
@@ -50,7 +50,7 @@ from .options import parse_options
 from .query import QUERY_ID_PROPERTY, RUN_LEN
 from .versions import require_data_source
 
-require_data_source()  # PySpark 4.0+: on 3.5 a SparkVersionError naming foreachBatch(sink)
+require_data_source()  # PySpark 4.1+: before, a SparkVersionError naming foreachBatch(sink)
 
 from pyspark.sql.datasource import (  # noqa: E402 - after the version check
     DataSource,

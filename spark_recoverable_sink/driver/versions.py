@@ -3,8 +3,11 @@
 The sink runs on PySpark 3.5 and 4.x (:data:`SUPPORTED`). Per version:
 
 * ``format("recoverable-kafka")`` (:mod:`.datasource`) needs Python data
-  sources (``pyspark.sql.datasource``, 4.0): on 3.5 importing it raises
-  :class:`.SparkVersionError` naming the version and ``foreachBatch(sink)``;
+  sources with Arrow writers for both batch and streaming
+  (``pyspark.sql.datasource.DataSourceStreamArrowWriter``, 4.1; 4.0 has
+  data sources, but its streaming writer takes rows): on 3.5 and 4.0
+  importing it raises :class:`.SparkVersionError` naming the version and
+  ``foreachBatch(sink)``;
 * exactly-once's re-split computes lanes with an Arrow UDF from 4.1
   (``arrow_udf``), with a ``mapInArrow`` pass before (:mod:`.resplit`);
 * ``InheritableThread`` takes the session (``session=``, which carries Spark
@@ -43,7 +46,7 @@ class Features:
     """What PySpark ``version`` offers the sink."""
 
     version: tuple[int, int, int]
-    python_data_source: bool  # pyspark.sql.datasource: format("recoverable-kafka") (4.0)
+    python_data_source: bool  # pyspark.sql.datasource's Arrow writers, streaming too: format("recoverable-kafka") (4.1)
     arrow_udf: bool  # pyspark.sql.functions.arrow_udf: the re-split's lane column (4.1)
     thread_session: bool  # InheritableThread(session=...) (4.0)
     connect: bool  # a Spark Connect client with foreachBatch, tags and mapInArrow (3.5)
@@ -88,7 +91,7 @@ def distribution_version() -> tuple[int, int, int] | None:
 def features(version: tuple[int, int, int] | None = None) -> Features:
     """What ``version`` (default: the installed PySpark) offers; an unknown one counts as the newest."""
     v = version or installed_version() or SUPPORTED[1]
-    return Features(version=v, python_data_source=v >= (4, 0, 0), arrow_udf=v >= (4, 1, 0),
+    return Features(version=v, python_data_source=v >= (4, 1, 0), arrow_udf=v >= (4, 1, 0),
                     thread_session=v >= (4, 0, 0), connect=v >= (3, 5, 0))
 
 
@@ -109,14 +112,15 @@ def require_data_source(version: tuple[int, int, int] | None = None) -> None:
     """Refuse ``format("recoverable-kafka")`` where PySpark has no Python data sources.
 
     Raises:
-        SparkVersionError: PySpark older than 4.0 (the message names ``foreachBatch(sink)``).
+        SparkVersionError: PySpark older than 4.1 (the message names ``foreachBatch(sink)``).
     """
     f = features(version)
     if not f.python_data_source:
         raise SparkVersionError(
-            "format", f'format("recoverable-kafka") needs Python data sources (pyspark.sql.datasource, PySpark '
-                      f"4.0+); this is PySpark {f.text}: use foreachBatch(RecoverableKafkaSink(...)) for a "
-                      "streaming query or RecoverableKafkaSink(...).write(df) for a batch, which run on 3.5", f.text)
+            "format", f'format("recoverable-kafka") needs PySpark 4.1+ (Python data sources with a streaming '
+                      f"Arrow writer, pyspark.sql.datasource.DataSourceStreamArrowWriter); this is PySpark {f.text}: "
+                      "use foreachBatch(RecoverableKafkaSink(...)) for a streaming query or "
+                      "RecoverableKafkaSink(...).write(df) for a batch, which run on 3.5 and 4.0", f.text)
 
 
 def inheritable_thread(spark: Any, **kwargs: Any) -> Any:

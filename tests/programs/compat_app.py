@@ -17,8 +17,8 @@ local[2,3] session (task retries allowed) runs, in order:
   restarted from its checkpoint; exactly-once also has a unit left to the
   settle's drain job (``ForcedDrain``);
 * ``write`` / ``write_eo``: ``sink.write(df)``;
-* ``ds``: ``format("recoverable-kafka")``, batch and streaming (PySpark 4.0+;
-  on 3.5 the error importing it says why);
+* ``ds``: ``format("recoverable-kafka")``, batch and streaming (PySpark 4.1+;
+  before, the error importing it says why);
 * ``avro``: ``sink.write(df)`` with ``value_format=Avro(...)`` (Spark's Avro
   package where Maven Central serves it; without it, the sink's error);
 * ``installed``: where the driver and the Python workers import the package from.

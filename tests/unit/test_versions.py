@@ -16,7 +16,7 @@ from spark_recoverable_sink.errors import ConfigError, SparkVersionError
 def test_features_per_version():
     f35, f40, f41 = (versions.features(versions.parse_version(v)) for v in ("3.5.7", "4.0.0", "4.1.1"))
     assert (f35.python_data_source, f35.arrow_udf, f35.thread_session, f35.connect) == (False, False, False, True)
-    assert (f40.python_data_source, f40.arrow_udf, f40.thread_session) == (True, False, True)
+    assert (f40.python_data_source, f40.arrow_udf, f40.thread_session) == (False, False, True)
     assert (f41.python_data_source, f41.arrow_udf) == (True, True)
     assert versions.parse_version("3.5.2-databricks") == (3, 5, 2) and versions.parse_version("4.1") == (4, 1, 0)
     assert versions.scala_binary("3.5.7") == "2.12" and versions.scala_binary("4.0.0") == "2.13"
@@ -32,7 +32,9 @@ def test_unsupported_versions_and_the_data_source_on_3_5_are_refused_naming_the_
     with pytest.raises(SparkVersionError, match=r"PySpark 3\.5\.7.*foreachBatch") as ei:
         versions.require_data_source((3, 5, 7))
     assert isinstance(ei.value, ImportError) and ei.value.version == "3.5.7"
-    versions.require_data_source((4, 0, 0))
+    with pytest.raises(SparkVersionError, match=r"4\.1\+.*PySpark 4\.0\.0"):  # no streaming Arrow writer
+        versions.require_data_source((4, 0, 0))
+    versions.require_data_source((4, 1, 0))
 
 
 def test_the_drain_thread_takes_the_session_from_4_0_only(monkeypatch):
@@ -125,8 +127,7 @@ def test_the_compatibility_doc_holds_the_rendered_table():
     for r in sparkversions.RELEASES:
         assert f"tested {r.version})" in table
     entry_points = [row.split(" | ")[4] for row in table.splitlines()[2:]]
-    assert 'format("recoverable-kafka")' not in entry_points[0]  # 3.5's row: no data source
-    assert all('format("recoverable-kafka")' in e for e in entry_points[1:])
+    assert ['format("recoverable-kafka")' in e for e in entry_points] == [False, False, True, True, True]
     # the check can fail: a table that differs is rewritten
     stale = text.replace("3.5.x", "3.4.x")
     assert sparkversions.render_doc(stale) == text and stale != text
