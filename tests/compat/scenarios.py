@@ -177,16 +177,17 @@ class ForcedDrain:
     1. the first task of the batch to commit its unit parks before the
        commit (``eo.committing``) until its ``ack_timeout_s`` has passed;
        released, it finds no time left and returns with the unit pending;
-    2. its worker's background thread parks before retrying the unit
-       (``eo.idle_retry`` of that pid), and the driver parks as its settle
+    2. its worker's background thread of this sink parks before retrying the
+       unit (``eo.idle_retry`` of that pid and sink), and the driver parks as its settle
        begins (``eo.settle``: the batch's job is done, the task returned);
     3. the worker is SIGKILLed, then both are released: the unit's owner is
        dead, so the settle's drain job (its tasks adopt the dead worker's
        slot) is what commits it.
     """
 
-    def __init__(self, hooks: Hooks, batch: int, ack_timeout_s: float) -> None:
+    def __init__(self, hooks: Hooks, sink: str, batch: int, ack_timeout_s: float) -> None:
         self.hooks = hooks
+        self.sink = sink  # a worker holds a runtime per sink: only this one's background retry is parked
         self.ack_timeout_s = ack_timeout_s
         self.parks = [hooks.park("eo.committing", batch=batch), hooks.park("eo.settle", batch=batch)]
         self.what: dict[str, Any] = {"kind": "forced_drain", "batch": batch}
@@ -195,7 +196,7 @@ class ForcedDrain:
         committing, settle = self.parks
         at = committing.wait(QUERY_BOUND_S)
         pid, coords = at["pid"], at["coords"]
-        self.parks.append(self.hooks.park("eo.idle_retry", pid=pid))
+        self.parks.append(self.hooks.park("eo.idle_retry", pid=pid, sink=self.sink))
         # the unit's commit deadline (ack_timeout_s, started just before this point) passes while it is parked
         time.sleep(self.ack_timeout_s + 1.0)  # the deadline's length, not a synchronisation
         committing.release()

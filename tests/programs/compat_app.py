@@ -103,7 +103,7 @@ def _fb(spark: Any, spec: dict[str, Any], hooks: Hooks, name: str, eo: bool) -> 
 
     sink.drain = drain  # type: ignore[method-assign]
     faults = Faults(WorkerKill(hooks, "eo.produced_chunk" if eo else "task.mid_task", batch=1),
-                    *([ForcedDrain(hooks, batch=2, ack_timeout_s=3.0)] if eo else []))
+                    *([ForcedDrain(hooks, sink.name, batch=2, ack_timeout_s=3.0)] if eo else []))
     out = stream_twice(spark, spec["source"], sink, os.path.join(work, f"chk-{name}"), stop_after=3, faults=faults)
     out.update(drains=drains, batches=[{"batch": r.batch_id, "rows": r.rows, "pending": r.pending}
                                        for r in sink.reports])

@@ -56,7 +56,7 @@ def main(spec_path: str) -> int:
                                     topic=spec["outputs"]["cx_eo"], wal_dir=wal, guarantee="exactly_once",
                                     exactly_once_lanes=2, ack_timeout_s=3.0, settle_timeout_s=120.0,
                                     run_id=f"cx-{tag}")
-        faults = Faults(ForcedDrain(hooks, batch=1, ack_timeout_s=3.0))
+        faults = Faults(ForcedDrain(hooks, sink.name, batch=1, ack_timeout_s=3.0))
         return stream_twice(spark, spec["source"], sink, os.path.join(work, "chk-cx-eo"), stop_after=2,
                             faults=faults)
 
