@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jars test test-fast test-unit test-broker test-spark demo bench bench-quick soak wheels clean
+.PHONY: install jars test test-fast test-unit test-broker test-spark test-compat demo bench bench-quick soak wheels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test-broker: $(STAMP) jars
 
 test-spark: $(STAMP) jars
 	$(PY) -m pytest -q -ra tests/spark
+
+# The compatibility tier alone: the headline scenarios on every other Spark release of devtools/sparkversions.py,
+# each from its own venv (built once into ~/.cache/spark-recoverable-sink) with the wheel of this tree installed
+test-compat: $(STAMP) jars
+	$(PY) -m pytest -q -ra -m compat tests/compat
 
 demo: $(STAMP) jars
 	$(PY) jobs/demo.py --conf conf/demo.json

@@ -18,13 +18,15 @@ import tempfile
 from typing import Callable
 
 __all__ = ["MavenError", "cache_root", "java", "maven_jars", "pom_property", "spark_kafka_connector_jars",
-           "spark_avro_jars", "maven_artifact"]
+           "spark_avro_jars", "spark_connect_jars", "maven_artifact"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SPARK_KAFKA_POM = os.path.join(_HERE, "spark-kafka", "pom.xml")
 #: Of the connector's closure, what PySpark does not ship.
 SPARK_AVRO_POM = os.path.join(_HERE, "spark-avro", "pom.xml")
-SPARK_KAFKA_ARTIFACTS = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients",
+#: Spark Connect's server, which PySpark ships from 4.0 on (the compatibility tier's Spark 3.5 needs it).
+SPARK_CONNECT_POM = os.path.join(_HERE, "spark-connect", "pom.xml")
+SPARK_KAFKA_ARTIFACTS = ("spark-sql-kafka-0-10_{scala}", "spark-token-provider-kafka-0-10_{scala}", "kafka-clients",
                          "commons-pool2")
 
 
@@ -105,38 +107,56 @@ def _fetch_once(name: str, what: str, args: list[str], ok: Callable[[str], bool]
     return dest
 
 
-def maven_jars(pom: str, name: str, artifacts: tuple[str, ...] = ()) -> str:
+def maven_jars(pom: str, name: str, artifacts: tuple[str, ...] = (), properties: dict[str, str] | None = None) -> str:
     """The folder ``<cache>/<name>`` holding the jars of ``pom``'s dependencies (only ``artifacts`` if given).
+
+    ``properties`` override the pom's ``<properties>`` (``-Dname=value``).
 
     Raises:
         MavenError: they are not cached and ``mvn`` is not on PATH, or it fails.
     """
-    args = ["-f", pom, "dependency:copy-dependencies"]
+    args = ["-f", pom, "dependency:copy-dependencies", *(f"-D{k}={v}" for k, v in (properties or {}).items())]
     if artifacts:
         args.append("-DincludeArtifactIds=" + ",".join(artifacts))
     return _fetch_once(name, f"the jars of {pom}", args, lambda d: any(n.endswith(".jar") for n in os.listdir(d)))
 
 
-def spark_kafka_connector_jars() -> list[str]:
+def _spark_jars(pom: str, name: str, artifacts: tuple[str, ...], version: str | None, scala: str | None) -> list[str]:
+    """The jars of one of the Spark poms, for ``version`` / ``scala`` (the pom's own when ``None``)."""
+    version = version or pom_property(pom, "spark.version")
+    scala = scala or pom_property(pom, "scala.binary.version")
+    d = maven_jars(pom, f"{name}-{version}", tuple(a.format(scala=scala) for a in artifacts),
+                   {"spark.version": version, "scala.binary.version": scala})
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".jar"))
+
+
+def spark_kafka_connector_jars(version: str | None = None, scala: str | None = None) -> list[str]:
     """Paths of Spark's Kafka connector jars that PySpark lacks (for ``--jars`` / ``spark.jars``).
 
-    Raises:
-        MavenError: as :func:`maven_jars`.
-    """
-    d = maven_jars(SPARK_KAFKA_POM, f"spark-sql-kafka-{pom_property(SPARK_KAFKA_POM, 'spark.version')}",
-                   SPARK_KAFKA_ARTIFACTS)
-    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".jar"))
-
-
-def spark_avro_jars() -> list[str]:
-    """Path of Spark's Avro package jar (``to_avro``), which PySpark lacks.
+    Of Spark ``version`` built for Scala ``scala`` (default: the pom's, the main test environment's).
 
     Raises:
         MavenError: as :func:`maven_jars`.
     """
-    d = maven_jars(SPARK_AVRO_POM, f"spark-avro-{pom_property(SPARK_AVRO_POM, 'spark.version')}",
-                   ("spark-avro_2.13",))
-    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".jar"))
+    return _spark_jars(SPARK_KAFKA_POM, "spark-sql-kafka", SPARK_KAFKA_ARTIFACTS, version, scala)
+
+
+def spark_avro_jars(version: str | None = None, scala: str | None = None) -> list[str]:
+    """Path of Spark's Avro package jar (``to_avro``), which PySpark lacks (``version`` / ``scala`` as above).
+
+    Raises:
+        MavenError: as :func:`maven_jars`.
+    """
+    return _spark_jars(SPARK_AVRO_POM, "spark-avro", ("spark-avro_{scala}",), version, scala)
+
+
+def spark_connect_jars(version: str | None = None, scala: str | None = None) -> list[str]:
+    """Path of Spark Connect's server jar, for a PySpark that does not ship it (3.5; ``version`` / ``scala`` as above).
+
+    Raises:
+        MavenError: as :func:`maven_jars`.
+    """
+    return _spark_jars(SPARK_CONNECT_POM, "spark-connect", ("spark-connect_{scala}",), version, scala)
 
 
 def maven_artifact(coordinate: str, name: str) -> str:

@@ -4,6 +4,8 @@
         --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<your Spark version> \
         jobs/kafka_to_kafka.py --conf conf/kafka_to_kafka.json
 
+(``_2.12`` on Spark 3.5, whose PyPI build is for Scala 2.12.)
+
 The source is Spark's Kafka source (``source.subscribe`` on
 ``source.bootstrap_servers``; ``source.consumer_conf`` holds further consumer
 options, secrets as {"env": "VARIABLE"}). ``transform`` is the job's logic:

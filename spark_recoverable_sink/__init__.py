@@ -9,6 +9,7 @@ README.md for the guarantee and docs/DESIGN.md for the data path.
 from .config import SinkConfig
 from .driver.formats import Avro, JsonSchema
 from .driver.sink import RecoverableKafkaSink
+from .driver import versions as _versions
 from .errors import (
     BrokerUnreachableError,
     ConfigError,
@@ -22,6 +23,7 @@ from .errors import (
     RegistryUnavailableError,
     SchemaError,
     SchemaIncompatibleError,
+    SparkVersionError,
     WalError,
     WalFormatError,
     WalFullError,
@@ -48,6 +50,7 @@ __all__ = [
     "PartitionReport",
     "RecoverableSinkError",
     "ConfigError",
+    "SparkVersionError",
     "SchemaError",
     "InvalidRecordError",
     "WalError",
@@ -63,5 +66,9 @@ __all__ = [
     "RegistryAuthError",
     "SchemaIncompatibleError",
 ]
+
+_pyspark = _versions.distribution_version()  # read without importing PySpark
+if _pyspark is not None and not _versions.features(_pyspark).python_data_source:
+    __all__.remove("RecoverableKafkaDataSource")  # PySpark 3.5, 4.0: ``import *`` leaves the data source out
 
 __version__ = "0.1.0"

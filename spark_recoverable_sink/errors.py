@@ -12,6 +12,7 @@ from typing import Any, Sequence
 __all__ = [
     "RecoverableSinkError",
     "ConfigError",
+    "SparkVersionError",
     "SchemaError",
     "InvalidRecordError",
     "WalError",
@@ -43,6 +44,19 @@ class ConfigError(RecoverableSinkError, ValueError):
         super().__init__(f"invalid option {option!r}: {reason}")
         self.option = option
         self.reason = reason
+
+
+class SparkVersionError(ConfigError, ImportError):
+    """The installed PySpark lacks what an entry point or option needs; ``version`` names it.
+
+    Raised when the sink is built or the entry point imported, never by a
+    batch. The message names the alternative that runs on this version. An
+    ``ImportError`` too: importing the data source on PySpark 3.5 raises it.
+    """
+
+    def __init__(self, option: str, reason: str, version: str) -> None:
+        super().__init__(option, reason)
+        self.version = version
 
 
 class SchemaError(RecoverableSinkError, ValueError):

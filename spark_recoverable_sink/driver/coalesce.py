@@ -31,6 +31,16 @@ partition's. Under dynamic allocation the core count is only what is
 registered now, and a stage of that many tasks would never ask for more
 executors: there the batch is left as Spark split it.
 
+The cores (:func:`session_cores`): Spark's default parallelism on classic
+Spark. A Spark Connect session has no SparkContext; its configuration tells
+them where it can: ``spark.default.parallelism`` if set, else the master's
+(``local[N]``, ``local-cluster[N,C,M]``; ``local[*]``: this host's, where
+the Connect server runs a foreachBatch function), else
+``spark.executor.instances`` x ``spark.executor.cores`` when both are set.
+Anywhere else (a cluster manager's master and no fixed executors) the cores
+are not known and coalescing stays off: set ``spark.default.parallelism``
+to the cluster's cores to turn it on.
+
 Exactly-once's written batch is left alone: its units are lanes
 (:mod:`.resplit`), and with ``exactly_once_lanes=0`` each Spark partition is
 one. Its lane pass (which only tags rows with their lane before the shuffle)
@@ -41,7 +51,9 @@ Where it runs: the driver, once per batch (it only builds the plan).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+import re
+from typing import TYPE_CHECKING, Any
 
 from ..config import EXACTLY_ONCE, SinkConfig
 from ..task.parts import SOURCE_PARTITION
@@ -49,15 +61,57 @@ from ..task.parts import SOURCE_PARTITION
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["cores_of", "partitions_of", "coalesce_width", "dynamic_allocation", "one_task_per_core"]
+__all__ = ["cores_of", "session_cores", "drain_tasks", "partitions_of", "coalesce_width", "dynamic_allocation",
+           "one_task_per_core", "DRAIN_TASKS_UNKNOWN"]
+
+#: A drain job's task count where the cores cannot be told (Spark Connect on a cluster manager with neither
+#: spark.default.parallelism nor fixed executors set): a few per executor of a small cluster. Each task waits
+#: at most the drain's timeout for its worker, so more tasks than cores would queue waits behind each other.
+DRAIN_TASKS_UNKNOWN = 8
+
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
+
+
+def _conf(spark: Any, key: str) -> str | None:
+    try:
+        value = spark.conf.get(key, None)
+    except Exception:  # noqa: BLE001 - not readable (a restricted Connect session): not known
+        return None
+    return None if value is None else str(value).strip()
+
+
+def session_cores(spark: Any) -> int | None:
+    """The cluster's cores, or ``None`` where they cannot be told (the rule: module doc)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext; its configuration below
+        pass
+    try:
+        explicit = _conf(spark, "spark.default.parallelism")
+        if explicit:
+            return max(1, int(explicit))
+        master = _conf(spark, "spark.master") or ""
+        if m := _LOCAL.fullmatch(master):
+            return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1) or 1)
+        if m := _LOCAL_CLUSTER.fullmatch(master):
+            return max(1, int(m.group(1)) * int(m.group(2)))
+        instances, cores = _conf(spark, "spark.executor.instances"), _conf(spark, "spark.executor.cores")
+        if instances and cores and not _dynamic_allocation(spark):
+            return max(1, int(instances) * int(cores))
+    except ValueError:  # a value that is not a number: not known
+        return None
+    return None
+
+
+def drain_tasks(spark: Any) -> int:
+    """A drain job's task count: the cluster's cores (:func:`session_cores`), else :data:`DRAIN_TASKS_UNKNOWN`."""
+    return session_cores(spark) or DRAIN_TASKS_UNKNOWN
 
 
 def cores_of(df: "DataFrame") -> int | None:
-    """The cluster's cores (Spark's default parallelism), or ``None`` where it cannot be read (Spark Connect)."""
-    try:
-        return max(1, int(df.sparkSession.sparkContext.defaultParallelism))
-    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext
-        return None
+    """The cluster's cores where they can be told (:func:`session_cores`), else ``None``."""
+    return session_cores(df.sparkSession)
 
 
 #: Leaves of an analyzed plan whose partitions are known without listing, fetching or running anything:
@@ -93,18 +147,19 @@ def partitions_of(df: "DataFrame") -> int | None:
         return None
 
 
+def _dynamic_allocation(spark: Any) -> bool:
+    return (_conf(spark, "spark.dynamicAllocation.enabled") or "false").lower() == "true"
+
+
 def dynamic_allocation(df: "DataFrame") -> bool:
-    """Whether the session runs under dynamic allocation (its registered cores are not its cores)."""
-    try:
-        return str(df.sparkSession.conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true"
-    except Exception:  # noqa: BLE001 - not readable: assume a fixed cluster
-        return False
+    """Whether ``df``'s session runs under dynamic allocation (its registered cores are not its cores)."""
+    return _dynamic_allocation(df.sparkSession)
 
 
 def coalesce_width(df: "DataFrame") -> int | None:
     """The task count to coalesce ``df`` to (the cluster's cores), or ``None`` to leave it as Spark split it.
 
-    ``None`` where the core count cannot be read (Spark Connect), under
+    ``None`` where the cores cannot be told (:func:`session_cores`), under
     dynamic allocation (a stage of the registered cores would never ask for
     more executors), and when ``df`` is known to have no more partitions than
     cores (:func:`partitions_of`). Used by both guarantees' passes

@@ -26,6 +26,9 @@ of sources that keep their split, such as files, not Spark's Kafka source);
 ``topic,partition,offset``) gives ids that hold across any re-run;
 ``"content"`` is refused (it needs that driver step).
 
+It needs PySpark 4.1 (a streaming Arrow writer): on 3.5 and 4.0 importing
+this module raises :class:`.SparkVersionError` (:func:`.versions.require_data_source`).
+
 What the data source does not do (``foreachBatch(sink)`` does): run a drain
 job after a failed batch, confirm dead letters back to the workers (a worker
 lists its unreported dead letters in each of its reports), refuse a second
@@ -43,13 +46,6 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
-
 from ..config import EXACTLY_ONCE, SinkConfig
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import PartitionReport
@@ -58,6 +54,16 @@ from ..task.writer import write_partition
 from .batches import conclude_batch, dead_letter_error, first_contact_error
 from .options import parse_options
 from .query import QUERY_ID_PROPERTY, RUN_LEN
+from .versions import require_data_source
+
+require_data_source()  # PySpark 4.1+: before, a SparkVersionError naming foreachBatch(sink)
+
+from pyspark.sql.datasource import (  # noqa: E402 - after the version check
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa

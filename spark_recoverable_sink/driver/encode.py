@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError, SchemaError
 from .formats import AVRO_PACKAGE, MAGIC, Avro, JsonSchema, RegistryFormat, check_json_fields
+from .versions import scala_binary
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
@@ -88,9 +89,10 @@ def _to_avro(col: "Column", schema: str) -> "Column":
 
 
 def _missing_avro(spark_version: str, column: str, why: str) -> ConfigError:
+    scala = scala_binary(spark_version)  # PyPI's PySpark: 2.12 before 4.0
     return ConfigError(f"{column}_format", f"Avro needs Spark's spark-avro package on the classpath ({why}): start "
-                                       f"Spark with --packages {AVRO_PACKAGE}:{spark_version} (or spark.jars."
-                                       f"packages; the jar spark-avro_2.13-{spark_version}.jar in spark.jars)")
+                                       f"Spark with --packages {AVRO_PACKAGE}_{scala}:{spark_version} (or spark."
+                                       f"jars.packages; the jar spark-avro_{scala}-{spark_version}.jar in spark.jars)")
 
 
 def _check_avro(df: "DataFrame", fmt: Avro, name: str, data_type: Any, column: str = "value") -> None:

@@ -44,7 +44,7 @@ __all__ = ["Avro", "JsonSchema", "RegistryFormat", "encode_columns", "check_json
 
 STRATEGIES = ("topic", "record", "topic_record")
 MAGIC = b"\x00"
-AVRO_PACKAGE = "org.apache.spark:spark-avro_2.13"
+AVRO_PACKAGE = "org.apache.spark:spark-avro"  # + _<Scala binary version>:<Spark version>
 
 
 @dataclass(frozen=True, repr=False)

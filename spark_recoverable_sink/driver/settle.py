@@ -29,6 +29,12 @@ batch relies on (a drain writes nothing new; its units commit or stay).
 
 This also fixes the order consumers see: every record of batch ``b`` is
 visible before any record of batch ``b+1``, in every Kafka partition.
+
+:func:`tagged_drains` gives :func:`settle` its drain jobs on a live session:
+each job carries one tag so that a stuck one can be cancelled: a SparkContext
+job tag on classic Spark (``addJobTag`` / ``cancelJobsWithTag``), a session
+tag on Spark Connect (``addTag`` / ``interruptTag``; its tags are
+thread-local, added in the drain thread). Both exist from PySpark 3.5.
 """
 
 from __future__ import annotations
@@ -38,14 +44,16 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..delivery.exactly_once.lanes import lane_markers
 from ..delivery.exactly_once.markers import lane_id
 from ..errors import SettleTimeoutError
 from ..report import BatchReport
+from .versions import inheritable_thread, is_connect
 
-__all__ = ["settle"]
+__all__ = ["settle", "tagged_drains"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
 
@@ -75,6 +83,7 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     offered: dict[str, tuple[str, str, str]] = {}
     if not lanes:
         return []
+    _points.point("eo.settle", batch=report.batch_id, lanes=len(lanes))
     t0 = time.monotonic()
     bound = Deadline(config.settle_timeout_s)
     rounds = 0
@@ -112,6 +121,40 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     waited = time.monotonic() - t0
     log.info("sink=%s batch_id=%d exactly_once settled seconds=%.3f", config.name, report.batch_id, waited)
     return list(offered.values())
+
+
+def tagged_drains(spark: Any, drain: Callable[[Any, float], Any], tag: str) -> dict[str, Callable[..., Any]]:
+    """:func:`settle`'s ``drain``, ``cancel`` and ``thread`` for ``spark`` (classic or Connect), jobs tagged ``tag``.
+
+    ``drain(spark, timeout_s)`` runs one drain job
+    (:meth:`.RecoverableKafkaSink.drain`). The thread is PySpark's
+    ``InheritableThread`` (the batch's job properties; :func:`.versions.inheritable_thread`).
+    The session is only asked for its SparkContext once a drain is needed (a
+    marker read may settle the batch first).
+    """
+    connect = is_connect(spark)
+
+    def run(timeout_s: float) -> Any:  # in settle's thread
+        if connect:
+            spark.addTag(tag)  # a Connect client's tags are this thread's
+            try:
+                return drain(spark, timeout_s)
+            finally:
+                spark.removeTag(tag)
+        sc = spark.sparkContext
+        sc.addJobTag(tag)
+        try:
+            return drain(spark, timeout_s)
+        finally:
+            sc.removeJobTag(tag)
+
+    def cancel() -> None:
+        if connect:
+            spark.interruptTag(tag)
+        else:
+            spark.sparkContext.cancelJobsWithTag(tag)
+
+    return {"drain": run, "cancel": cancel, "thread": lambda **kw: inheritable_thread(spark, **kw)}
 
 
 class _StuckDrain:

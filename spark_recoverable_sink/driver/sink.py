@@ -47,11 +47,13 @@ from .query import (
     query_run_id,
     streaming_query,
 )
-from .placement import place_for_ids
+from .coalesce import drain_tasks
 from .encode import encode_columns
 from .formats import RegistryFormat
+from .placement import place_for_ids
 from .resplit import LANE_COLUMN, by_lane, with_lane
-from .settle import settle
+from .settle import settle, tagged_drains
+from .versions import check_supported
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -108,6 +110,7 @@ class RecoverableKafkaSink:
         ConfigError: an option is wrong (the message names it), or
             ``metrics_port`` is set and the endpoint cannot start
             (prometheus-client missing, port taken).
+        SparkVersionError: the installed PySpark is not 3.5 or 4.x (:mod:`.versions`).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class RecoverableKafkaSink:
         history: int = 100, drain_on_failure_s: float = 10.0, run_id: str | None = None,
         value_format: RegistryFormat | None = None, key_format: RegistryFormat | None = None, **options: Any,
     ) -> None:
+        check_supported()  # this PySpark: 3.5 or 4.x
         self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
         self.formats = {"value": value_format, "key": key_format}
         for column, fmt in self.formats.items():
@@ -202,13 +206,22 @@ class RecoverableKafkaSink:
         acked. Call it at the end of a bounded job in async mode, or after a
         failure. ``pending > 0`` in the result means records are still in the
         WALs (delivered later by live workers, or by the next run).
+
+        Classic Spark and Spark Connect alike (the job is ``spark.range`` and
+        ``mapInArrow``). ``tasks`` defaults to the cluster's cores
+        (:func:`.coalesce.drain_tasks`: under Spark Connect from the session's
+        configuration, ``spark.default.parallelism`` first).
+
+        Raises:
+            RecoverableSinkError: no ``spark`` given and no active session.
+            pyspark errors: the drain job failed.
         """
         from pyspark.sql import SparkSession
 
         spark = spark or SparkSession.getActiveSession()
         if spark is None:
-            raise RecoverableSinkError("drain needs a SparkSession")
-        n = tasks or max(1, spark.sparkContext.defaultParallelism)
+            raise RecoverableSinkError("drain needs a SparkSession: pass spark= (none is active in this thread)")
+        n = tasks or drain_tasks(spark)
         t0 = time.monotonic()
         with self._lock:
             confirmed = self._dead.confirmed()
@@ -280,26 +293,13 @@ class RecoverableKafkaSink:
     def _settle(self, spark: Any, report: BatchReport) -> list[tuple[str, str, str]]:
         """Exactly-once: :func:`.settle` with drain jobs tagged, so that one that never returns is cancelled.
 
-        The tag is a SparkContext job tag, added to the job properties the thread
-        inherits from the batch's.
+        Classic Spark and Spark Connect alike (:func:`.tagged_drains`).
 
         Raises:
             SettleTimeoutError, or a drain job's own error: see :func:`.settle`.
         """
-        from pyspark import InheritableThread
-
         tag = f"rks-settle-{uuid.uuid4().hex}"
-
-        def drain(timeout_s: float) -> DrainReport:  # runs in settle's thread
-            sc = spark.sparkContext  # only once a drain is needed (a marker read may settle the batch first)
-            sc.addJobTag(tag)
-            try:
-                return self.drain(spark, timeout_s)
-            finally:
-                sc.removeJobTag(tag)
-
-        return settle(self.config, report, drain, cancel=lambda: spark.sparkContext.cancelJobsWithTag(tag),
-                      thread=lambda **kw: InheritableThread(session=spark, **kw))
+        return settle(self.config, report, **tagged_drains(spark, lambda s, t: self.drain(s, t), tag))
 
     def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:
         """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.

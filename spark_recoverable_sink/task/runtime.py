@@ -29,6 +29,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..errors import WalError, WalFullError, WalWriteError
@@ -219,6 +220,7 @@ class WorkerRuntime:
                 self._replayed += self.adopt_orphans()
             if self.units is not None and time.monotonic() - self._last_units >= _IDLE_UNITS_EVERY_S:
                 self._last_units = time.monotonic()
+                _points.point("eo.idle_retry", pid=os.getpid(), sink=self.config.name)
                 self.units.retry_pending(Deadline(_IDLE_COMMIT_S), blocking=False)
             if self.adopter.adopted:
                 self.adopter.release_drained()

@@ -1,0 +1,86 @@
+"""Fixtures of the compatibility tier: the wheel of the tree under test, and one application run per release.
+
+Every test here carries the ``spark`` marker (``make test-fast`` skips the
+tier) and the ``compat`` marker (``make test-compat`` runs it alone). The
+releases are devtools/sparkversions.py's ``COMPAT``; each one's virtual
+environment and jars are built once on a machine (devtools/sparkenvs.py),
+the wheel once per test session, installed into the run's own directory.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pytest
+
+from devtools.processes import free_port
+from devtools.sparkenvs import build_wheel, install_wheel, release_jars, spark_env
+from devtools.sparkversions import COMPAT, SparkRelease, release
+
+from .harness import file_input, kafka_input, output_topics, run_app, tests_only_path
+
+#: The output topics of one run (compat_app's and compat_client's scenarios).
+OUTPUTS = ["write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "cx_write", "cx_eo"]
+APP_BOUND_S = 1200.0
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.compat)
+
+
+@dataclass
+class ReleaseRun:
+    """One release's application run: its spec (topics, input), its results, where the wheel went."""
+
+    release: SparkRelease
+    spec: dict[str, Any]
+    results: dict[str, Any]
+    site: str
+    registry: Any
+    seconds: float
+
+    def result(self, name: str) -> dict[str, Any]:
+        """Scenario ``name``'s result; fails the test (with the app's log) if it raised."""
+        got = self.results.get(name)
+        assert got is not None, f"PySpark {self.release.version}: no result for {name} (rc={self.results.get('app_rc')}," \
+                                f" log {self.results.get('app_log')})"
+        assert "error" not in got, f"PySpark {self.release.version} {name}: {got['error']}\n{got.get('trace', '')}"
+        return got
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The package's wheel, built once per test session from this checkout."""
+    return build_wheel(str(tmp_path_factory.mktemp("wheel")))
+
+
+@pytest.fixture(scope="module", params=[r.version for r in COMPAT], ids=[f"pyspark-{r.version}" for r in COMPAT])
+def release_run(request: Any, broker: Any, registry: Any, wheel: str,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReleaseRun]:
+    """compat_app.py (and its Connect client) once for the release, in its environment, on the session's broker."""
+    r = release(request.param)
+    python = spark_env(r, wheel)
+    base = str(tmp_path_factory.mktemp(f"pyspark-{r.version}"))
+    site = install_wheel(python, wheel, os.path.join(base, "site"))
+    jars = release_jars(r)
+    source = kafka_input(broker.bootstrap) if r.kafka_connector else file_input(os.path.join(base, "src"))
+    hook_dir = os.path.join(base, "hooks")
+    os.makedirs(hook_dir)
+    scenarios = ["installed", "write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "connect"]
+    spec = {"version": r.version, "bootstrap": broker.bootstrap, "work": os.path.join(base, "work"),
+            "tag": secrets.token_hex(3), "rows": 2000, "jars": jars["kafka"] + jars["avro"] + jars["connect"],
+            "connect_port": free_port(), "source": source, "outputs": output_topics(broker.bootstrap, OUTPUTS),
+            "scenarios": scenarios, "avro_jar": bool(jars["avro"]),
+            "registry": {"url": registry.url, "auth_env": "RKS_TEST_REGISTRY_AUTH"}}
+    t = time.monotonic()
+    results = run_app(python, [site, tests_only_path(base)], spec, hook_dir, APP_BOUND_S,
+                      {"RKS_TEST_REGISTRY_AUTH": f"{registry.user}:{registry.password}"})
+    yield ReleaseRun(r, spec, results, site, registry, time.monotonic() - t)
