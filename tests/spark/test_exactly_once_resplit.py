@@ -127,3 +127,27 @@ def test_a_rerun_after_the_topic_gained_partitions_moves_no_record(spark, broker
     again = sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=4, run_id="grow")
     assert again.acked == 0 and again.pending == 0 and again.skipped == N, again
     _assert_each_once(broker, topic, N)
+
+
+def test_the_lane_pass_asks_no_broker_anything(spark, tmp_path):
+    """Lanes are a JVM expression of each record: computing them needs no broker (a topic column's topics, a
+    fresh worker during an outage). The re-split stage runs with no broker at all: every row in some lane,
+    each (topic, key) in one."""
+    from pyspark.sql import functions as F
+
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.driver.resplit import by_lane, with_lane
+
+    config = SinkConfig.build("nobroker", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path / "wal"),
+                              guarantee="exactly_once", exactly_once_lanes=4)
+    df = spark.range(0, 6000, 1, 3).select(
+        (F.col("id") % 97).cast("string").alias("key"), F.col("id").cast("string").alias("value"),
+        F.concat(F.lit("t"), (F.col("id") % 3).cast("string")).alias("topic"))  # a topic column, no option
+    lanes = by_lane(with_lane(df, config), config).select("topic", "key", F.spark_partition_id().alias("lane"))
+    rows = lanes.collect()
+    assert len(rows) == 6000
+    by_key: dict[tuple, set] = {}
+    for r in rows:
+        by_key.setdefault((r.topic, r.key), set()).add(r.lane)
+    assert all(len(v) == 1 for v in by_key.values())
+    assert {r.lane for r in rows} == {0, 1, 2, 3}
