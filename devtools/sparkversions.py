@@ -9,8 +9,9 @@ package's own checks, :mod:`spark_recoverable_sink.driver.versions`, so the
 table says what the sink does on that version.
 
 ``python -m devtools.sparkversions`` writes the table into
-``docs/compatibility.md`` between :data:`BEGIN` and :data:`END`;
-``--check`` exits 1 when the file differs from the rendered table.
+``docs/compatibility.md`` and ``README.md`` (its requirements) between
+:data:`BEGIN` and :data:`END`; ``--check`` exits 1 when a file differs from
+the rendered table.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-__all__ = ["SparkRelease", "RELEASES", "MAIN", "COMPAT", "release", "versions_table", "render_doc", "DOC",
+__all__ = ["SparkRelease", "RELEASES", "MAIN", "COMPAT", "release", "versions_table", "render_doc", "DOC", "DOCS",
            "BEGIN", "END"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 DOC = os.path.join(os.path.dirname(_HERE), "docs", "compatibility.md")
+#: Every file holding the table.
+DOCS = (DOC, os.path.join(os.path.dirname(_HERE), "README.md"))
 BEGIN = "<!-- BEGIN versions -->"
 END = "<!-- END versions -->"
 #: The Python the tests run on, and the oldest the package installs on (pyproject.toml's requires-python).
@@ -112,13 +115,16 @@ def _notes(r: SparkRelease) -> str:
 
 def versions_table() -> str:
     """The supported-versions table, Markdown, one row per release of :data:`RELEASES`."""
-    rows = ["| Spark | Python | Scala | Kafka connector | Entry points | Notes |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    from devtools.kafka_broker import kafka_version
+
+    kafka = f"Apache Kafka {kafka_version()}"
+    rows = ["| Spark | Python | Scala | Kafka (tested) | Spark's Kafka connector | Entry points | Notes |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in RELEASES:
         connector = f"spark-sql-kafka-0-10_{r.scala}:{r.version}" if r.kafka_connector else "not on Maven Central"
         python = f"{PACKAGE_PYTHON}+ (PySpark {r.python}; tested {TESTED_PYTHON})"
         spark = f"{r.minor}.x (tested {r.version})"
-        rows.append(f"| {spark} | {python} | {r.scala} | {connector} | {_entry_points(r)} | {_notes(r)} |")
+        rows.append(f"| {spark} | {python} | {r.scala} | {kafka} | {connector} | {_entry_points(r)} | {_notes(r)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -135,19 +141,23 @@ def render_doc(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m devtools.sparkversions [--check]``: write (or check) the table of docs/compatibility.md."""
+    """``python -m devtools.sparkversions [--check]``: write (or check) the table in :data:`DOCS`."""
     sys.path.insert(0, os.path.dirname(_HERE))
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    rendered = render_doc(text)
-    if "--check" in argv:
-        if rendered != text:
-            print(f"{DOC} differs from the rendered table: run python -m devtools.sparkversions", file=sys.stderr)
-            return 1
-        return 0
-    if rendered != text:
-        with open(DOC, "w", encoding="utf-8") as f:
-            f.write(rendered)
+    stale = []
+    for doc in DOCS:
+        with open(doc, encoding="utf-8") as f:
+            text = f.read()
+        rendered = render_doc(text)
+        if rendered == text:
+            continue
+        stale.append(doc)
+        if "--check" not in argv:
+            with open(doc, "w", encoding="utf-8") as f:
+                f.write(rendered)
+    if stale and "--check" in argv:
+        print(f"{', '.join(stale)} differ from the rendered table: run python -m devtools.sparkversions",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -119,14 +119,17 @@ def test_connect_drain_jobs_carry_a_session_tag_added_in_the_drain_thread_and_ar
                              ("interrupt", "t1", "MainThread")]
 
 
-def test_the_compatibility_doc_holds_the_rendered_table():
+def test_the_compatibility_doc_and_the_readme_hold_the_rendered_table():
     with open(sparkversions.DOC, encoding="utf-8") as f:
         text = f.read()
-    assert sparkversions.render_doc(text) == text, "run: python -m devtools.sparkversions"
+    for doc in sparkversions.DOCS:
+        with open(doc, encoding="utf-8") as f:
+            held = f.read()
+        assert sparkversions.render_doc(held) == held, f"{doc}: run python -m devtools.sparkversions"
     table = sparkversions.versions_table()
     for r in sparkversions.RELEASES:
         assert f"tested {r.version})" in table
-    entry_points = [row.split(" | ")[4] for row in table.splitlines()[2:]]
+    entry_points = [row.split(" | ")[5] for row in table.splitlines()[2:]]
     assert ['format("recoverable-kafka")' in e for e in entry_points] == [False, False, True, True, True]
     # the check can fail: a table that differs is rewritten
     stale = text.replace("3.5.x", "3.4.x")
