@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from .native import library
 
-__all__ = ["fingerprints", "fingerprints_py", "new_occurrences", "mix_pairs", "SEEDS"]
+__all__ = ["fingerprints", "fingerprints_py", "new_occurrences", "mix_pairs", "mix_each", "SEEDS"]
 
 _P1, _P2, _P3, _P4, _P5 = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
                            0x27D4EB2F165667C5)
@@ -161,6 +161,12 @@ def new_occurrences(spill_dir: str | None = None) -> Any:
     if native is None or not hasattr(native, "Occurrences"):
         return _Occurrences()
     return native.Occurrences(spill_dir, SPILL_ABOVE) if spill_dir else native.Occurrences()
+
+
+def mix_each(fps: np.ndarray, occs: np.ndarray) -> np.ndarray:
+    """``avalanche(fp ^ occ * P1)`` per (fingerprint, occurrence): the terms :func:`mix_pairs` sums."""
+    with np.errstate(over="ignore"):
+        return _avalanche(np.asarray(fps, np.uint64) ^ (np.asarray(occs, np.uint64) * np.uint64(_P1)))
 
 
 def mix_pairs(fps: np.ndarray, occs: np.ndarray, seed: int = 0) -> int:
