@@ -25,10 +25,12 @@ jars: $(STAMP)
 	$(PY) -m devtools.fetch_jars
 
 # On two pytest-xdist workers: the tests using the session's SparkSession on one of them, every other test on
-# whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves
+# whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves.
+# Every tier but the compatibility tier (`make test-compat`: the other Spark releases, about 25 minutes of its
+# own on 2 cores), so that CI's `make test` stays within its 30 minutes
 test: $(STAMP) jars
-	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone" tests
-	$(PY) -m pytest -q -ra --durations=30 -m alone tests
+	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone and not compat" tests
+	$(PY) -m pytest -q -ra --durations=30 -m "alone and not compat" tests
 
 # Every test that needs no Spark (pure tests and tests against the real broker): run it every few minutes
 test-fast: $(STAMP) jars

@@ -167,12 +167,14 @@ def _as_binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix: str, first_seq: int,
-                    run: str = "", scope: str = "") -> pa.RecordBatch:
+                    run: str = "", scope: str = "", row_prefix: str | None = None) -> pa.RecordBatch:
     """One input Arrow batch -> the canonical WAL record batch.
 
     The default topic, the record ids' ``run`` and their ``scope`` go into the
     schema metadata (``rks.topic``, ``rks.run``, ``rks.ids``), so a replay
-    from the WAL needs nothing else.
+    from the WAL needs nothing else. A refused row is named by its position,
+    ``<row_prefix><row>`` (``sink:run:batch:partition:row``; ``id_prefix``
+    when not given): it was never accepted, so it has no content id.
 
     Raises:
         InvalidRecordError: a row has a null topic and there is no default
@@ -196,7 +198,7 @@ def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix:
         if topic.null_count:
             if default_topic is None:
                 first_null = pc.index(pc.is_null(topic), True).as_py()
-                rid = f"{id_prefix}{first_seq + first_null}"
+                rid = f"{id_prefix if row_prefix is None else row_prefix}{first_seq + first_null}"
                 raise InvalidRecordError(
                     f"record {rid} (row {first_seq + first_null} of its partition) has a null topic and the "
                     "sink has no default topic; set topic= on the sink or fill the topic column",

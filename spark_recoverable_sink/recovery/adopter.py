@@ -262,6 +262,14 @@ class SlotAdopter:
                 raise
             return 0
 
+    def live_bytes(self) -> int:
+        """Bytes the adopted slots hold not yet acked: they count against the adopting worker's ``max_wal_bytes``.
+
+        Read without :attr:`lock` (a task thread asks while the poller may be adopting): one copy of the
+        values, each slot's own counter.
+        """
+        return sum(wal.live_bytes for _lock, wal in list(self.adopted.values()))
+
     def release_drained(self) -> list[int]:
         """Close and release adopted slots that hold nothing any more; returns their indices."""
         released = []

@@ -246,11 +246,13 @@ class WorkerRuntime:
         """
         assert self.wal is not None  # the task took it (own_wal)
         ok = self.wal.wait_for_space(nbytes, self.config.max_wal_bytes, self.config.max_block_s,
-                                     on_wait=self.publisher.make_room)
+                                     on_wait=self.publisher.make_room, held=self.adopter.live_bytes)
         if not ok:
+            adopted = self.adopter.live_bytes()
             raise WalFullError(
                 f"sink={self.config.name} WAL slot {self.wal.path} holds {self.wal.live_bytes} bytes not yet "
-                f"acked by Kafka; max_wal_bytes={self.config.max_wal_bytes}; waited max_block_s="
+                f"acked by Kafka (and the slots this worker adopted {adopted}); max_wal_bytes="
+                f"{self.config.max_wal_bytes}; waited max_block_s="
                 f"{self.config.max_block_s}s for acks. Nothing was dropped: the task fails and Spark re-runs it.",
                 self.wal.path,
             )

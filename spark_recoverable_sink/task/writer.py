@@ -180,6 +180,7 @@ class _Part:
     occurrences: Any
     seq: int = 0
     nbytes: int = 0
+    row_prefix: str = ""  # sink:run:batch:partition: whatever the ids' scope: names a row refused before its id
 
 
 def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any, fps: Any = None) -> pa.RecordBatch:
@@ -222,7 +223,8 @@ def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch
     if last is not None:
         last.occurrences = None
     prefix = record_id_prefix(rt.config.name, batch_id, p, run, scope).decode()
-    part = parts[p] = _Part(p, mode.begin(p), prefix, new_occurrences(rt.sdir))  # ids: fingerprint, occurrence
+    part = parts[p] = _Part(p, mode.begin(p), prefix, new_occurrences(rt.sdir),  # ids: fingerprint, occurrence
+                            row_prefix=record_id_prefix(rt.config.name, batch_id, p, run).decode())
     return part
 
 
@@ -249,8 +251,8 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                         continue
                     part = _part_of(rt, mode, parts, batch_id, p, run, scope)
                     rows_in, fps = _split(piece, columns)
-                    norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.prefix, part.seq, run, scope),
-                                     part.occurrences, fps)
+                    norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.prefix, part.seq, run, scope,
+                                                         part.row_prefix), part.occurrences, fps)
                     chunk = encode_chunk(norm)
                     key = ChunkKey(batch_id, p, part.seq, part.akey.gen)
                     rt.reserve_space(len(chunk))

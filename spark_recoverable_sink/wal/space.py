@@ -173,16 +173,20 @@ class SlotSpace:
         log.warning("slot=%s held nothing to keep in a %d-byte file: recreated, the space returned", self.path, size)
 
     def wait_for_space(self, need: int, limit: int, timeout_s: float,
-                       on_wait: Callable[[], Any] | None = None) -> bool:
-        """Block until ``live_bytes + need <= limit`` or ``timeout_s`` passes.
+                       on_wait: Callable[[], Any] | None = None, held: Callable[[], int] | None = None) -> bool:
+        """Block until ``live_bytes + held() + need <= limit`` or ``timeout_s`` passes.
 
-        ``on_wait`` is called between waits (to prune what is acked). Returns
-        whether the space is there.
+        ``held`` gives what else the writer holds against the same limit (the
+        slots its worker adopted); a writer that holds nothing at all takes one
+        append of any size. ``on_wait`` is called between waits (to prune what
+        is acked). Returns whether the space is there.
         """
         end = time.monotonic() + timeout_s
         while True:
+            other = held() if held is not None else 0
             with self._bytes_lock:
-                if self.live_bytes + need <= limit or (self.live_bytes == 0):
+                total = self.live_bytes + other
+                if total + need <= limit or total == 0:
                     return True
                 left = end - time.monotonic()
                 if left <= 0:

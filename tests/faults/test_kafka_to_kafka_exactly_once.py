@@ -15,8 +15,8 @@ fault at a named point the job reaches (never a guessed delay):
 A read_committed consumer reads the output all along; afterwards a full
 read_committed read. Both must hold every input record exactly once
 (identified by the input partition and offset the transform writes into
-each output value), and each output partition must hold an input
-partition's records in their input order.
+each output value), and each output partition must hold each key's
+records in their input order.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ pytestmark = pytest.mark.spark
 # the faults' waits, not the records (60,000 took longer than 400,000 here).
 N = int(os.environ.get("RKS_SCENARIO17_RECORDS") or "120000")
 IN_PARTS, OUT_PARTS, PER_TRIGGER = 4, 3, max(10_000, N // 12)
+KEYS = 5000  # a multiple of IN_PARTS: each key's records are in one input partition, in offset order
 
 
 def _conf(tmp_path: Any, bootstrap: str, source: str, out: str) -> str:
@@ -79,10 +80,14 @@ def _check(records: list[tuple[int, int, int]], who: str) -> None:
     assert len(coords) == len(set(coords)), f"{who}: {len(coords) - len(set(coords))} input records twice"
     assert set(coords) == {(i % IN_PARTS, i // IN_PARTS) for i in range(N)}, \
         f"{who}: {N - len(set(coords))} input records missing"
+    # Within an output partition, each key's records in their input order (a key's records go through one lane:
+    # DESIGN.md, "Order"). Input record i (partition i % IN_PARTS, offset i // IN_PARTS) has key k<i % KEYS>.
     last: dict[tuple[int, int], int] = {}
-    for out, p, o in records:  # within an output partition, an input partition's records in input order
-        assert last.get((out, p), -1) < o, f"{who}: output partition {out} holds input {p}:{o} after {last[(out, p)]}"
-        last[(out, p)] = o
+    for out, p, o in records:
+        key = (o * IN_PARTS + p) % KEYS
+        assert last.get((out, key), -1) < o, \
+            f"{who}: output partition {out} holds key k{key}'s input {p}:{o} after its offset {last[(out, key)]}"
+        last[(out, key)] = o
 
 
 def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tmp_path, hooks):
@@ -95,7 +100,7 @@ def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tm
         source, out = f"k2k-in-{uuid.uuid4().hex[:6]}", f"k2k-out-{uuid.uuid4().hex[:6]}"
         create_topic(broker.bootstrap, source, partitions=IN_PARTS)
         create_topic(broker.bootstrap, out, partitions=OUT_PARTS)
-        produce_source(broker.bootstrap, source, N, IN_PARTS, keys=5000)
+        produce_source(broker.bootstrap, source, N, IN_PARTS, keys=KEYS)
         reader = LiveReader(broker.bootstrap, out)
         reader.start()
         job = Job(tmp_path, _conf(tmp_path, broker.bootstrap, source, out), hooks.dir,

@@ -281,3 +281,16 @@ def test_reopening_an_unchanged_slot_writes_nothing(tmp_path, monkeypatch):
     again = _wal(tmp_path)  # e.g. an orphan slot adopted on a full disk: its open must not need room
     assert len(again.attempts()) == 1
     again.close()
+
+
+def test_wait_for_space_counts_what_the_writer_holds_elsewhere(tmp_path):
+    """A worker's adopted slots count against its limit: a fresh, empty slot does not take a chunk when the
+    worker already holds the limit in slots it adopted (else every re-run of a task that hit max_wal_bytes gets
+    a new slot, and the WAL grows past max_wal_bytes x workers)."""
+    wal = _wal(tmp_path)
+    assert wal.live_bytes == 0
+    assert not wal.wait_for_space(1000, 4000, timeout_s=0.2, held=lambda: 4000)
+    assert not wal.wait_for_space(1000, 4000, timeout_s=0.2, held=lambda: 3500)
+    assert wal.wait_for_space(1000, 4000, timeout_s=0.2, held=lambda: 3000)
+    assert wal.wait_for_space(10_000, 4000, timeout_s=0.2, held=lambda: 0), "a writer holding nothing takes any chunk"
+    wal.close()
