@@ -65,7 +65,11 @@ def _targets_md(w: Any, results: dict[str, Any]) -> None:
     """The targets by group, then why each missed target is missed (bench/analysis.py)."""
     w("## Targets\n")
     w("Benchmarks, not timed tests: a missed target is reported, never hidden or tuned away. Every ratio compares "
-      "writers measured side by side in this run.\n")
+      "writers measured side by side in this run. A throughput ratio is taken round by round (the writers' runs "
+      "of one round are interleaved, so they shared the machine's state of that moment): the figure is the median "
+      "of the rounds' ratios, a target is met only if it holds at that median, and the status says how many "
+      "rounds meet it; where the rounds fall on both sides of the goal the verdict is marked *not settled* (a "
+      "run on a quieter machine, or more rounds, may turn it).\n")
     for group, title in ((VERSUS_SPARK, "Against Spark's own Kafka sink"), (NATIVE, "The native delivery engine"),
                          (EARLIER, "Earlier targets (kept)")):
         rows = []
@@ -73,6 +77,11 @@ def _targets_md(w: Any, results: dict[str, Any]) -> None:
             if t.get("group", EARLIER) != group:
                 continue
             mark = {"met": "✅ met", "missed": "❌ missed", "not measured": "– not measured"}[t["status"]]
+            rd = t.get("rounds")
+            if rd and rd.get("n", 0) >= 2:
+                mark += f" ({rd['agree']} of {rd['n']} rounds meet it)"
+                if rd.get("straddles"):
+                    mark += ", *not settled*"
             rows.append([t["name"], t["goal"], t["measured_text"] + (f" — {t['note']}" if t.get("note") else ""),
                          mark])
         if rows:
