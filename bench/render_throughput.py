@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.against_spark import requests_sentence
 from bench.analysis_cost import cores_busy
 from bench.render_md import ASYNC, LABELS, _engines_text, _err, _f, _ok, _table
 from bench.rounds import CPU, SPEED, paired, spread, spread_text
 from bench.targets import tp_row as _tp
 
-__all__ = ["throughput_md", "requests_sentence"]
+__all__ = ["throughput_md"]
 
 RAW, RAW_POLL, FLUSH, SYNC, SYNC_PART = "raw", "raw-poll", "flush-writer", "sink-sync", "sink-sync-partition-ids"
 SPARK_KAFKA, SPARK_KAFKA_ALIKE = "spark-kafka", "spark-kafka-alike"
@@ -93,23 +94,6 @@ def _rows(tp: dict[str, Any], size: int) -> list[list[str]]:
                          _f(r.get("durable_vs_raw"), "{:.2f}"), _f(r.get("durable_vs_flush"), "{:.2f}"),
                          "", "", "", ""])
     return rows
-
-
-def requests_sentence(results: dict[str, Any], size: int) -> str:
-    """How Spark's sink (batching set alike) and the sink talk to the broker, from the broker's counters ('' if not)."""
-    k, s = _tp(results, SPARK_KAFKA_ALIKE, size), _tp(results, SYNC, size)
-    qk, qs = (k or {}).get("requests"), (s or {}).get("requests")
-    if not (qk and qs):
-        return ""
-    return (f"What the broker received ({size} B, medians over the rounds): Spark's sink with its batching set as "
-            f"librdkafka's sent {qk['requests_per_s']:,.0f} ProduceRequests/s, each carrying "
-            f"{qk['partitions_per_request']:.2f} partitions and {qk['records_per_request']:,.0f} records "
-            f"({qk['records_per_entry']:,.0f} per partition); the sink sent {qs['requests_per_s']:,.0f}/s, each "
-            f"carrying {qs['partitions_per_request']:.2f} partitions and {qs['records_per_request']:,.0f} records: "
-            f"{qs['requests'] / qk['requests']:.2f} × the requests for the same records."
-            + (" The Java producer (one per executor, shared by its tasks) puts every partition's batch it has "
-               "ready into one request; the librdkafka producers send one partition per request."
-               if qk["partitions_per_request"] > 1.2 and qs["partitions_per_request"] < 1.05 else ""))
 
 
 def _requests_md(w: Any, results: dict[str, Any], tp: dict[str, Any]) -> None:

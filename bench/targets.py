@@ -18,11 +18,12 @@ from typing import Any, Callable
 from bench.rounds import CPU, DURABLE, SPEED, paired, verdict
 
 __all__ = ["evaluate_targets", "tp_row", "lat_row", "scale_row", "VERSUS_SPARK", "NATIVE", "EARLIER", "SCALE_WIDE",
-           "SPARK_KAFKA", "SPARK_KAFKA_ALIKE", "EXACTLY_NO_RESPLIT"]
+           "SPARK_KAFKA", "SPARK_KAFKA_ALIKE", "EXACTLY_NO_RESPLIT", "SYNC_PART", "rounds_text"]
 
 NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
                                           "sink-exactly-once")
 FLUSH_ID, SYNC_PY, SPARK_KAFKA = "flush-writer-id", "sink-sync-python", "spark-kafka"
+SYNC_PART = "sink-sync-partition-ids"  # record_ids="partition" (bench/spark_bench.py)
 SPARK_KAFKA_ALIKE = "spark-kafka-alike"
 EXACTLY_NO_RESPLIT = "sink-exactly-once-no-resplit"  # exactly_once_lanes=0 (bench/spark_bench.py EXACTLY_SPARK)
 VERSUS_SPARK = "against Spark's own Kafka sink"
