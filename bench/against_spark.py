@@ -86,6 +86,10 @@ def _throughput(results: dict[str, Any], size: int, ref: str, cpu_goal: float | 
     cs, ck = _cpu(s), _cpu(k)
     if cs is not None and ck:
         text += f"CPU per record, all processes: {them} {ck:.2f} µs, sink {cs:.2f} µs. "
+        mk, ms = k.get("machine_cpu_s_per_million"), s.get("machine_cpu_s_per_million")
+        if mk is not None and ms is not None:
+            text += (f"The whole machine's busy time per record (the kernel's work outside those processes, the WAL's "
+                     f"writeback among it, and anything else running): {them} {mk:.2f} µs, sink {ms:.2f} µs. ")
     ss, sk = _median_run_split(results, SYNC, size), _median_run_split(results, ref, size)
     if ss and sk:
         text += (f"Where it goes, µs per record (the median run of each): {them}: {_split_text(sk)}, its Kafka "

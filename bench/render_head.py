@@ -35,7 +35,8 @@ def _head_md(w: Any, results: dict[str, Any]) -> None:
           "been measured again on Apache Kafka yet, and Apache Kafka's own cost (its log on disk, its JVM) will "
           "move them.\n")
     if mode == "quick":
-        w("**Quick mode: small sizes and 2 runs each, a smoke test of the suite, not a measurement.** "
+        w(f"**Quick mode: small sizes and {meta.get('params', {}).get('tp_rounds', 'few')} rounds at most, a smoke "
+          "test of the suite, not a measurement.** "
           "The figures below only show the suite works; run `make bench` on a quiet machine for numbers.\n")
     la0, la1 = m.get("loadavg_start"), meta.get("loadavg_end")
     cores = m.get("cores") or 1

@@ -231,7 +231,7 @@ def _running_md(w: Any, results: dict[str, Any]) -> None:
     w("## Running it\n")
     w("""```sh
 make bench-quick   # .venv/bin/python bench/run.py --quick   (a few minutes; checks every section works)
-make bench         # .venv/bin/python bench/run.py           (the measured run, about 50 minutes; a quiet machine)
+make bench         # .venv/bin/python bench/run.py           (the measured run, about 80 minutes; a quiet machine)
 python bench/render.py [bench/results/<timestamp>.json] [--docs-dir DIR]   # re-render this page and the charts
 python bench/wal_cost.py --rows 1000000                      # the WAL cost alone
 python bench/commits.py --version a=<commit> --version b=installed   # versions of the package side by side

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/run.py --quick     # a few minutes: tiny sizes, 1-2 runs each (smoke test of every section)
+    python bench/run.py --quick     # tiny sizes, 1-3 rounds each (a smoke test of every section)
     python bench/run.py             # the full, measured run (about 80 minutes; run it on a quiet machine)
 
 Sections (``--only`` picks some, comma-separated):
@@ -109,7 +109,7 @@ MODES: dict[str, dict[str, Any]] = {
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes, 1-2 runs each (a few minutes)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, 1-3 rounds each (a smoke test)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="Spark local[N] (default: all cores)")
     ap.add_argument("--partitions", type=int, default=None, help="Spark partitions for every writer (default: cores)")
