@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.rounds import paired, spread, spread_text
 from bench.targets import (
     ASYNC,
     NOOP,
@@ -28,7 +29,9 @@ from bench.targets import (
     tp_row,
 )
 
-__all__ = ["explain"]
+__all__ = ["explain", "requests_sentence"]
+
+RAW_POLL = "raw-poll"
 
 NAMES = {SPARK_KAFKA: "Spark's Kafka sink", SPARK_KAFKA_ALIKE: "Spark's Kafka sink (batching set alike)"}
 
@@ -83,6 +86,10 @@ def _throughput(results: dict[str, Any], size: int, ref: str, cpu_goal: float | 
     cs, ck = _cpu(s), _cpu(k)
     if cs is not None and ck:
         text += f"CPU per record, all processes: {them} {ck:.2f} µs, sink {cs:.2f} µs. "
+        mk, ms = k.get("machine_cpu_s_per_million"), s.get("machine_cpu_s_per_million")
+        if mk is not None and ms is not None:
+            text += (f"The whole machine's busy time per record (the kernel's work outside those processes, the WAL's "
+                     f"writeback among it, and anything else running): {them} {mk:.2f} µs, sink {ms:.2f} µs. ")
     ss, sk = _median_run_split(results, SYNC, size), _median_run_split(results, ref, size)
     if ss and sk:
         text += (f"Where it goes, µs per record (the median run of each): {them}: {_split_text(sk)}, its Kafka "
@@ -112,12 +119,42 @@ def _throughput(results: dict[str, Any], size: int, ref: str, cpu_goal: float | 
             if r and _cpu(r) is not None:
                 text += f"; the raw loop alone is {_cpu(r) - limit:+.2f} µs from that"  # type: ignore[operator]
             text += ". "
+    if ref == SPARK_KAFKA_ALIKE:
+        text += requests_sentence(results, size) + " " + _tail(results, size)
     if ref == SPARK_KAFKA and cpu_goal is None:
         a = tp_row(results, SPARK_KAFKA_ALIKE, size)
         if a:
             text += (f"With its batching set as librdkafka's (linger.ms 5, batch.size 1,000,000), Spark's sink made "
                      f"{a['rows_per_s']:,.0f} rows/s (against {k['rows_per_s']:,.0f} with its defaults).")
     return text.strip()
+
+
+def requests_sentence(results: dict[str, Any], size: int) -> str:
+    """How Spark's sink (batching set alike) and the sink talk to the broker, from the broker's counters ('' if not)."""
+    k, s = tp_row(results, SPARK_KAFKA_ALIKE, size), tp_row(results, SYNC, size)
+    qk, qs = (k or {}).get("requests"), (s or {}).get("requests")
+    if not (qk and qs):
+        return ""
+    return (f"What the broker received ({size} B, medians over the rounds): Spark's sink with its batching set as "
+            f"librdkafka's sent {qk['requests_per_s']:,.0f} ProduceRequests/s, each carrying "
+            f"{qk['partitions_per_request']:.2f} partitions and {qk['records_per_request']:,.0f} records "
+            f"({qk['records_per_entry']:,.0f} per partition); the sink sent {qs['requests_per_s']:,.0f}/s, each "
+            f"carrying {qs['partitions_per_request']:.2f} partitions and {qs['records_per_request']:,.0f} records: "
+            f"{qs['requests'] / qk['requests']:.2f} × the requests for the same records."
+            + (" The Java producer (one per executor, shared by its tasks) puts every partition's batch it has "
+               "ready into one request; the librdkafka producers send one partition per request."
+               if qk["partitions_per_request"] > 1.2 and qs["partitions_per_request"] < 1.05 else ""))
+
+
+def _tail(results: dict[str, Any], size: int) -> str:
+    """What ending a task by polling (as the sink does) instead of flush() cost the raw loop ('' if not measured)."""
+    tp = results.get("throughput") or {}
+    ratios = paired(tp.get("runs") or [], RAW_POLL, RAW, size)
+    if not ratios:
+        return ""
+    return (f"The sink ends a task by polling for its last acks, where Spark's sink calls flush(): the raw loop "
+            f"ending the sink's way made {spread_text(spread(ratios))} × the rows/s of the raw loop ending with "
+            "flush() (section 1, \"The end of a task\"). ")
 
 
 def _async_p50(results: dict[str, Any]) -> str:
@@ -147,7 +184,8 @@ def _scale_p50(results: dict[str, Any], partitions: int) -> str:
             f"{_ms(s.get('p95_ms'))} ms, Spark's Kafka sink {_ms(k.get('p50_ms'))} / {_ms(k.get('p95_ms'))} ms")
     if n:
         text += (f", a Python writer that writes nothing {_ms(n.get('p50_ms'))} / {_ms(n.get('p95_ms'))} ms (Spark "
-                 "runs one Python task per partition for it; the sink coalesces the batch to one task per core)")
+                 "runs one Python task per partition for it; the sink writes the batch in one task per core, re-split by "
+                 "key with its default record ids)")
     text += ". "
     if s.get("task_s_p50") is not None:
         text += f"The sink's tasks: p50 {s['task_s_p50'] * 1000:.0f} ms each. "

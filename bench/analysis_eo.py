@@ -3,6 +3,11 @@
 Computed from the same results document as bench/analysis.py: exactly-once against sync in the batch
 write (CPU by kind of process, with and without the re-split), the scaling section's per-task figures
 (from the sink's own batch reports), the no-op writer's growth and the lanes the run recorded.
+
+The design these paragraphs describe (spark_recoverable_sink/driver/resplit.py): a record's lane is
+Spark's hash of its key (a JVM expression), the batch goes through Spark's shuffle into
+``exactly_once_lanes`` partitions (a map stage of JVM tasks, coalesced to the cores), and each lane is a
+Python task with one transaction. What that costs is read from the run's figures, never assumed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from bench.targets import (
     SCALE_WIDE,
     SPARK_KAFKA,
     SYNC,
+    SYNC_PART,
     scale_row,
     tp_row,
 )
@@ -45,12 +51,6 @@ def _eo_lanes(results: dict[str, Any]) -> int | None:
     return ((results.get("scaling") or {}).get("local") or {}).get("eo_lanes")
 
 
-def _filled_lanes(results: dict[str, Any], lanes: int) -> int:
-    """Lanes that can hold records: a lane is a destination partition's, so at most the topic's partitions."""
-    tp = (results.get("settings") or {}).get("topic_partitions")
-    return min(lanes, int(tp)) if tp else lanes
-
-
 def _eo_wide(results: dict[str, Any]) -> str:
     """Why exactly-once did not keep up at the widest partition count, from the scaling figures."""
     w, h = scale_row(results, EXACTLY, SCALE_WIDE), scale_row(results, EXACTLY, SCALE_HI)
@@ -68,9 +68,12 @@ def _eo_wide(results: dict[str, Any]) -> str:
     text += ". "
     lanes = _eo_lanes(results)
     if lanes:
-        text += (f"Exactly-once's lane tasks do not multiply with the partitions ({lanes} lanes at any width; the "
-                 "lane pass before them runs at most one task per core): what misses the trigger is the tail "
-                 f"(p95) of the same per-batch cost as in the explanation of the {SCALE_HI}-partition target.")
+        text += (f"Its Python tasks do not multiply with the partitions: {lanes} lane tasks at any width, after a map "
+                 "stage of JVM tasks (the hash of each key and the shuffle write). ")
+    p50, p95 = w.get("p50_ms"), w.get("p95_ms")
+    if p50 is not None and p95 is not None and p50 <= 1000 < p95:
+        text += (f"Its p50 is within the trigger and its p95 is not: {p95 - p50:.0f} ms between them, the batches "
+                 "that missed the trigger.")
     return text.strip()
 
 
@@ -82,14 +85,31 @@ def _eo_split(results: dict[str, Any], size: int) -> str:
         text += (f"Where it goes, µs per record (the median run of each): exactly-once {_split_text(se)}; sync "
                  f"{_split_text(ss)}. ")
     e, s, n = (tp_row(results, w, size) for w in (EXACTLY, SYNC, EXACTLY_NO_RESPLIT))
-    if e and s and n and n.get("cpu_s_per_million") and e.get("cpu_s_per_million"):
+    if e and s and n and n.get("cpu_s_per_million") and e.get("cpu_s_per_million") and s.get("cpu_s_per_million"):
         text += (f"Without the re-split (`exactly_once_lanes=0`: Spark's partitions as lanes, no shuffle; a re-run "
                  f"of a Kafka-sourced batch would then be refused) exactly-once made {n['rows_per_s']:,.0f} rows/s "
                  f"({n['rows_per_s'] / s['rows_per_s']:.2f} × sync) at {n['cpu_s_per_million']:.2f} µs of CPU per "
-                 f"record: the re-split (each row's lane computed in a Python Arrow UDF, then the whole batch through "
-                 f"Spark's shuffle files) costs {e['cpu_s_per_million'] - n['cpu_s_per_million']:+.2f} µs per record "
-                 "of the difference, the transactions the rest. ")
+                 f"record. So the re-split (Spark's hash of each key in the JVM, then the batch through Spark's "
+                 f"shuffle files) costs {e['cpu_s_per_million'] - n['cpu_s_per_million']:+.2f} µs per record"
+                 + _split_delta(results, size, EXACTLY, EXACTLY_NO_RESPLIT) + ". ")
+        p = tp_row(results, SYNC_PART, size)
+        if p and p.get("cpu_s_per_million") is not None:  # both without a re-split: the transactions' cost
+            text += (f"Against sync without its own re-split (`record_ids=\"partition\"`, {p['cpu_s_per_million']:.2f} "
+                     f"µs), exactly-once without the re-split spends {n['cpu_s_per_million'] - p['cpu_s_per_million']:+.2f}"
+                     " µs per record: its transactions and marker reads. ")
+        else:
+            text += (f"Against sync ({s['cpu_s_per_million']:.2f} µs, which re-splits by key for its default record "
+                     f"ids) it spends {n['cpu_s_per_million'] - s['cpu_s_per_million']:+.2f} µs per record. ")
     return text
+
+
+def _split_delta(results: dict[str, Any], size: int, a: str, b: str) -> str:
+    """`` (Spark's JVM +x, Python +y, the broker +z)``: ``a``'s CPU per record over ``b``'s by kind ('' if unknown)."""
+    sa, sb = _median_run_split(results, a, size), _median_run_split(results, b, size)
+    if not (sa and sb):
+        return ""
+    names = {"spark_jvm": "Spark's JVM", "python": "Python processes", "broker": "the broker"}
+    return " (" + ", ".join(f"{names.get(k, k)} {sa.get(k, 0) - sb.get(k, 0):+.2f}" for k in names) + ")"
 
 
 def _scaling(results: dict[str, Any]) -> str:
@@ -126,13 +146,10 @@ def _scaling(results: dict[str, Any]) -> str:
     if lanes == 0:
         text += "This run's exactly-once did not re-split its batches (`exactly_once_lanes=0`). "
     elif lanes:
-        filled = _filled_lanes(results, lanes)
         waves = -(-lanes // cores)
-        text += (f"Exactly-once runs every batch as two Spark stages of Python tasks where Spark's sink runs one stage "
-                 f"of JVM tasks: the lane pass (at most one task per core) and {lanes} lane tasks "
-                 f"(`exactly_once_lanes`, whatever the Spark partitions), {waves} waves on {cores} cores. A lane is a "
-                 f"destination partition's, so with the topic's partitions only {filled} of them hold records and "
-                 "run a transaction; the others are empty tasks, which still cost Spark a Python round trip. ")
+        text += (f"Exactly-once runs every batch as a map stage of JVM tasks (Spark's hash of each key, the shuffle "
+                 f"write) and a stage of {lanes} Python lane tasks (`exactly_once_lanes`, whatever the Spark "
+                 f"partitions), {waves} waves on {cores} cores; Spark's sink runs one stage of JVM tasks. ")
         if lo_n and hi_n and lo_n.get("p50_ms") is not None and hi_n.get("p50_ms") is not None:
             extra = -(-SCALE_HI // cores) - -(-SCALE_LO // cores)
             per_wave = (hi_n["p50_ms"] - lo_n["p50_ms"]) / extra
@@ -141,15 +158,15 @@ def _scaling(results: dict[str, Any]) -> str:
                      f"about {waves * per_wave:.0f} ms for the lane waves before any of their work. ")
             busy = hi_e.get("task_s_busy_p50")
             if busy is not None and hi_e.get("p50_ms"):
-                text += (f"A lane task that ran a transaction took {busy * 1000:.0f} ms (p50, the sink's reports: "
-                         "begin, produce, the marker offset, commit). ")
+                text += (f"A lane task with records took {busy * 1000:.0f} ms (p50, the sink's reports: begin, "
+                         "produce, the marker offset, commit). ")
     if hi_e.get("task_s_p50") is not None and lo_e.get("task_s_p50") is not None:
         text += (f"Per task (the sink's own reports): {lo_e['task_s_p50'] * 1000:.0f} ms at {SCALE_LO} partitions, "
                  f"{hi_e['task_s_p50'] * 1000:.0f} ms at {SCALE_HI}")
         if hi_e.get("task_s_sum_p50") is not None and hi_e.get("p50_ms"):
             text += (f"; at {SCALE_HI} the tasks add up to {hi_e['task_s_sum_p50'] * 1000:.0f} ms per batch, "
                      f"{hi_e['task_s_sum_p50'] * 1000 / cores:.0f} ms on {cores} cores, of the {hi_e['p50_ms']:.0f} ms "
-                     "p50 (the rest: the lane pass, the shuffle, scheduling the tasks and the driver's wait for "
+                     "p50 (the rest: the map stage and its shuffle, scheduling the tasks and the driver's wait for "
                      "the lanes)")
         text += ". "
     if hi_e.get("kept_up") is False:

@@ -76,7 +76,7 @@ def main() -> None:
             rounds=a["rounds"], rows_per_s=a["rows_per_s"], duration_s=a["duration_s"],
             warmup_batches=a["warmup_batches"], topic_partitions=a["topic_partitions"], scratch=a["scratch"],
             verify=a["verify"], tp_writers=tuple(a["tp_writers"]), lat_writers=tuple(a["lat_writers"]),
-            max_s=a.get("max_s"), cpu_root=a.get("cpu_root"), tag="scaling cluster")
+            max_s=a.get("max_s"), cpu_root=a.get("cpu_root"), tag="scaling cluster", warm_rows=a.get("warm_rows"))
     finally:
         spark.stop()
     point.update(master=a["master"], spark=settings, executors=executors, startup_s=up)

@@ -62,9 +62,18 @@ def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, s
     wait_for_leaders(bootstrap, name, partitions)
 
 
-def delete_topic(bootstrap: str, name: str) -> None:
-    """Delete a topic (frees the broker's disk); errors are ignored."""
+def delete_topic(bootstrap: str, name: str) -> float | None:
+    """Delete a topic (frees the broker's disk) and, on a bench broker, wait until its files are gone.
+
+    A bench broker (bench/broker_watch.py, named by its ``DATA_ENV``) removes
+    a deleted topic's files within a fraction of a second; waiting for that
+    here keeps the removal out of the next timed window. Returns the seconds
+    waited for the files (None: not waited, or still there after 60 s, which
+    is logged). Errors of the deletion are logged and ignored.
+    """
     from confluent_kafka.admin import AdminClient
+
+    from bench.broker_watch import DATA_ENV, wait_files_gone
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
@@ -72,6 +81,14 @@ def delete_topic(bootstrap: str, name: str) -> None:
             fut.result(30)
     except Exception as exc:  # noqa: BLE001 - best effort: a leftover topic only costs broker memory
         print(f"[bench] could not delete topic {name}: {exc}", file=sys.stderr)
+        return None
+    data_dir = os.environ.get(DATA_ENV)
+    if not data_dir:
+        return None
+    waited = wait_files_gone(data_dir, name)
+    if waited is None:
+        print(f"[bench] topic {name}: its files were still in {data_dir} 60 s after the deletion", file=sys.stderr)
+    return waited
 
 
 def count_topic(bootstrap: str, topic: str, expected: int, idle_s: float = 3.0, timeout_s: float = 600.0,

@@ -7,13 +7,20 @@ descendants (and the root), plus the time of their children already reaped
 (``cutime``/``cstime``): a worker Spark closed counts too. A process that
 died between two samples and was not reaped yet is missed (it is rare and
 short). Resolution: one clock tick (10 ms).
+
+Work the kernel does for the run outside that tree (the page-cache
+writeback of the WAL's and the broker's files, kworker and journal
+threads, interrupts) is in no process of it: :func:`machine_cpu_s` reads
+the whole machine's busy and iowait time from ``/proc/stat``, and
+:class:`CpuMeter` records both over the same window (whatever else runs on
+the machine is in the machine figure too).
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["tree_cpu_s", "tree_cpu_by_kind", "CpuMeter", "KINDS"]
+__all__ = ["tree_cpu_s", "tree_cpu_by_kind", "machine_cpu_s", "CpuMeter", "KINDS"]
 
 #: What a process of the tree is: the broker's JVM, Spark's JVM (driver and, in local mode, the executors),
 #: or Python (the bench driver, Spark's Python daemon and workers, with their librdkafka threads).
@@ -52,6 +59,20 @@ def _kind(pid: int) -> str:
     return "broker" if b"kafka.Kafka" in argv else "spark_jvm"
 
 
+def machine_cpu_s() -> dict[str, float]:
+    """The whole machine's CPU seconds since boot, all cores: ``busy`` (not idle, not iowait) and ``iowait``.
+
+    From the ``cpu`` line of ``/proc/stat`` (user nice system idle iowait irq
+    softirq steal ...; guest time is already inside user).
+    """
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()
+    ticks = [int(x) for x in fields[1:9]] + [0] * max(0, 9 - len(fields))
+    user, nice, system, idle, iowait, irq, softirq, steal = ticks[:8]
+    return {"busy": (user + nice + system + irq + softirq + steal) / _TICK, "iowait": iowait / _TICK,
+            "kernel": (system + irq + softirq) / _TICK}
+
+
 def tree_cpu_by_kind(root: int | None = None) -> dict[str, float]:
     """CPU seconds of ``root``'s live tree per :data:`KINDS` (reaped children count for their parent's kind)."""
     root = os.getpid() if root is None else root
@@ -82,9 +103,11 @@ class CpuMeter:
         self._t0 = 0.0
 
     def start(self) -> "CpuMeter":
+        self._m0 = machine_cpu_s()
         self._by0 = tree_cpu_by_kind(self._root)
         self._t0 = sum(self._by0.values())
         self.split: dict[str, float] = {}
+        self.machine: dict[str, float] = {}
         return self
 
     def stop(self) -> float:
@@ -93,7 +116,10 @@ class CpuMeter:
         A process that ended between the two samples and was reaped counts for its parent's kind (a Python
         worker Spark closed: Python, its daemon reaps it); one reaped by a process of another kind moves its
         whole CPU time there (rare within a timed write: Spark's Python daemon outlives it).
+        :attr:`machine` holds the whole machine's ``busy``, ``kernel`` and ``iowait`` seconds over the window.
         """
         by1 = tree_cpu_by_kind(self._root)
+        m1 = machine_cpu_s()
+        self.machine = {k: round(m1[k] - self._m0[k], 3) for k in m1}
         self.split = {k: round(by1[k] - self._by0.get(k, 0.0), 3) for k in KINDS}
         return sum(by1.values()) - self._t0

@@ -19,6 +19,7 @@ if REPO not in sys.path:  # also run as a script: python bench/render.py
 from bench.render_head import _head_md, _machine_md, _targets_md  # noqa: E402  (the page, section by section)
 from bench.render_md import DOC_NAME, PNG_NAME, SCALING_PNG_NAME, _ok  # noqa: E402
 from bench.render_scaling import _scaling_section_md  # noqa: E402
+from bench.render_throughput import throughput_md  # noqa: E402
 from bench.render_sections import (  # noqa: E402
     _exactly_once_md,
     _formats_md,
@@ -27,7 +28,6 @@ from bench.render_sections import (  # noqa: E402
     _profile_md,
     _recovery_md,
     _running_md,
-    _throughput_md,
     _versions_md,
     _wal_md,
 )
@@ -43,7 +43,7 @@ def markdown(results: dict[str, Any]) -> str:
     _head_md(w, results)
     _targets_md(w, results)
     _machine_md(w, results)
-    _throughput_md(w, results)
+    throughput_md(w, results)
     _latency_md(w, results)
     _scaling_section_md(w, results)
     _wal_md(w, results)

@@ -35,7 +35,8 @@ def _head_md(w: Any, results: dict[str, Any]) -> None:
           "been measured again on Apache Kafka yet, and Apache Kafka's own cost (its log on disk, its JVM) will "
           "move them.\n")
     if mode == "quick":
-        w("**Quick mode: small sizes and 2 runs each, a smoke test of the suite, not a measurement.** "
+        w(f"**Quick mode: small sizes and {meta.get('params', {}).get('tp_rounds', 'few')} rounds at most, a smoke "
+          "test of the suite, not a measurement.** "
           "The figures below only show the suite works; run `make bench` on a quiet machine for numbers.\n")
     la0, la1 = m.get("loadavg_start"), meta.get("loadavg_end")
     cores = m.get("cores") or 1
@@ -65,7 +66,11 @@ def _targets_md(w: Any, results: dict[str, Any]) -> None:
     """The targets by group, then why each missed target is missed (bench/analysis.py)."""
     w("## Targets\n")
     w("Benchmarks, not timed tests: a missed target is reported, never hidden or tuned away. Every ratio compares "
-      "writers measured side by side in this run.\n")
+      "writers measured side by side in this run. A throughput ratio is taken round by round (the writers' runs "
+      "of one round are interleaved, so they shared the machine's state of that moment): the figure is the median "
+      "of the rounds' ratios, a target is met only if it holds at that median, and the status says how many "
+      "rounds meet it; where the rounds fall on both sides of the goal the verdict is marked *not settled* (a "
+      "run on a quieter machine, or more rounds, may turn it).\n")
     for group, title in ((VERSUS_SPARK, "Against Spark's own Kafka sink"), (NATIVE, "The native delivery engine"),
                          (EARLIER, "Earlier targets (kept)")):
         rows = []
@@ -73,6 +78,11 @@ def _targets_md(w: Any, results: dict[str, Any]) -> None:
             if t.get("group", EARLIER) != group:
                 continue
             mark = {"met": "✅ met", "missed": "❌ missed", "not measured": "– not measured"}[t["status"]]
+            rd = t.get("rounds")
+            if rd and rd.get("n", 0) >= 2:
+                mark += f" ({rd['agree']} of {rd['n']} rounds meet it)"
+                if rd.get("straddles"):
+                    mark += ", *not settled*"
             rows.append([t["name"], t["goal"], t["measured_text"] + (f" — {t['note']}" if t.get("note") else ""),
                          mark])
         if rows:
@@ -123,6 +133,8 @@ configuration, its batching set as librdkafka's). The writers:
 * **raw** (the ceiling): a `mapInArrow` function producing every row with confluent-kafka
   (`produce(topic, value, key)`), no delivery callback, `poll(0)` once per Arrow batch, `flush()` at the
   end of the partition.
+* **raw, ending by polling**: the same loop ending as the sink's sync task does, `poll(0.05)` until
+  every record is acked, no `flush()`: what each ending costs (section 1, "The end of a task").
 * **flush-writer**: the same plus a delivery callback per record that keeps the first error, a check
   for it before each send and after `flush()`, failing on the first error: what Spark's built-in Kafka
   sink does, written in Python.
@@ -137,17 +149,22 @@ configuration, its batching set as librdkafka's). The writers:
   (`<sink>:<run>:<batch>:<partition>:<16 hex digits>-<occurrence>`), built per record in Python as
   confluent-kafka takes it: the header's cost on its own.
 * **sink sync**: `RecoverableKafkaSink(..., ack_timeout_s=900, delivery_engine="native")`: every task waits
-  for all its acks. The native engine produces each chunk from its Arrow buffers in C (ids formatted in C
+  for all its acks (polling: see "The end of a task"). With the default `record_ids="content"` the batch is
+  first re-split by Spark's hash of each record's key, one task per core (a shuffle). The native engine produces each chunk from its Arrow buffers in C (ids formatted in C
   from the chunk's content fingerprints, delivery reports counted per chunk), no Python object per record.
+* **sink sync, `record_ids="partition"`**: the same without the default's re-split by key (ids name the
+  Spark partition): what the default `record_ids="content"` costs (section 1, "Record ids").
 * **sink sync (Python engine)**: the same with `delivery_engine="python"`: confluent-kafka's `produce` per
   record, a delivery callback per record.
 * **sink async**: `ack_timeout_s=0` (native engine): tasks return once their records are committed to the WAL; the
   worker's background thread produces them after the task. Its *time to durable in Kafka* is measured separately, from the start of
   the write until the WAL is empty (all acked *and pruned*; pruning runs at least every
   `checkpoint_interval_s` = 1 s, so this overstates the time to the last ack by up to about a second).
-* **sink exactly-once**: `guarantee="exactly_once"`, sync, native engine: each task's records in one Kafka
-  transaction with its lane's marker, committed before the task returns (visible to read_committed
-  consumers then).
+* **sink exactly-once**: `guarantee="exactly_once"`, sync, native engine: the batch re-split into
+  `exactly_once_lanes` lanes by Spark's hash of each record's key (a JVM expression, then Spark's shuffle),
+  each lane task's records in one Kafka transaction with its lane's marker, committed before the task
+  returns (visible to read_committed consumers then); "no re-split" is `exactly_once_lanes=0` (Spark's
+  partitions as lanes, no shuffle).
 * **no-op**: reads its rows and writes nothing: the part of a write's (or micro-batch's) time that
   Spark itself sets; every writer's latency is also shown above this floor.
 
@@ -156,14 +173,22 @@ worker processes which engine that configuration gets there and stops if it is n
 
 CPU = user + system seconds of every process of the run (the Spark driver JVM, the Python daemon and
 workers, the broker, the bench process), from `/proc`, from the start of the write until it returned
-(async: until durable), per million rows; median of the runs.
+(async: until durable), per million rows; median of the runs. Beside it, the whole machine's busy time
+over the same window (`/proc/stat`): it also holds the kernel's work the run causes outside its processes
+(the page-cache writeback of the WAL's fsynced files and of the broker's log, interrupts), and whatever
+else ran on the machine then.
 
 Differences that are part of what is measured, not of the setup: the sink writes each Arrow batch to
 the WAL (fsync per transaction; with each record's content fingerprint and occurrence, the columns
 `rks_fp` and `rks_occ`) before producing, and adds a header `rks-id` (~70 bytes) to every record,
 which the baselines other than "flush-writer + rks-id header" do not send. Producers are created once per Python worker and run for
 every writer (the sink keeps one per worker process), and every timed run is preceded by an untimed
-warm-up task that closes what earlier runs left in the workers and connects the producer. Runs are
-interleaved (round 1 of every writer, then round 2, ..., the order rotated each round). Every run
-writes to a fresh topic, deleted afterwards. MB/s counts key + value bytes.
+warm-up task that closes what earlier runs left in the workers and connects the producer. Before any
+timed round, an untimed warm-up round: every writer writes the value size's warm-up rows once (the
+broker's first writes on its fresh log, each writer's first job and connections). Runs are interleaved
+(round 1 of every writer, then round 2, ..., the order rotated by round × writers ÷ rounds places), and
+every ratio is taken within a round. Every run writes to a fresh topic, deleted afterwards; the bench
+broker removes a deleted topic's files 200 ms after the deletion (`log.segment.delete.delay.ms`; Kafka's
+default is 60 s, which removed earlier runs' files during later timed writes) and the benchmark waits
+until they are gone before the next write: no deletion runs in a timed window. MB/s counts key + value bytes.
 """)

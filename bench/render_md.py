@@ -17,7 +17,8 @@ LABELS = {NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-wri
           SYNC_PY: "sink sync (Python engine)", ASYNC: "sink async (native)", EXACTLY: "sink exactly-once (native)",
           "flush-writer-id": "flush-writer + rks-id header", "spark-kafka": "Spark's Kafka sink",
           "spark-kafka-alike": "Spark's Kafka sink, batching as librdkafka's",
-          "sink-exactly-once-no-resplit": "sink exactly-once, no re-split"}
+          "sink-exactly-once-no-resplit": "sink exactly-once, no re-split", "raw-poll": "raw, ending by polling",
+          "sink-sync-partition-ids": "sink sync (native), record_ids=\"partition\""}
 
 
 def _ok(section: Any) -> bool:

@@ -1,6 +1,6 @@
-"""The measured sections of docs/PERFORMANCE.md (all but section 3, bench/render_scaling.py) and the closing parts.
+"""The measured sections of docs/PERFORMANCE.md (but 1 and 3: bench/render_throughput.py, bench/render_scaling.py).
 
-Throughput, latency, the WAL's cost, worker memory, recovery, the profile, Schema Registry formats,
+Latency, the WAL's cost, worker memory, recovery, the profile, Schema Registry formats,
 exactly-once, versions side by side, how to run it. Each builder appends its lines through ``w``.
 """
 
@@ -10,62 +10,12 @@ import json
 import os
 from typing import Any
 
-from bench.analysis import cores_busy
 from bench.render_md import ASYNC, EXACTLY, LABELS, NOOP, SYNC, _engines_text, _err, _f, _ok, _table
+from bench.rounds import paired, spread, spread_text
 from bench.targets import lat_row as _lat
 from bench.targets import tp_row as _tp
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _throughput_md(w: Any, results: dict[str, Any]) -> None:
-    """Section 1: batch-write throughput per writer and value size."""
-    w("## 1. Batch-write throughput\n")
-    tp = results.get("throughput")
-    if _ok(tp):
-        w("`spark.range(N)` → `key` (the number as text), `value` (the number left-padded to the value size), "
-          f"binary, cached and counted before timing; {tp['partitions']} partitions; median of {tp['rounds']} runs "
-          "per writer. Time = the Spark job, driver to driver.\n")
-        for size in tp["sizes"]:
-            n = tp["rows_by_size"][str(size)]
-            c = tp.get("cache", {}).get(str(size)) or tp.get("cache", {}).get(size) or {}
-            spill = (f" **{c['disk_bytes'] / 2**20:.0f} MiB of the cached data spilled to disk.**"
-                     if c.get("disk_bytes") else "")
-            w(f"### {size} B values, {n:,} rows\n")
-            if spill:
-                w(spill + "\n")
-            rows = []
-            for r in [x for x in tp["summary"] if x["value_bytes"] == size]:
-                rows.append([LABELS.get(r["writer"], r["writer"]), _f(r["median_s"], "{:.2f}"),
-                             f"{_f(r['min_s'], '{:.2f}')}–{_f(r['max_s'], '{:.2f}')}", _f(r["rows_per_s"]),
-                             _f(r["mb_per_s"], "{:.1f}"), _f(r["vs_raw"], "{:.2f}"), _f(r["vs_flush"], "{:.2f}"),
-                             _f(r.get("cpu_s_per_million"), "{:.2f}"), _f(r.get("cpu_vs_flush"), "{:.2f}"),
-                             _f(cores_busy(r), "{:.2f}"),
-                             {True: "yes", False: f"**NO: {r.get('read_back_text') or 'fewer read back than written'}**"}.get(
-                                 r.get("read_back_ok"), "–")])
-                if r["writer"] == ASYNC and r.get("acked_at_task_end") is not None:
-                    rows[-1][0] += f" ({r['acked_at_task_end'] * 100:.0f} % acked when the write returned)"
-                if r["writer"] == ASYNC and r.get("durable_median_s"):
-                    rows.append(["↳ sink async, time to durable in Kafka", _f(r["durable_median_s"], "{:.2f}"), "",
-                                 _f(r["durable_rows_per_s"]), _f(r["durable_rows_per_s"] * r["mb_per_s"] /
-                                                                 r["rows_per_s"], "{:.1f}"),
-                                 _f(r.get("durable_vs_raw"), "{:.2f}"), _f(r.get("durable_vs_flush"), "{:.2f}"),
-                                 "", "", "", ""])
-            w(_table(["writer", "median s", "range s", "rows/s", "MB/s", "× raw", "× flush-writer",
-                      "CPU s / M rows", "CPU × flush-writer", "cores busy", "all rows read back"], rows) + "\n")
-        eng = _engines_text(tp.get("engines"))
-        if eng:
-            w(eng + "\n")
-        w("\"Cores busy\" = CPU seconds of every process ÷ the write's wall time: near the machine's core count "
-          "the write is CPU-bound, and throughput follows CPU per record. \"flush-writer + rks-id header\" is the "
-          "flush-writer sending the sink's id header, built the same way: the header's cost on its own.\n")
-        w("\"All rows read back\": the first run of each writer was counted by consuming the topic from the "
-          "beginning (at-least-once writers may add duplicates, never fewer rows). Every writer checks its own "
-          "delivery (raw: `flush()` left nothing; flush-writer: no delivery error; sink: every record acked), so a "
-          "shortfall with a clean writer points at the broker or the read, and is shown "
-          "as it is, with a second count.\n")
-    else:
-        w(_err(tp))
 
 
 def _latency_md(w: Any, results: dict[str, Any]) -> None:
@@ -238,11 +188,16 @@ def _exactly_once_md(w: Any, results: dict[str, Any]) -> None:
     for size in ((results.get("throughput") or {}).get("sizes") or []):
         e, y = _tp(results, EXACTLY, size), _tp(results, SYNC, size)
         if e and y and y.get("rows_per_s"):
-            rows.append([f"{size} B", f"{e['rows_per_s']:,.0f}", f"{y['rows_per_s']:,.0f}",
-                         f"{e['rows_per_s'] / y['rows_per_s']:.2f} x"])
+            ratios = paired((results.get("throughput") or {}).get("runs") or [], EXACTLY, SYNC, size)
+            rows.append([f"{size} B", spread_text(e.get("rows_per_s_spread"), "{:,.0f}", rounds=False)
+                         if e.get("rows_per_s_spread") else f"{e['rows_per_s']:,.0f}",
+                         spread_text(y.get("rows_per_s_spread"), "{:,.0f}", rounds=False)
+                         if y.get("rows_per_s_spread") else f"{y['rows_per_s']:,.0f}",
+                         spread_text(spread(ratios), "{:.2f}", rounds=False) + " ×"])
     if rows:
-        w("One Kafka transaction per task, committed before the task returns: when `write()` returns, "
-          "every record is visible to read_committed consumers (time to visible = batch time).\n")
+        w("One Kafka transaction per lane task, committed before the task returns: when `write()` returns, "
+          "every record is visible to read_committed consumers (time to visible = batch time). Medians with the "
+          "rounds' range; the ratio is taken round by round.\n")
         w(_table(["values", "exactly-once rows/s", "at-least-once sync rows/s", "ratio"], rows) + "\n")
     else:
         w("**Not measured in this run.**\n")
@@ -276,7 +231,7 @@ def _running_md(w: Any, results: dict[str, Any]) -> None:
     w("## Running it\n")
     w("""```sh
 make bench-quick   # .venv/bin/python bench/run.py --quick   (a few minutes; checks every section works)
-make bench         # .venv/bin/python bench/run.py           (the measured run, about 50 minutes; a quiet machine)
+make bench         # .venv/bin/python bench/run.py           (the measured run, about 80 minutes; a quiet machine)
 python bench/render.py [bench/results/<timestamp>.json] [--docs-dir DIR]   # re-render this page and the charts
 python bench/wal_cost.py --rows 1000000                      # the WAL cost alone
 python bench/commits.py --version a=<commit> --version b=installed   # versions of the package side by side

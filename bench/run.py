@@ -2,16 +2,20 @@
 
 Usage::
 
-    python bench/run.py --quick     # a few minutes: tiny sizes, 1-2 runs each (smoke test of every section)
-    python bench/run.py             # the full, measured run (about 50 minutes; run it on a quiet machine)
+    python bench/run.py --quick     # tiny sizes, 1-3 rounds each (a smoke test of every section)
+    python bench/run.py             # the full, measured run (about 80 minutes; run it on a quiet machine)
 
 Sections (``--only`` picks some, comma-separated):
 
 ``throughput``  batch write of N cached rows (100 B and 1 KiB values) per writer:
-                raw, flush-writer (without and with the id header), sink sync
-                (native engine), sink sync (Python engine), sink async (+ its time
-                until durable), sink exactly-once; medians of several interleaved
-                runs, ratios to raw and flush-writer, CPU seconds per record
+                raw (ending with flush() and ending by polling), flush-writer
+                (without and with the id header), Spark's Kafka sink (two settings),
+                sink sync (native engine; record_ids "content" and "partition"),
+                sink sync (Python engine), sink async (+ its time until durable),
+                sink exactly-once (with and without the re-split); an untimed
+                warm-up round, then 5 interleaved rounds (order rotated), medians
+                with their spread, ratios taken round by round, CPU seconds per
+                record (process tree and whole machine), the broker's request counts
 ``latency``     micro-batch duration p50/p95/p99 of a streaming query at a fixed
                 offered load (rate source, 1 s trigger), per writer
 ``scaling``     how cost grows with Spark partitions: throughput (same cached rows)
@@ -65,13 +69,16 @@ SPARK_SECTIONS = {"throughput", "latency", "scaling"}
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {
-        "tp_rows": {"100": 200_000, "1024": 200_000}, "tp_rounds": 2, "sizes": [100, 1024], "verify": True,
+        # quick: 3 rounds (the spread and the rounds' agreement are computed), a small warm-up round
+        "tp_rows": {"100": 100_000, "1024": 100_000}, "tp_rounds": 3, "tp_warm_rows": 20_000, "sizes": [100, 1024],
+        "verify": True,
         "lat_rows_per_s": 50_000, "lat_duration_s": 6, "lat_warmup_batches": 2, "lat_sizes": [100],
         "wal_rows": 100_000, "wal_repeat": 1, "produce_rows": 200_000, "produce_repeat": 1,
         "mem_rows": [200_000, 1_000_000], "recovery_rows": 200_000, "profile_rows": 200_000,
         "formats_rows": 100_000, "formats_rounds": 1,
         # quick: 4 and 64 partitions only, the sink's two modes (+ the no-op floor in latency), 2 batches each
         "scale_partitions": [4, 64], "scale_value_bytes": 100, "scale_rows": 20_000, "scale_rounds": 1,
+        "scale_warm_rows": 5_000, "cluster_warm_rows": 5_000,
         "scale_rows_per_s": 5_000, "scale_duration_s": 2, "scale_warmup_batches": 1, "scale_max_s": 30,
         "scale_verify": False, "scale_tp_writers": ["spark-kafka", "sink-sync", "sink-exactly-once"],
         "scale_lat_writers": ["noop", "spark-kafka", "sink-sync", "sink-exactly-once"],
@@ -79,8 +86,10 @@ MODES: dict[str, dict[str, Any]] = {
         "cluster_rounds": 1, "cluster_duration_s": 2, "cluster_warmup_batches": 1, "cluster_max_s": 30,
     },
     "full": {
-        # 11 writers (Spark's sink in two settings among them) x 2 sizes x 3 rounds, each read back: about 20 min
-        "tp_rows": {"100": 2_000_000, "1024": 1_000_000}, "tp_rounds": 3, "sizes": [100, 1024], "verify": True,
+        # 13 writers (Spark's sink in two settings among them) x 2 sizes x (a warm-up round of a quarter of the
+        # rows + 5 timed rounds), round 0 read back: about 45 min
+        "tp_rows": {"100": 2_000_000, "1024": 1_000_000}, "tp_rounds": 5, "tp_warm_rows": 500_000, "sizes": [100, 1024],
+        "verify": True,
         "lat_rows_per_s": 50_000, "lat_duration_s": 60, "lat_warmup_batches": 10, "lat_sizes": [100],
         "wal_rows": 1_000_000, "wal_repeat": 3, "produce_rows": 1_000_000, "produce_repeat": 3,
         "mem_rows": [1_000_000, 100_000_000], "recovery_rows": 1_000_000, "profile_rows": 1_000_000,
@@ -88,6 +97,7 @@ MODES: dict[str, dict[str, Any]] = {
         # scale_rows_per_s: rows in every micro-batch (rate-micro-batch source, 1 s trigger);
         # scale_duration_s: micro-batches measured (after the warm-up ones), or as many as come in scale_max_s
         "scale_partitions": [4, 16, 64, 200], "scale_value_bytes": 100, "scale_rows": 2_000_000, "scale_rounds": 3,
+        "scale_warm_rows": 200_000, "cluster_warm_rows": 100_000,
         "scale_rows_per_s": 50_000, "scale_duration_s": 20, "scale_warmup_batches": 3, "scale_max_s": 150,
         "scale_verify": True, "scale_tp_writers": ["flush-writer", "spark-kafka", "sink-sync", "sink-exactly-once"],
         "scale_lat_writers": ["noop", "flush-writer", "spark-kafka", "sink-sync", "sink-exactly-once"],
@@ -99,7 +109,7 @@ MODES: dict[str, dict[str, Any]] = {
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes, 1-2 runs each (a few minutes)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, 1-3 rounds each (a smoke test)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="Spark local[N] (default: all cores)")
     ap.add_argument("--partitions", type=int, default=None, help="Spark partitions for every writer (default: cores)")
@@ -152,7 +162,7 @@ def main() -> int:
         results["settings"]["broker"] = (f"{results['meta']['machine']['broker']}, log on the local disk, "
                                          "127.0.0.1, a fresh one per section")
         keep = ("num.network.threads", "num.io.threads", "log.segment.bytes", "transaction.state.log.num.partitions",
-                "offsets.topic.num.partitions")
+                "offsets.topic.num.partitions", "log.segment.delete.delay.ms")
         props = broker.server_properties()
         results["settings"]["broker_properties"] = {k: props[k] for k in keep if k in props}
         if want & SPARK_SECTIONS:

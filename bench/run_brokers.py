@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from bench import common
+from bench.broker_watch import DATA_ENV, JMX_ENV, broker_options
 
 
 class Brokers:
@@ -15,7 +16,11 @@ class Brokers:
     its log on the local disk, the JVM's default flags and a 1 GiB heap), so
     that no section meets the logs and page cache another left behind;
     ``used`` records, per section, the CPU seconds and the resident set of the
-    broker it had, read from /proc when it stops.
+    broker it had, read from /proc when it stops. Each is started with
+    :func:`bench.broker_watch.broker_options` (JMX on loopback, a deleted
+    topic's files removed within 200 ms) and named to this process and its
+    children in the environment (``DATA_ENV``, ``JMX_ENV``): every
+    :func:`bench.common.delete_topic` of the section waits for the files.
     """
 
     def __init__(self, scratch: str) -> None:
@@ -23,13 +28,17 @@ class Brokers:
         self.current: Any = None
         self.section = ""
         self.used: dict[str, dict[str, Any]] = {}
+        self.jmx_url: str | None = None
 
     def fresh(self, section: str) -> Any:
         from devtools.kafka_broker import KafkaBroker
 
         self.stop()
         self.section = section
-        self.current = KafkaBroker(os.path.join(self.scratch, f"kafka-{section}"), heap="1g", jvm_options=()).start()
+        props, sysprops, self.jmx_url = broker_options()
+        self.current = KafkaBroker(os.path.join(self.scratch, f"kafka-{section}"), heap="1g", jvm_options=(),
+                                   properties=props, system_properties=sysprops).start()
+        os.environ[DATA_ENV], os.environ[JMX_ENV] = self.current.data_dir, self.jmx_url
         self.used[section] = {"loadavg_start": list(os.getloadavg())}
         return self.current
 
@@ -48,3 +57,5 @@ class Brokers:
             pass
         self.current.stop()
         self.current = None
+        os.environ.pop(DATA_ENV, None)
+        os.environ.pop(JMX_ENV, None)

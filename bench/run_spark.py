@@ -35,7 +35,7 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers"
             results["throughput"] = guarded(lambda: throughput(
                 spark, bootstrap, rows_by_size={s: p["tp_rows"][str(s)] for s in p["sizes"]}, partitions=args.partitions,
                 topic_partitions=args.topic_partitions, rounds=p["tp_rounds"], writers=_only(sb.WRITERS, args),
-                scratch=scratch, verify=p["verify"]))
+                scratch=scratch, verify=p["verify"], warm_rows=p.get("tp_warm_rows"), jmx_url=brokers.jmx_url))
         if "latency" in want:
             bootstrap = brokers.fresh("latency").bootstrap
             results["latency"] = guarded(lambda: latency(
@@ -54,7 +54,7 @@ def _scale_kw(p: dict[str, Any], prefix: str, args: argparse.Namespace, scratch:
             "rows_per_s": p["scale_rows_per_s"], "duration_s": p[f"{prefix}_duration_s"],
             "warmup_batches": p[f"{prefix}_warmup_batches"], "max_s": p[f"{prefix}_max_s"],
             "topic_partitions": args.topic_partitions, "scratch": scratch, "verify": p["scale_verify"],
-            "tp_writers": _only(tuple(p["scale_tp_writers"]), args),
+            "tp_writers": _only(tuple(p["scale_tp_writers"]), args), "warm_rows": p.get(f"{prefix}_warm_rows"),
             "lat_writers": _only(tuple(p["scale_lat_writers"]), args)}
 
 

@@ -27,18 +27,23 @@ NOOP = "noop"  # reads its rows, writes nothing (the part of a write's time Spar
 FLUSH_ID = "flush-writer-id"  # throughput only: the flush-writer sending the sink's id header (the header's cost)
 SYNC_PY = "sink-sync-python"  # throughput only: sink sync on the Python delivery engine (what the native one saves)
 EXACTLY_SPARK = "sink-exactly-once-no-resplit"  # exactly_once_lanes=0: Spark's partitions as lanes, no shuffle
+RAW_POLL = "raw-poll"  # throughput only: the raw loop ending as the sink's task does (poll until acked, no flush())
+SYNC_PART = "sink-sync-partition-ids"  # throughput only: sink sync with record_ids="partition" (no re-split)
 SPARK_KAFKA = "spark-kafka"  # Spark's own Kafka sink (connector jars from devtools/jvm.py), the writer users pick today
 #: Spark's own Kafka sink with the batching every librdkafka writer here has (linger.ms 5, batch.size 1,000,000):
 #: both clients set alike, so that neither wins by a default.
 SPARK_KAFKA_ALIKE = "spark-kafka-alike"
 ALIKE = {"linger.ms": "5", "batch.size": "1000000"}
-WRITERS = (NOOP, RAW, FLUSH, FLUSH_ID, SPARK_KAFKA, SPARK_KAFKA_ALIKE, SYNC, SYNC_PY, ASYNC, EXACTLY, EXACTLY_SPARK)
+WRITERS = (NOOP, RAW, RAW_POLL, FLUSH, FLUSH_ID, SPARK_KAFKA, SPARK_KAFKA_ALIKE, SYNC, SYNC_PART, SYNC_PY, ASYNC,
+           EXACTLY, EXACTLY_SPARK)
 LATENCY_WRITERS = (NOOP, RAW, FLUSH, SPARK_KAFKA, SPARK_KAFKA_ALIKE, SYNC, ASYNC, EXACTLY)
 #: The scaling section (4, 16, 64, 200 partitions and local-cluster): the sink's two sync modes and the references.
 SCALING_TP_WRITERS = (FLUSH, SPARK_KAFKA, SYNC, EXACTLY)
 SCALING_LAT_WRITERS = (NOOP, FLUSH, SPARK_KAFKA, SYNC, EXACTLY, EXACTLY_SPARK)
 LABELS = {
     NOOP: "no-op (Spark's floor)", RAW: "raw (ceiling)", FLUSH: "flush-writer (built-in sink stand-in)",
+    RAW_POLL: "raw, ending as the sink does (poll until acked, no flush())",
+    SYNC_PART: "sink at-least-once sync, record_ids=\"partition\" (no re-split)",
     FLUSH_ID: "flush-writer + rks-id header", SPARK_KAFKA: "Spark's Kafka sink (connector 4.2.0)",
     SPARK_KAFKA_ALIKE: "Spark's Kafka sink, batching set as librdkafka's (linger.ms 5, batch.size 1,000,000)",
     SYNC: "sink at-least-once sync (native engine)", SYNC_PY: "sink at-least-once sync (Python engine)",
@@ -47,7 +52,7 @@ LABELS = {
 }
 assert set(WRITERS) <= set(LABELS) and set(SCALING_LAT_WRITERS) <= set(LABELS), "every writer has its label"
 #: The delivery engine each sink writer runs with: explicit, so that "auto" never decides what is measured.
-ENGINES = {SYNC: "native", SYNC_PY: "python", ASYNC: "native", EXACTLY: "native", EXACTLY_SPARK: "native"}
+ENGINES = {SYNC: "native", SYNC_PART: "native", SYNC_PY: "python", ASYNC: "native", EXACTLY: "native", EXACTLY_SPARK: "native"}
 SYNC_ACK_TIMEOUT_S = 900.0  # "large": a sync task always waits for every ack
 WARM_TASKS = 8  # tasks of a warm-up (and of the engine check): at most this many, whatever the partitions
 

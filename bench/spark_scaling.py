@@ -19,7 +19,7 @@ def scaling_point(spark: Any, bootstrap: str, *, partitions: int, rows: int, val
                   rows_per_s: int, duration_s: float, warmup_batches: int, topic_partitions: int, scratch: str,
                   verify: bool, tp_writers: tuple[str, ...] = SCALING_TP_WRITERS,
                   lat_writers: tuple[str, ...] = SCALING_LAT_WRITERS, max_s: float | None = None,
-                  cpu_root: int | None = None, tag: str = "scaling") -> dict[str, Any]:
+                  cpu_root: int | None = None, tag: str = "scaling", warm_rows: int | None = None) -> dict[str, Any]:
     """Throughput (the same cached rows) and micro-batch latency (the same rows per batch) at ``partitions``.
 
     Latency: a ``rate-micro-batch`` source, ``rows_per_s`` rows in every
@@ -34,7 +34,7 @@ def scaling_point(spark: Any, bootstrap: str, *, partitions: int, rows: int, val
         out["throughput"] = throughput(
             spark, bootstrap, rows_by_size={value_bytes: rows}, partitions=partitions,
             topic_partitions=topic_partitions, rounds=rounds, writers=tp_writers, scratch=scratch, verify=verify,
-            cpu_root=cpu_root, tag=f"{tag} {partitions}p throughput")
+            cpu_root=cpu_root, tag=f"{tag} {partitions}p throughput", warm_rows=warm_rows)
     except Exception as exc:  # noqa: BLE001 - recorded, and the run fails (bench/run.py)
         import traceback
 

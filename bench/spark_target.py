@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import common
-from .spark_bench import (ALIKE, ASYNC, ENGINES, EXACTLY, EXACTLY_SPARK, FLUSH, FLUSH_ID, NOOP, RAW, SPARK_KAFKA,
-                          SPARK_KAFKA_ALIKE, SYNC_ACK_TIMEOUT_S, WARM_TASKS, kafka_columns, log)
+from .spark_bench import (ALIKE, ASYNC, ENGINES, EXACTLY, EXACTLY_SPARK, FLUSH, FLUSH_ID, NOOP, RAW, RAW_POLL,
+                          SPARK_KAFKA, SPARK_KAFKA_ALIKE, SYNC_ACK_TIMEOUT_S, SYNC_PART, WARM_TASKS, kafka_columns, log)
 from .writers import EngineProbe, FlushWriter, NoopWriter, Prepare, RawWriter
 
 
@@ -134,8 +134,8 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
     from spark_recoverable_sink.report import REPORT_DDL as SINK_DDL
 
     conf = common.producer_conf(bootstrap)
-    if writer == RAW:
-        fn = RawWriter(conf, topic)
+    if writer in (RAW, RAW_POLL):
+        fn = RawWriter(conf, topic, end="poll" if writer == RAW_POLL else "flush")
         return Target(writer, topic, fn, fn.ddl)
     if writer == FLUSH:
         fn = FlushWriter(conf, topic)
@@ -153,7 +153,9 @@ def make_target(writer: str, bootstrap: str, topic: str, wal_dir: str, run_name:
         raise ValueError(f"unknown writer {writer!r}")
     ack = 0.0 if writer == ASYNC else SYNC_ACK_TIMEOUT_S
     guarantee = "exactly_once" if writer in (EXACTLY, EXACTLY_SPARK) else "at_least_once"
-    extra = {"exactly_once_lanes": 0} if writer == EXACTLY_SPARK else {}
+    extra: dict[str, Any] = {"exactly_once_lanes": 0} if writer == EXACTLY_SPARK else {}
+    if writer == SYNC_PART:
+        extra["record_ids"] = "partition"
     sink = RecoverableKafkaSink(name=run_name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=ack,
                                 guarantee=guarantee, delivery_engine=ENGINES[writer], **extra)
     return Target(writer, topic, None, SINK_DDL, sink=sink, wal_dir=wal_dir)  # type: ignore[arg-type]

@@ -4,19 +4,26 @@ Three groups: against Spark's own Kafka sink (:data:`VERSUS_SPARK`), the
 native delivery engine's targets (:data:`NATIVE`) and the earlier ones
 (issue "The WAL for free" and before, :data:`EARLIER`), kept.
 Each target is one measured figure, a goal and met / missed / not measured.
-Ratios compare writers measured side by side in the same run.
+Ratios compare writers measured side by side in the same run. A throughput
+ratio is taken round by round (bench/rounds.py): the figure is the median of
+the rounds' ratios, the target is met only if the goal holds at that median,
+and the text gives the rounds' range and how many of them meet the goal
+(``rounds`` in the target: median, min, max, n, agree, straddles).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+from bench.rounds import CPU, DURABLE, SPEED, paired, verdict
 
 __all__ = ["evaluate_targets", "tp_row", "lat_row", "scale_row", "VERSUS_SPARK", "NATIVE", "EARLIER", "SCALE_WIDE",
-           "SPARK_KAFKA", "SPARK_KAFKA_ALIKE", "EXACTLY_NO_RESPLIT"]
+           "SPARK_KAFKA", "SPARK_KAFKA_ALIKE", "EXACTLY_NO_RESPLIT", "SYNC_PART", "rounds_text"]
 
 NOOP, RAW, FLUSH, SYNC, ASYNC, EXACTLY = ("noop", "raw", "flush-writer", "sink-sync", "sink-async",
                                           "sink-exactly-once")
 FLUSH_ID, SYNC_PY, SPARK_KAFKA = "flush-writer-id", "sink-sync-python", "spark-kafka"
+SYNC_PART = "sink-sync-partition-ids"  # record_ids="partition" (bench/spark_bench.py)
 SPARK_KAFKA_ALIKE = "spark-kafka-alike"
 EXACTLY_NO_RESPLIT = "sink-exactly-once-no-resplit"  # exactly_once_lanes=0 (bench/spark_bench.py EXACTLY_SPARK)
 VERSUS_SPARK = "against Spark's own Kafka sink"
@@ -92,31 +99,69 @@ def _keeps_up_wide(results: dict[str, Any], writer: str, label: str) -> tuple[fl
     return float(bool(kw)), text, bool(kw) or not kk
 
 
+def _goal(goal: str) -> tuple[float, Callable[[float], bool]]:
+    """``">= 1.10"`` -> (1.1, the test)."""
+    op, x = goal.split()
+    g = float(x)
+    return g, ((lambda v: v >= g) if op == ">=" else (lambda v: v <= g))
+
+
+def _figure_text(row: dict[str, Any], kind: str) -> str:
+    """A summary row's median figure with its unit."""
+    if kind == CPU:
+        v = row.get("cpu_s_per_million")
+        return "–" if v is None else f"{v:.2f} s per million records"
+    if kind == DURABLE:
+        return f"{row['durable_rows_per_s']:,.0f} rows/s to durable" if row.get("durable_rows_per_s") else "–"
+    return f"{row['rows_per_s']:,.0f} rows/s"
+
+
+def rounds_text(v: dict[str, Any], goal: float) -> str:
+    """``rounds 1.02–1.31, 4 of 5 meet the goal`` (one round: ``1 round``)."""
+    if v["n"] < 2:
+        return "1 round"
+    return f"rounds {_r(v['min'], goal)}–{_r(v['max'], goal)}, {v['agree']} of {v['n']} meet the goal"
+
+
+def _paired_target(results: dict[str, Any], goal_text: str, a: str, b: str, size: int, kind: str,
+                   kind_b: str | None) -> tuple[float | None, str, bool | None, dict[str, Any] | None]:
+    """(measured, text, met, rounds) of ``a`` ÷ ``b``: the median of the per-round ratios, and their spread."""
+    goal, holds = _goal(goal_text)
+    ra, rb = tp_row(results, a, size), tp_row(results, b, size)
+    tp = results.get("throughput")
+    v = verdict(paired(tp["runs"], a, b, size, kind, kind_b), holds) if ra and rb and _ok(tp) else None
+    if v is None:
+        return None, "n/a", None, None
+    text = (f"{_r(v['median'], goal)} ({rounds_text(v, goal)}; medians {_figure_text(ra, kind)} vs "
+            f"{_figure_text(rb, kind_b or kind)})")
+    return v["median"], text, v["met"], v
+
+
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets, each with the measured figure and met / missed / not measured."""
     out: list[dict[str, Any]] = []
     group = [VERSUS_SPARK]
 
-    def add(name: str, goal: str, measured: float | None, text: str, ok: bool | None, note: str = "") -> None:
+    def add(name: str, goal: str, measured: float | None, text: str, ok: bool | None, note: str = "",
+            rounds: dict[str, Any] | None = None) -> None:
         status = "not measured" if measured is None or ok is None else ("met" if ok else "missed")
         out.append({"name": name, "goal": goal, "measured": measured, "measured_text": text, "status": status,
-                    "note": note, "group": group[0]})
+                    "note": note, "group": group[0], **({"rounds": rounds} if rounds else {})})
+
+    def ratio(name: str, goal: str, a: str, b: str, size: int, kind: str = SPEED, note: str = "",
+              kind_b: str | None = None) -> None:
+        """A throughput target ``a`` ÷ ``b`` (goal ``>= x`` or ``<= x``), taken round by round."""
+        measured, text, ok, rounds = _paired_target(results, goal, a, b, size, kind, kind_b)
+        add(name, goal, measured, text, ok, note, rounds)
 
     # -- against Spark's own Kafka sink (the writer users pick instead) ------------------------------
     for size in (100, 1024):
-        s = tp_row(results, SYNC, size)
         for ref, how in ((SPARK_KAFKA, "each client's defaults"), (SPARK_KAFKA_ALIKE, "batching set alike")):
-            k = tp_row(results, ref, size)
-            v = (s["rows_per_s"] / k["rows_per_s"]) if s and k and k.get("rows_per_s") else None
-            add(f"sink sync (WAL, id header) ÷ Spark's Kafka sink, throughput ({size} B, {how})", ">= 1.10", v,
-                f"{_r(v, 1.1)} ({s['rows_per_s']:,.0f} vs {k['rows_per_s']:,.0f} rows/s)" if v else "n/a",
-                None if v is None else v >= 1.10)
+            ratio(f"sink sync (WAL, id header) ÷ Spark's Kafka sink, throughput ({size} B, {how})", ">= 1.10", SYNC,
+                  ref, size)
     for size in (100, 1024):
-        s, k = tp_row(results, SYNC, size), tp_row(results, SPARK_KAFKA, size)
-        v = (s["cpu_s_per_million"] / k["cpu_s_per_million"]) if s and k and k.get("cpu_s_per_million") else None
-        add(f"CPU seconds per record, sink sync ÷ Spark's Kafka sink ({size} B, all processes)", "<= 0.90", v,
-            f"{_r(v, 0.9)} ({s['cpu_s_per_million']:.2f} s vs {k['cpu_s_per_million']:.2f} s per million records)"
-            if v else "n/a", None if v is None else v <= 0.90)
+        ratio(f"CPU seconds per record, sink sync ÷ Spark's Kafka sink ({size} B, all processes)", "<= 0.90", SYNC,
+              SPARK_KAFKA, size, CPU)
     la, lk = _p50(lat_row(results, ASYNC)), _p50(lat_row(results, SPARK_KAFKA))
     v = la / lk if la is not None and lk else None
     add("sink async micro-batch p50 ÷ Spark's Kafka sink p50", "<= 1.00", v,
@@ -149,34 +194,18 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     # -- the native delivery engine's targets ---------------------------------------------------------
     group[0] = NATIVE
     for size in (100, 1024):
-        s, f = tp_row(results, SYNC, size), tp_row(results, FLUSH, size)
-        v = s and s.get("vs_flush")
-        add(f"sink sync (native engine, id header on) ÷ flush-writer without any header, throughput ({size} B)",
-            ">= 1.00", v, f"{_r(v, 1.0)} ({s['rows_per_s']:,.0f} vs {f['rows_per_s']:,.0f} rows/s)" if v and f else "n/a",
-            None if v is None else v >= 1.0)
+        ratio(f"sink sync (native engine, id header on) ÷ flush-writer without any header, throughput ({size} B)",
+              ">= 1.00", SYNC, FLUSH, size)
     for size in (100, 1024):
-        s, f = tp_row(results, SYNC, size), tp_row(results, FLUSH, size)
-        v = s and s.get("cpu_vs_flush")
-        add(f"CPU seconds per record, sink sync (native engine) ÷ flush-writer ({size} B, all processes)", "<= 1.00",
-            v, f"{_r(v, 1.0)} ({s['cpu_s_per_million']:.2f} s vs {f['cpu_s_per_million']:.2f} s per million records)"
-            if v and f else "n/a", None if v is None else v <= 1.0)
+        ratio(f"CPU seconds per record, sink sync (native engine) ÷ flush-writer ({size} B, all processes)", "<= 1.00",
+              SYNC, FLUSH, size, CPU)
     for size in (100, 1024):
-        e, s = tp_row(results, EXACTLY, size), tp_row(results, SYNC, size)
-        v = (e["rows_per_s"] / s["rows_per_s"]) if e and s and s.get("rows_per_s") else None
-        add(f"exactly-once ÷ sink sync throughput ({size} B, both native engine)", ">= 0.90", v,
-            f"{_r(v, 0.9)} ({e['rows_per_s']:,.0f} vs {s['rows_per_s']:,.0f} rows/s)" if v else "n/a",
-            None if v is None else v >= 0.90)
+        ratio(f"exactly-once ÷ sink sync throughput ({size} B, both native engine)", ">= 0.90", EXACTLY, SYNC, size)
     for size in (100, 1024):
-        e, s = tp_row(results, EXACTLY_NO_RESPLIT, size), tp_row(results, SYNC, size)
-        v = (e["rows_per_s"] / s["rows_per_s"]) if e and s and s.get("rows_per_s") else None
-        add(f"exactly-once without the re-split (exactly_once_lanes=0) ÷ sink sync throughput ({size} B)", ">= 0.90",
-            v, f"{_r(v, 0.9)} ({e['rows_per_s']:,.0f} vs {s['rows_per_s']:,.0f} rows/s)" if v else "n/a",
-            None if v is None else v >= 0.90, "for sources whose re-runs keep the split (files), not Spark's Kafka source")
-    s, y = tp_row(results, SYNC, 100), tp_row(results, SYNC_PY, 100)
-    v = (s["rows_per_s"] / y["rows_per_s"]) if s and y and y.get("rows_per_s") else None
-    add("sink sync throughput, native ÷ Python delivery engine (100 B)", ">= 1.60", v,
-        f"{_r(v, 1.6)} ({s['rows_per_s']:,.0f} vs {y['rows_per_s']:,.0f} rows/s)" if v else "n/a",
-        None if v is None else v >= 1.60)
+        ratio(f"exactly-once without the re-split (exactly_once_lanes=0) ÷ sink sync throughput ({size} B)", ">= 0.90",
+              EXACTLY_NO_RESPLIT, SYNC, size,
+              note="for sources whose re-runs keep the split (files), not Spark's Kafka source")
+    ratio("sink sync throughput, native ÷ Python delivery engine (100 B)", ">= 1.60", SYNC, SYNC_PY, 100)
     lo, hi = scale_row(results, EXACTLY, SCALE_LO), scale_row(results, EXACTLY, SCALE_HI)
     plo, phi = (lo or {}).get("p50_ms"), (hi or {}).get("p50_ms")
     v = phi / plo if plo and phi is not None else None
@@ -206,17 +235,9 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     group[0] = EARLIER
 
     for size, goal in ((100, 0.90), (1024, 0.95)):
-        s = tp_row(results, SYNC, size)
-        v = s and s.get("vs_flush")
-        add(f"sink sync ÷ flush-writer throughput ({size} B, id header on)", f">= {goal:.2f}", v,
-            f"{v:.2f} ({s['rows_per_s']:,.0f} rows/s)" if v else "n/a", None if v is None else v >= goal)
-
-    s, a = tp_row(results, SYNC, 100), tp_row(results, ASYNC, 100)
-    v = (a["durable_rows_per_s"] / s["rows_per_s"]) if a and s and a.get("durable_rows_per_s") else None
-    add("sink async time-to-durable ÷ sink sync throughput (100 B)", ">= 0.95", v,
-        f"{v:.2f} ({a['durable_rows_per_s']:,.0f} rows/s to durable)" if v else "n/a",
-        None if v is None else v >= 0.95)
-
+        ratio(f"sink sync ÷ flush-writer throughput ({size} B, id header on)", f">= {goal:.2f}", SYNC, FLUSH, size)
+    ratio("sink async time-to-durable ÷ sink sync throughput (100 B)", ">= 0.95", ASYNC, SYNC, 100, DURABLE,
+          kind_b=SPEED)
     la, lf, ln = _p50(lat_row(results, ASYNC)), _p50(lat_row(results, FLUSH)), _p50(lat_row(results, NOOP))
     v = la / lf if la is not None and lf else None
     floor_ok = None if la is None or ln is None else la - ln <= 20.0
@@ -229,17 +250,10 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         text, None if v is None else (v <= 0.5 and bool(floor_ok)),
         "" if ln is not None or v is None else "no-op writer not measured in this run")
 
-    s, f = tp_row(results, SYNC, 100), tp_row(results, FLUSH, 100)
-    v = s and s.get("cpu_vs_flush")
-    add("CPU seconds per million records, sink sync ÷ flush-writer (100 B, all processes)", "<= 1.15", v,
-        f"{v:.2f} ({s['cpu_s_per_million']:.2f} s vs {f['cpu_s_per_million']:.2f} s per million)"
-        if v and f else "n/a", None if v is None else v <= 1.15)
-
+    ratio("CPU seconds per million records, sink sync ÷ flush-writer (100 B, all processes)", "<= 1.15", SYNC, FLUSH,
+          100, CPU)
     for size in (100, 1024):
-        e, s = tp_row(results, EXACTLY, size), tp_row(results, SYNC, size)
-        v = (e["rows_per_s"] / s["rows_per_s"]) if e and s and s.get("rows_per_s") else None
-        add(f"exactly-once ÷ sink sync throughput ({size} B)", ">= 0.85", v,
-            f"{v:.2f} ({e['rows_per_s']:,.0f} rows/s)" if v else "n/a", None if v is None else v >= 0.85)
+        ratio(f"exactly-once ÷ sink sync throughput ({size} B)", ">= 0.85", EXACTLY, SYNC, size)
 
     wal = results.get("wal")
     w = None

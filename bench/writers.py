@@ -3,7 +3,8 @@
 * :class:`NoopWriter` -- the floor of the latency benchmark: reads its rows,
   writes nothing (what a micro-batch costs before any Kafka work).
 * :class:`RawWriter` -- the ceiling: produces every row with confluent-kafka,
-  no delivery callback at all, ``flush()`` at the end of the partition.
+  no delivery callback at all, ``flush()`` at the end of the partition (or,
+  ``end="poll"``, polling until every record is acked, as the sink ends a task).
 * :class:`FlushWriter` -- what Spark's built-in Kafka sink does, written in
   Python (it stands in for the built-in sink, which is not in the benchmark
   yet; its jars can now be fetched, devtools/jvm.py): a delivery callback per record that keeps the first error, a check
@@ -65,14 +66,24 @@ def _report(rows: int, unflushed: int, seconds: float) -> pa.RecordBatch:
 
 
 class RawWriter:
-    """The ceiling: produce every row, no delivery callback, flush at the end of the partition."""
+    """The ceiling: produce every row, no delivery callback; at the end of the partition, wait for every ack.
+
+    ``end="flush"``: ``flush()``, as Spark's Kafka sink and the flush-writer
+    end a task (librdkafka sends what lingers at once). ``end="poll"``:
+    ``poll(0.05)`` until nothing is left in the producer's queue, as the
+    sink's sync task waits for its last acks (the last batch waits its
+    ``linger.ms``): the same loop, two endings, to measure what the ending costs.
+    """
 
     ddl = REPORT_DDL
 
-    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0) -> None:
+    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0, end: str = "flush") -> None:
+        if end not in ("flush", "poll"):
+            raise ValueError(f"end must be 'flush' or 'poll', got {end!r}")
         self.conf = dict(conf)
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
+        self.end = end
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t0 = time.monotonic()
@@ -91,7 +102,13 @@ class RawWriter:
                         poll(0.05)
             rows += len(values)
             poll(0)
-        unflushed = p.flush(self.flush_timeout_s)
+        if self.end == "flush":
+            unflushed = p.flush(self.flush_timeout_s)
+        else:  # the sink's ending: poll until every record is acked (or the bound)
+            end = time.monotonic() + self.flush_timeout_s
+            while len(p) and time.monotonic() < end:
+                poll(0.05)
+            unflushed = len(p)
         yield _report(rows, unflushed, time.monotonic() - t0)
 
 
