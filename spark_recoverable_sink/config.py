@@ -139,7 +139,8 @@ class SinkConfig:
             private to the user the workers run as (see :mod:`.wal.slots`).
         ack_timeout_s: How long a task waits for broker acks (0 = fully async).
         checkpoint_interval_s: Longest time between two prunes of acked records.
-        max_wal_bytes: Live WAL bytes one slot (one Python worker) may hold.
+        max_wal_bytes: Live WAL bytes one Python worker may hold: its own slot and the slots of dead
+            workers it adopted, together.
         max_block_s: How long an append waits for space before ``WalFullError``.
         wal_sync: ``"commit"`` (fsync per WAL transaction) or ``"none"``.
         dead_letter_topic: Where records with non-retriable errors are copied.

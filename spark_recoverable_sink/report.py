@@ -90,7 +90,7 @@ class BatchReport:
 
     ``wal_bytes`` sums the live WAL bytes of the slots the tasks ran on (each
     slot once, its largest figure); ``wal_slot_bytes_max`` is the fullest
-    slot's (the limit ``max_wal_bytes`` is per slot). The ``kafka_*`` figures
+    slot's (the limit ``max_wal_bytes`` is per worker, its slot and adopted ones). The ``kafka_*`` figures
     aggregate the tasks' librdkafka statistics: the largest queue, the mean
     and largest round-trip time, the distinct transaction states; -1 (and
     ``()``) when no task had statistics.

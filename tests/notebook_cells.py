@@ -1,7 +1,7 @@
 """The Databricks notebook's cells (jobs/databricks_notebook.py) and stand-ins for the platform's globals.
 
 Shared by tests/spark/test_notebook.py (in the test process, PySpark 4.2) and
-tests/programs/notebook_app.py (a release's own Python, tests/compat): the
+tests/programs/compat_app.py (its ``notebook`` scenario, a release's own Python): the
 standard library only, so that it imports in any of the tier's environments.
 
 :func:`run_cells` executes the notebook's Python cells in order in one

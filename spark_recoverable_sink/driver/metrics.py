@@ -19,7 +19,7 @@ name                                   type       meaning
 ``rks_pending_records``                gauge      records not yet acked when the last batch's tasks ended
 ``rks_wal_bytes``                      gauge      live WAL bytes of the slots the last batch ran on
 ``rks_wal_slot_bytes_max``             gauge      the fullest of those slots
-``rks_wal_max_bytes``                  gauge      the sink's ``max_wal_bytes`` (per slot)
+``rks_wal_max_bytes``                  gauge      the sink's ``max_wal_bytes`` (per worker: its slot and adopted ones)
 ``rks_problems``                       gauge      problems (unreadable/quarantined slots) the last batch named
 ``rks_last_batch_timestamp_seconds``   gauge      Unix time of the last report
 ``rks_batch_seconds``                  histogram  driver-side duration of a batch (``_bucket``/``_sum``/``_count``)
@@ -80,7 +80,7 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("rks_pending_records", "gauge", "Records not yet acked when the last batch's tasks ended"),
     ("rks_wal_bytes", "gauge", "Live WAL bytes of the slots the last batch ran on"),
     ("rks_wal_slot_bytes_max", "gauge", "Live WAL bytes of the fullest slot the last batch ran on"),
-    ("rks_wal_max_bytes", "gauge", "The sink's max_wal_bytes (limit per slot)"),
+    ("rks_wal_max_bytes", "gauge", "The sink's max_wal_bytes (limit per Python worker: its slot and the slots it adopted)"),
     ("rks_problems", "gauge", "Problems (unreadable or quarantined WAL slots) named by the last batch"),
     ("rks_last_batch_timestamp_seconds", "gauge", "Unix time of the last batch report"),
     ("rks_batch_seconds", "histogram", "Driver-side duration of a batch"),

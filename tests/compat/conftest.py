@@ -24,7 +24,7 @@ from devtools.sparkversions import COMPAT, SparkRelease, release
 from .harness import file_input, kafka_input, output_topics, run_app, tests_only_path
 
 #: The output topics of one run (compat_app's and compat_client's scenarios).
-OUTPUTS = ["write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "cx_write", "cx_eo"]
+OUTPUTS = ["write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "notebook", "cx_write", "cx_eo"]
 APP_BOUND_S = 1200.0
 
 
@@ -74,7 +74,7 @@ def release_run(request: Any, broker: Any, registry: Any, wheel: str,
     source = kafka_input(broker.bootstrap) if r.kafka_connector else file_input(os.path.join(base, "src"))
     hook_dir = os.path.join(base, "hooks")
     os.makedirs(hook_dir)
-    scenarios = ["installed", "write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "connect"]
+    scenarios = ["installed", "write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "notebook", "connect"]
     spec = {"version": r.version, "bootstrap": broker.bootstrap, "work": os.path.join(base, "work"),
             "tag": secrets.token_hex(3), "rows": 2000, "jars": jars["kafka"] + jars["avro"] + jars["connect"],
             "connect_port": free_port(), "source": source, "outputs": output_topics(broker.bootstrap, OUTPUTS),

@@ -113,3 +113,19 @@ def test_spark_connect_write_exactly_once_forced_drain_and_drain(release_run):
     check_forced_drain(client["cx_eo"], release_run.results["app_log"], f"cx-eo-{release_run.spec['tag']}")
     _exactly_once(release_run, release_run.spec["outputs"]["cx_eo"], ROWS)
     assert client["cx_drain"]["workers"] >= 1
+
+
+def test_the_databricks_notebook_runs_its_cells(release_run):
+    """jobs/databricks_notebook.py on the release (dbutils stood in for): foreachBatch, the engine check, the drain;
+    the data source section where the release has it, else skipped with its sentence."""
+    got = release_run.result("notebook")
+    version = release_run.release.version
+    assert got["engines"] and all(e["engine"] == "native" for e in got["engines"]), got["engines"]
+    assert len(got["reports"]) >= 2 and all(rows == acked == 300 for _b, rows, acked, _r in got["reports"]), got
+    assert got["drained_pending"] == 0, got
+    before_41 = version.startswith(("3.", "4.0."))
+    assert got["ds_skipped"] is before_41, got
+    streamed = 300 * len(got["reports"]) + (0 if before_41 else sum(rows for _b, rows in got["ds_progress"]))
+    contents = read_topic(release_run.spec["bootstrap"], release_run.spec["outputs"]["notebook"], expected=streamed)
+    assert len(contents.records) >= streamed, f"{len(contents.records)} of {streamed}"
+    assert all(json.loads(r.value)["n"] == int(r.key) for r in contents.records)

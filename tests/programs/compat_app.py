@@ -21,6 +21,8 @@ local[2,3] session (task retries allowed) runs, in order:
   before, the error importing it says why);
 * ``avro``: ``sink.write(df)`` with ``value_format=Avro(...)`` (Spark's Avro
   package where Maven Central serves it; without it, the sink's error);
+* ``notebook``: jobs/databricks_notebook.py's cells (tests/notebook_cells.py's stand-ins for
+  ``dbutils`` and ``display``), both its forms where the release has them;
 * ``installed``: where the driver and the Python workers import the package from.
 
 Writes ``results.json`` in its directory: per scenario what happened (errors
@@ -163,6 +165,29 @@ def _avro(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"rows": report.rows, "acked": report.acked}
 
 
+def _notebook(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """jobs/databricks_notebook.py's Python cells on this session, ``dbutils`` and ``display`` stood in for."""
+    import contextlib
+    import io
+
+    from tests.notebook_cells import DS_SKIPPED, FakeDbutils, run_cells
+
+    name = f"nb-{spec['tag']}"
+    dbutils = FakeDbutils({"bootstrap": spec["bootstrap"], "topic": spec["outputs"]["notebook"], "sink_name": name,
+                           "wal_dir": os.path.join(spec["work"], "wal-nb"),
+                           "checkpoint": os.path.join(spec["work"], "chk-nb"), "security_protocol": "PLAINTEXT",
+                           "rows_per_batch": "300", "batches": "2"}, "unused")
+    out = io.StringIO()
+    shown: list[Any] = []
+    with contextlib.redirect_stdout(out):
+        ns = run_cells(spark, dbutils, shown.append)
+    ds = ns.get("ds_query")
+    return {"name": name, "engines": ns["engines"], "drained_pending": ns["drained"].pending,
+            "reports": [[r.batch_id, r.rows, r.acked, r.run] for r in ns["sink"].reports],
+            "ds_skipped": DS_SKIPPED in out.getvalue(),
+            "ds_progress": [[p["batchId"], p["numInputRows"]] for p in ds.recentProgress] if ds is not None else None}
+
+
 def _client(spec: dict[str, Any], spec_path: str) -> dict[str, Any]:
     """tests/programs/compat_client.py against this application's Connect server."""
     t = time.monotonic()
@@ -195,6 +220,7 @@ def main(spec_path: str) -> int:
         "fb_eo": lambda: _fb(spark, spec, hooks, "fb_eo", eo=True),
         "ds": lambda: _ds(spark, spec),
         "avro": lambda: _avro(spark, spec),
+        "notebook": lambda: _notebook(spark, spec),
         "connect": lambda: _client(spec, spec_path),
     }
     for name in spec["scenarios"]:

@@ -6,7 +6,7 @@ and the test broker; only the platform's globals are replaced
 settings, a secret scope, a recorded ``library.restartPython``) and
 ``display`` (records what it is given). The ``%pip`` and ``%md`` cells are not
 Python and are only checked for shape. The same notebook on PySpark 3.5, from
-the installed wheel: tests/compat/test_notebook.py.
+the installed wheel: tests/compat/test_compat.py (the ``notebook`` scenario of tests/programs/compat_app.py).
 """
 
 from __future__ import annotations
