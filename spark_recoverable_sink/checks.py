@@ -129,6 +129,27 @@ def check_kafka_conf(producer_conf: Mapping[str, str], scrub: Callable[[str], st
         via = f" ({given} is librdkafka's {prop})" if given != prop else ""
         raise ConfigError(option, f"refused by the Kafka client: {scrub(text)}{via}") from None
     del producer  # destroyed here: it never had a broker to talk to
+    _check_queue_holds_a_record(producer_conf, origin or {})
+
+
+def _check_queue_holds_a_record(conf: Mapping[str, str], origin: Mapping[str, str]) -> None:
+    """The producer's queue must hold the largest record it may send: librdkafka refuses a record larger than
+    its queue with QUEUE_FULL even when the queue is empty, a local error the sink would retry for ever.
+
+    Raises:
+        ConfigError: ``queue.buffering.max.kbytes`` (Java's ``buffer.memory``) below ``message.max.bytes``.
+    """
+    try:
+        queue = int(conf.get("queue.buffering.max.kbytes", 1048576)) * 1024
+        largest = int(conf.get("message.max.bytes", 1000000))
+    except (TypeError, ValueError):
+        return  # librdkafka refused or accepted the text itself above
+    if queue < largest:
+        q = origin.get("queue.buffering.max.kbytes", "queue.buffering.max.kbytes")
+        m = origin.get("message.max.bytes", "message.max.bytes")
+        raise ConfigError(f"kafka_conf[{q!r}]",
+                          f"the producer's queue ({queue} bytes) is smaller than the largest record it may send "
+                          f"({m}: {largest} bytes): such a record could never be queued; raise {q} or lower {m}")
 
 
 def warn_ack_timeout(name: str, ack_timeout_s: float, conf: Mapping[str, str]) -> None:

@@ -93,8 +93,10 @@ def chunk_id_prefix(sink: str, batch_id: int, partition: int, chunk: pa.RecordBa
 def id_fingerprints(columns: pa.RecordBatch) -> np.ndarray:
     """One ``uint64`` per row: the fingerprint of the values of the id columns (``record_ids="columns"``).
 
-    Each column's values are turned into bytes (text for numbers, dates and
-    timestamps as Arrow casts them; bytes and strings as they are), hashed as
+    Each column's values are turned into bytes (text for numbers and dates
+    as Arrow casts them; timestamps as their instant, microseconds since the
+    epoch, so the session's time zone does not change them; bytes and strings
+    as they are), hashed as
     a value by :func:`.fingerprints` (a null apart from every value), and the
     columns' hashes folded in their order: a function of the values only, the
     same on every executor.
@@ -102,6 +104,8 @@ def id_fingerprints(columns: pa.RecordBatch) -> np.ndarray:
     acc = np.zeros(columns.num_rows, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for col in columns.columns:
+            if pa.types.is_timestamp(col.type):  # the instant, not its text in the batch's time zone
+                col = pc.cast(pc.cast(col, pa.timestamp("us", tz="UTC")), pa.int64())
             raw = col if pa.types.is_binary(col.type) else pc.cast(pc.cast(col, pa.string()), pa.binary())
             h = fingerprints(pa.RecordBatch.from_arrays([raw], names=["value"]))
             acc = (acc * np.uint64(0x9E3779B97F4A7C15)) ^ h

@@ -105,12 +105,15 @@ def validate_spark_schema(schema: "StructType", default_topic: str | None, *, wr
             column missing or of a type ids cannot be made of.
     """
     by_name: dict[str, Any] = {}
+    twice: set[str] = set()
     for f in schema.fields:
-        if f.name in by_name and (f.name in KAFKA_COLUMNS or f.name in id_columns):
-            raise SchemaError(f"column {f.name!r} appears twice", column=f.name)
+        if f.name in by_name:
+            twice.add(f.name)
         by_name.setdefault(f.name, f)
     used = [c for c in KAFKA_COLUMNS if c in by_name and (c != "topic" or default_topic is None)
             and (c != "timestamp" or write_timestamp)]
+    for name in sorted(twice & (set(used) | set(id_columns))):  # an ignored column may be there twice
+        raise SchemaError(f"column {name!r} appears twice", column=name)
     for name in used:
         actual = _spark_type_name(by_name[name].dataType)
         if actual not in KAFKA_COLUMNS[name]:

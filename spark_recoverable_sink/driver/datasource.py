@@ -46,7 +46,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from ..config import EXACTLY_ONCE, SinkConfig
+from ..config import EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import PartitionReport
 from ..schema import Columns, validate_spark_schema
@@ -116,6 +116,11 @@ class RecoverableKafkaDataSource(DataSource):
                                         id_columns=config.id_columns)
         if columns.ignored:
             log.info("sink=%s entry=%s columns_ignored=%s", config.name, FORMAT_NAME, json.dumps(list(columns.ignored)))
+        if config.record_ids == PARTITION_IDS and {"topic", "partition", "offset"} <= set(schema.fieldNames()):
+            log.warning("sink=%s entry=%s record ids name the Spark partition (record_ids=partition, this format's "
+                        "default): Spark's Kafka source re-runs a batch with another split, so a re-run's records get "
+                        "other ids; option record_ids=columns with id_columns=topic,partition,offset keeps them",
+                        config.name, FORMAT_NAME)
         return config, columns, parsed.run_id
 
     def streamWriter(self, schema: "StructType", overwrite: bool) -> "StreamWriter":

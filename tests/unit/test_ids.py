@@ -135,3 +135,16 @@ def test_run_ids():
     assert not any(valid_run_id(r) for r in ("", "a:b", "x" * 65, "sp ace", "é"))
     assert record_id_prefix("orders", 7, 3) == b"orders:7:3:"
     assert PREFIX == b"orders:3ffbea5019c44624:7:3:"
+
+
+def test_timestamp_id_columns_do_not_depend_on_the_session_time_zone():
+    """PySpark sends timestamps in spark.sql.session.timeZone: the same instants in two zones give the same ids."""
+    from spark_recoverable_sink.ids import id_fingerprints
+
+    micros = [1_700_000_000_123_456, 0, None]
+    utc = pa.array(micros, pa.timestamp("us", tz="UTC"))
+    ny = pa.array(micros, pa.timestamp("us", tz="America/New_York"))
+    a = id_fingerprints(pa.RecordBatch.from_arrays([utc], names=["ts"]))
+    b = id_fingerprints(pa.RecordBatch.from_arrays([ny], names=["ts"]))
+    assert list(a) == list(b)
+    assert len(set(a.tolist())) == 3, "the instants and the null stay apart"

@@ -173,7 +173,8 @@ def test_a_typical_production_job_s_java_settings_all_reach_the_producer():
 
 @pytest.mark.parametrize("given,kbytes", [("0", "1"), ("1", "1"), ("1024", "1"), ("1025", "2"), ("1048576", "1024")])
 def test_buffer_memory_is_bytes_rounded_up_to_kib(given, kbytes):
-    assert _pc({"buffer.memory": given})["queue.buffering.max.kbytes"] == kbytes
+    # (a record as large as the smallest queue: a queue smaller than the largest record is refused, below)
+    assert _pc({"buffer.memory": given, "max.request.size": "1000"})["queue.buffering.max.kbytes"] == kbytes
 
 
 @pytest.mark.parametrize("given,option,text", [
@@ -291,3 +292,16 @@ def test_rks_kafka_conf_files_map_and_scrub(tmp_path, monkeypatch):
     with pytest.raises(OpsError) as ei:  # librdkafka refuses a value; the error is scrubbed with the file's conf
         build_config("ops", {**conf, "linger.ms": "Zq9-pw"}, str(tmp_path))
     assert "Zq9-pw" not in str(ei.value) and "linger.ms" in str(ei.value)
+
+
+@pytest.mark.parametrize("conf, named", [
+    ({"buffer.memory": "1048576", "max.request.size": "5242880"}, "buffer.memory"),
+    ({"queue.buffering.max.kbytes": "1024", "message.max.bytes": "5242880"}, "queue.buffering.max.kbytes"),
+])
+def test_a_queue_smaller_than_the_largest_record_is_refused_at_build(conf, named, tmp_path):
+    """librdkafka answers QUEUE_FULL for a record larger than its whole queue, empty or not: a local error the sink
+    would retry for ever (Java fails such a record at once). Refused when the sink is built, naming the setting."""
+    with pytest.raises(ConfigError, match=rf"{named}.*smaller than the largest record"):
+        SinkConfig.build("q", {"bootstrap.servers": "localhost:9092", **conf}, str(tmp_path), topic="t")
+    SinkConfig.build("q", {"bootstrap.servers": "localhost:9092", "buffer.memory": "8388608",
+                           "max.request.size": "5242880"}, str(tmp_path), topic="t")  # a queue that holds it

@@ -137,3 +137,14 @@ def test_invalid_utf8_in_string_key_passes_through_as_bytes():
     b = pa.RecordBatch.from_arrays([raw, pa.array([b"v"])], ["key", "value"])
     n = normalize_batch(b, "t", "s:0:0:", 0)
     assert n.column(n.schema.get_field_index("key")).to_pylist() == [b"\xff\xfe"]
+
+
+def test_an_ignored_column_may_appear_twice():
+    """Spark's sink takes the first column of a name and ignores the rest: so does the sink, for every column it
+    ignores (a join's two timestamps, two topic columns under a topic option)."""
+    cols = validate_spark_schema(_schema(("value", StringType()), ("timestamp", TimestampType()),
+                                         ("timestamp", TimestampType()), ("topic", StringType()),
+                                         ("topic", StringType())), "t")
+    assert "timestamp" not in cols.kafka and "topic" not in cols.kafka
+    with pytest.raises(SchemaError, match="'topic' appears twice"):
+        validate_spark_schema(_schema(("value", StringType()), ("topic", StringType()), ("topic", StringType())), None)
