@@ -1,9 +1,14 @@
 """Record ids: what makes two records "the same record", and the ids built from it without per-record Python work.
 
-A record's id is ``sink:run:batch:<fingerprint>-<occurrence>`` (its *batch
-scope*) or ``sink:run:batch:partition:<fingerprint>-<occurrence>`` (its
+A record's id is ``sink:run:batch:[<place>]<fingerprint>-<occurrence>`` (its
+*batch scope*) or ``sink:run:batch:partition:<fingerprint>-<occurrence>`` (its
 *partition scope*, with the Spark partition the task wrote it from):
 
+* ``place`` (``record_ids="content"`` only): 8 hex digits of the 32-bit
+  Spark hash the driver re-split the batch by (:mod:`..driver.placement`);
+  records of different places may be in different tasks, records of one
+  place are always in one task, so with it two records of a batch never
+  share an id, 64-bit collisions of their fingerprints included;
 * ``fingerprint``: 16 hex digits of a 64-bit hash of the record's content:
   its topic (when the input has a topic column), partition column, key,
   value, headers and timestamp (:mod:`.fingerprint`); or, with
@@ -19,13 +24,15 @@ Which scope a sink's ids have is its ``record_ids`` (:class:`.SinkConfig`):
   copies of a record are in one task; ids are in the batch scope, the same
   in every run of the batch whatever split and order it has (Spark's Kafka
   source re-running a batch from its offset log included), and two records
-  of a batch never share one. Costs a shuffle of the batch;
+  of a batch never share one (the place tells tasks apart, occurrences the
+  records of a task). Costs a shuffle of the batch;
 * ``"partition"``: no re-split; ids name the Spark partition, so they hold
   across re-runs only for sources that bring the same rows to the same
   partition index (files; not Spark's Kafka source);
 * ``"columns"``: ids from the columns named in ``id_columns`` (for example
   the Kafka source's ``topic``, ``partition`` and ``offset``), batch scope, no
-  re-split; unique as long as those values are unique in the batch.
+  re-split; unique as long as those values are unique in the batch (and up
+  to a 64-bit collision of two rows' fingerprints of them).
 
 Exactly-once's units are lanes (:mod:`..driver.resplit`): its ids are in
 the partition scope with the lane as partition, which a re-run keeps.
@@ -33,10 +40,12 @@ the partition scope with the lane as partition, which a re-run keeps.
 So two records are *the same record* when they belong to the same sink, run,
 batch (and partition, in that scope) and have equal content; ``n`` equal
 records get occurrences ``0..n-1``, whatever order they arrive in. Ids are
-unique across runs (the run component) and for different rows (up to a 64-bit
-hash collision, which only makes the two colliding rows' occurrences depend on
-their order). Fingerprints and occurrences are stored with each WAL chunk
-(columns ``rks_fp``, ``rks_occ``; the scope in its metadata, ``rks.ids``), so a
+unique across runs (the run component) and for different rows: within a task
+by occurrences (a 64-bit collision of two different rows' fingerprints only
+makes their occurrences depend on their order), across tasks by the place or
+the partition. Fingerprints, occurrences and places are stored with each WAL
+chunk (columns ``rks_fp``, ``rks_occ``, ``rks_place``; the scope in its
+metadata, ``rks.ids``), so a
 replay sends the ids the task chose. Chunks written before fingerprints
 existed have neither column: their ids are ``sink:run:batch:partition:<seq>``
 (the row's position), as they were.
@@ -56,11 +65,14 @@ import pyarrow.compute as pc
 from .fingerprint import fingerprints, mix_pairs, new_occurrences
 from .schema import BATCH_SCOPE, chunk_run, chunk_scope
 
-__all__ = ["FP_COLUMN", "OCC_COLUMN", "valid_run_id", "record_id_prefix", "chunk_id_prefix", "with_ids", "record_ids",
+__all__ = ["FP_COLUMN", "OCC_COLUMN", "PLACE_COLUMN", "PLACE_INPUT_COLUMN", "has_place", "valid_run_id", "record_id_prefix", "chunk_id_prefix", "with_ids", "record_ids",
            "record_id_at", "unit_digest", "new_occurrences", "has_ids", "id_fingerprints"]
 
 FP_COLUMN = "rks_fp"
 OCC_COLUMN = "rks_occ"
+PLACE_COLUMN = "rks_place"
+PLACE_INPUT_COLUMN = "__rks_place"  # the place as the driver's re-split gives it to the tasks (an int32 column)
+_PLACE_MIX = np.uint64(0x9E3779B97F4A7C15)
 _RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)
 _DASH = pa.scalar(b"-", pa.binary())
@@ -112,17 +124,34 @@ def id_fingerprints(columns: pa.RecordBatch) -> np.ndarray:
     return acc
 
 
-def with_ids(batch: pa.RecordBatch, occurrences: object, fps: np.ndarray | None = None) -> pa.RecordBatch:
+def with_ids(batch: pa.RecordBatch, occurrences: object, fps: np.ndarray | None = None,
+             places: np.ndarray | None = None) -> pa.RecordBatch:
     """A normalised batch with its records' fingerprints and occurrences appended (``rks_fp``, ``rks_occ``).
 
     ``occurrences`` is the task's counter (:func:`new_occurrences`), fed with
     every batch of the scope in arrival order. ``fps``: the fingerprints
     when they are not the records' content (:func:`id_fingerprints`).
+    ``places``: each record's place (``record_ids="content"``, a 32-bit
+    Spark hash), appended as ``rks_place``; occurrences then count equal
+    (place, fingerprint) pairs.
     """
     fps = fingerprints(batch) if fps is None else fps
-    occs = occurrences.number(fps)  # type: ignore[attr-defined]
+    if places is None:
+        occs = occurrences.number(fps)  # type: ignore[attr-defined]
+    else:
+        places = np.asarray(places).astype(np.uint32)
+        with np.errstate(over="ignore"):
+            occs = occurrences.number(fps ^ (places.astype(np.uint64) * _PLACE_MIX))  # type: ignore[attr-defined]
     batch = batch.append_column(pa.field(FP_COLUMN, pa.uint64(), nullable=False), pa.array(fps, pa.uint64()))
-    return batch.append_column(pa.field(OCC_COLUMN, pa.uint32(), nullable=False), pa.array(occs, pa.uint32()))
+    batch = batch.append_column(pa.field(OCC_COLUMN, pa.uint32(), nullable=False), pa.array(occs, pa.uint32()))
+    if places is None:
+        return batch
+    return batch.append_column(pa.field(PLACE_COLUMN, pa.uint32(), nullable=False), pa.array(places, pa.uint32()))
+
+
+def has_place(batch: pa.RecordBatch) -> bool:
+    """Whether a chunk's ids carry their place (``record_ids="content"``)."""
+    return batch.schema.get_field_index(PLACE_COLUMN) >= 0
 
 
 def has_ids(batch: pa.RecordBatch) -> bool:
@@ -130,8 +159,14 @@ def has_ids(batch: pa.RecordBatch) -> bool:
 
 
 def _hex16(fps: np.ndarray) -> pa.Array:
-    digits = _HEX[fps.astype(">u8").view(np.uint8).reshape(-1, 8)].reshape(-1)
-    fixed = pa.Array.from_buffers(pa.binary(16), len(fps), [None, pa.py_buffer(digits.tobytes())])
+    return _hexn(fps, 8)
+
+
+def _hexn(values: np.ndarray, nbytes: int) -> pa.Array:
+    """The low ``nbytes`` bytes of each uint64, as ``2 * nbytes`` lower-case hex digits."""
+    raw = values.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - nbytes:]
+    digits = _HEX[raw].reshape(-1)
+    fixed = pa.Array.from_buffers(pa.binary(2 * nbytes), len(values), [None, pa.py_buffer(digits.tobytes())])
     return fixed.cast(pa.binary())
 
 
@@ -142,6 +177,9 @@ def record_ids(prefix: bytes, batch: pa.RecordBatch, first_seq: int) -> pa.Array
     if has_ids(batch):
         fps = batch.column(FP_COLUMN).to_numpy()
         occ = pc.cast(pc.cast(batch.column(OCC_COLUMN), pa.string()), pa.binary())
+        if has_place(batch):
+            place = _hexn(batch.column(PLACE_COLUMN).to_numpy().astype(np.uint64), 4)
+            return pc.binary_join_element_wise(p, place, _hex16(fps), _DASH, occ, _EMPTY)
         return pc.binary_join_element_wise(p, _hex16(fps), _DASH, occ, _EMPTY)
     seqs = pc.cast(pc.cast(pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)), pa.string()), pa.binary())
     return pc.binary_join_element_wise(p, seqs, _EMPTY)
@@ -151,7 +189,8 @@ def record_id_at(prefix: bytes, batch: pa.RecordBatch, first_seq: int, i: int) -
     """The id of record ``i`` of a chunk (slow path: dead letters, tools)."""
     if has_ids(batch):
         fp = int(batch.column(FP_COLUMN)[i].as_py())
-        return f"{prefix.decode()}{fp:016x}-{batch.column(OCC_COLUMN)[i].as_py()}"
+        place = f"{batch.column(PLACE_COLUMN)[i].as_py():08x}" if has_place(batch) else ""
+        return f"{prefix.decode()}{place}{fp:016x}-{batch.column(OCC_COLUMN)[i].as_py()}"
     return f"{prefix.decode()}{first_seq + i}"
 
 

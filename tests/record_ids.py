@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from spark_recoverable_sink.ids import (
@@ -19,12 +20,14 @@ from spark_recoverable_sink.schema import BATCH_SCOPE, normalize_batch
 
 
 def ids_of(sink: str, run: str, batch: int, partition: int, batches: Iterable[pa.RecordBatch],
-           topic: str | None = "t", scope: str = BATCH_SCOPE) -> list[str]:
+           topic: str | None = "t", scope: str = BATCH_SCOPE, places: Iterable[int] | None = None) -> list[str]:
     """Every id of one task's rows (arrival order), as ``write_partition`` gives them.
 
     ``scope``: the batch scope of at-least-once's default ``record_ids``, or ``""`` (ids that name their
-    partition: exactly-once's lanes, ``record_ids="partition"``).
+    partition: exactly-once's lanes, ``record_ids="partition"``). ``places``: each row's place (Spark's hash the
+    driver re-split the batch by, ``record_ids="content"`` through Spark: :func:`spark_places`), in row order.
     """
+    place_list = None if places is None else list(places)
     prefix = record_id_prefix(sink, batch, partition, run, scope)
     occ = new_occurrences()
     out: list[str] = []
@@ -32,13 +35,25 @@ def ids_of(sink: str, run: str, batch: int, partition: int, batches: Iterable[pa
     for b in batches:
         if not b.num_rows:
             continue
-        norm = with_ids(normalize_batch(b, topic, prefix.decode(), seq, run, scope), occ)
+        pl = None if place_list is None else np.array(place_list[seq:seq + b.num_rows], dtype=np.int64)
+        norm = with_ids(normalize_batch(b, topic, prefix.decode(), seq, run, scope), occ, None, pl)
         out += [i.decode() for i in record_ids(prefix, norm, seq).to_pylist()]
         seq += b.num_rows
     return out
 
 
-_SUFFIX = re.compile(r"[0-9a-f]{16}-(0|[1-9][0-9]*)")
+_SUFFIX = re.compile(r"(?:[0-9a-f]{8})?[0-9a-f]{16}-(0|[1-9][0-9]*)")
+
+
+def spark_places(spark: Any, rows: list[dict[str, Any]], schema: str, topic: str | None = None) -> list[int]:
+    """Each row's place as the driver computes it (:func:`spark_recoverable_sink.driver.resplit.record_hash`), by
+    Spark itself: ``rows`` as a DataFrame of ``schema``, ``topic`` the sink's topic option."""
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.driver.resplit import record_hash
+
+    df = spark.createDataFrame(rows, schema)
+    cfg = SinkConfig.build("places", {"bootstrap.servers": "localhost:9092"}, "/tmp/rks-places", topic=topic)
+    return [r[0] for r in df.select(record_hash(df, cfg)).collect()]
 
 
 def id_prefix(rid: str) -> str:

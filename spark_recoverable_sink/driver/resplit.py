@@ -37,13 +37,15 @@ from .coalesce import coalesce_width
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["LANE_COLUMN", "with_lane", "by_lane"]
+__all__ = ["LANE_COLUMN", "record_hash", "with_lane", "by_lane"]
 
 #: The column carrying a record's lane hash from before the encoding to the re-split (dropped there).
 LANE_COLUMN = "__rks_lane"
 
 
-def _lane_hash(df: "DataFrame", config: SinkConfig) -> Any:
+def record_hash(df: "DataFrame", config: SinkConfig) -> Any:
+    """Spark's hash of a record's (topic, partition) when its partition column is set, else of its key, else of its
+    value: a JVM expression, the same for equal records, on every Spark version (Murmur3, seed 42)."""
     from pyspark.sql import functions as F
 
     cols = df.columns
@@ -61,7 +63,7 @@ def with_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     Columns are the user's, found as the sink finds them (exact names); a
     ``topic`` column counts only without a ``topic`` option.
     """
-    return df.withColumn(LANE_COLUMN, _lane_hash(df, config))
+    return df.withColumn(LANE_COLUMN, record_hash(df, config))
 
 
 def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":

@@ -21,7 +21,7 @@ from .. import _points
 from ..config import EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import RecoverableSinkError, WalWriteError
 from ..delivery.stats import latest_summary
-from ..ids import id_fingerprints, new_occurrences, record_id_prefix, with_ids
+from ..ids import PLACE_INPUT_COLUMN, id_fingerprints, new_occurrences, record_id_prefix, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
 from ..schema import BATCH_SCOPE, Columns, normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
@@ -183,10 +183,11 @@ class _Part:
     row_prefix: str = ""  # sink:run:batch:partition: whatever the ids' scope: names a row refused before its id
 
 
-def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any, fps: Any = None) -> pa.RecordBatch:
+def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any, fps: Any = None,
+              places: Any = None) -> pa.RecordBatch:
     """:func:`..ids.with_ids`; the occurrence table's file (a large partition) refused by the disk is a WalWriteError."""
     try:
-        return with_ids(batch, occurrences, fps)
+        return with_ids(batch, occurrences, fps, places)
     except OSError as exc:
         raise WalWriteError(f"sink={rt.config.name}: the occurrence table of a large partition cannot grow in "
                             f"{rt.sdir}: {exc.strerror or exc}", rt.sdir) from exc
@@ -197,12 +198,14 @@ def id_scope(config: SinkConfig) -> str:
     return "" if config.guarantee == EXACTLY_ONCE or config.record_ids == PARTITION_IDS else BATCH_SCOPE
 
 
-def _split(piece: pa.RecordBatch, columns: Columns | None) -> tuple[pa.RecordBatch, Any]:
-    """A task's rows -> (the Kafka columns, the id columns' fingerprints or ``None``)."""
+def _split(piece: pa.RecordBatch, columns: Columns | None) -> tuple[pa.RecordBatch, Any, Any]:
+    """A task's rows -> (the Kafka columns, the id columns' fingerprints or ``None``, the places or ``None``)."""
+    names = piece.schema.names
+    places = piece.column(PLACE_INPUT_COLUMN).to_numpy() if PLACE_INPUT_COLUMN in names else None
     if columns is None:
-        return piece, None
+        return (piece.drop_columns([PLACE_INPUT_COLUMN]) if places is not None else piece), None, places
     fps = id_fingerprints(piece.select(list(columns.ids))) if columns.ids else None
-    return piece.select(list(columns.kafka)), fps
+    return piece.select(list(columns.kafka)), fps, places
 
 
 def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch_id: int, p: int,
@@ -250,9 +253,9 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                     if piece.num_rows == 0:
                         continue
                     part = _part_of(rt, mode, parts, batch_id, p, run, scope)
-                    rows_in, fps = _split(piece, columns)
+                    rows_in, fps, places = _split(piece, columns)
                     norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.prefix, part.seq, run, scope,
-                                                         part.row_prefix), part.occurrences, fps)
+                                                         part.row_prefix), part.occurrences, fps, places)
                     chunk = encode_chunk(norm)
                     key = ChunkKey(batch_id, p, part.seq, part.akey.gen)
                     rt.reserve_space(len(chunk))

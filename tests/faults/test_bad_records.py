@@ -15,7 +15,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink, SchemaError
 from tests.kafka_helpers import header_dict, read_topic
-from tests.record_ids import ids_of
+from tests.record_ids import ids_of, spark_places
 
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .readback import LiveReader, read_back
@@ -33,17 +33,20 @@ POISON_SIZE = 200_000
 MAX_BYTES = 100_000
 
 
-def _poison_id(name: str, run: str, batch: int, lo: int, hi: int, poison: int) -> str:
+def _poison_id(spark, name: str, run: str, batch: int, lo: int, hi: int, poison: int, topic: str) -> str:
     """The id of row ``poison`` of the source file holding rows ``lo..hi-1`` (as :func:`_poison_stream` wrote it).
 
-    The id has the batch scope (``record_ids="content"``): no partition in it, whichever task wrote the row.
+    The id has the batch scope (``record_ids="content"``): no partition in it, whichever task wrote the row; its
+    place is Spark's hash of the row's key (computed by Spark here).
     """
     import pyarrow as pa
 
     rows = pa.RecordBatch.from_pydict({
         "key": pa.array([str(i) for i in range(lo, hi)], pa.string()),
         "value": pa.array([row_value(i, POISON_SIZE if i == poison else 200) for i in range(lo, hi)], pa.binary())})
-    return ids_of(name, run, batch, 0, [rows], None)[poison - lo]
+    places = spark_places(spark, [{"key": str(i), "value": b""} for i in range(lo, hi)], "key string, value binary",
+                          topic)  # the place of a row with a key is its key's
+    return ids_of(name, run, batch, 0, [rows], None, places=places)[poison - lo]
 
 
 def _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files, engine):
@@ -94,7 +97,7 @@ def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, sc
     assert rec.key == str(poison).encode()
     rid = h.get("rks-id", b"").decode()
     # sink:run:batch:<fingerprint>-<occurrence>: batch 1 of the query's run, from the row's content alone
-    assert rid == _poison_id(name, q.id.replace("-", "")[:16], 1, 5000, 10000, poison), h
+    assert rid == _poison_id(spark, name, q.id.replace("-", "")[:16], 1, 5000, 10000, poison, topic), h
     assert h.get("rks-error"), "the dead letter carries no error text"
     scenario.figures["dlq_error"] = h["rks-error"].decode()[:200]
     assert len(dead_later.records) == len(dead.records), "the dead letter was forwarded again and again"
@@ -122,7 +125,7 @@ def test_07b_poison_without_dlq_fails_its_own_batch_naming_the_id(spark, broker,
     assert t.lost == 0, f"lost {t.lost} good rows of batch 0, e.g. {t.lost_sample}"
     assert first is not None and len(first.dead_letters) == 1, "batch 0's report does not list the dead letter"
     rid, err = first.dead_letters[0]
-    assert rid == _poison_id(name, q.id.replace("-", "")[:16], 0, 0, 5000, poison), rid
+    assert rid == _poison_id(spark, name, q.id.replace("-", "")[:16], 0, 0, 5000, poison, topic), rid
     assert err, rid
     assert exc is not None, "the query went on although a record was dead-lettered and no DLQ topic is set"
     assert probe.calls == [0] and probe.errors and probe.errors[0][0] == 0, (probe.calls, probe.errors)
@@ -232,7 +235,8 @@ def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, sc
             "key": pa.array([str(i) for i in rows], pa.string()),
             "value": pa.array([b"row-%d" % i for i in rows], pa.binary()),
             "partition": pa.array([7 if i % 1000 == 7 else i % 3 for i in rows], pa.int32())})
-        ids += ids_of(without.name, next(iter(runs)), 2, p, [part], topic)
+        places = spark_places(spark, part.to_pylist(), "key string, value binary, partition int", topic)
+        ids += ids_of(without.name, next(iter(runs)), 2, p, [part], topic, places=places)
     assert named == {ids[i] for i in bad}, named
     assert any(rid in str(ei.value) for rid in named), str(ei.value)[:500]
 

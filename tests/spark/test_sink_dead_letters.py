@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from spark_recoverable_sink import RecoverableKafkaSink
 
 from ..kafka_helpers import read_topic
-from ..record_ids import ids_of
+from ..record_ids import ids_of, spark_places
 
 pytestmark = pytest.mark.spark
 
@@ -57,7 +57,8 @@ def test_the_last_batch_of_an_available_now_query_raises_its_dead_letter(spark, 
                                             "value": pa.array([b"x" * POISON if i == 150 else b"v%d" % i
                                                                for i in range(100, 200)], pa.binary())})
     run = q.id.replace("-", "")[:16]
-    assert rid == ids_of(sink.name, run, 1, 0, [last_rows], topic)[50], rid
+    places = spark_places(spark, last_rows.to_pylist(), "key string, value binary", topic)
+    assert rid == ids_of(sink.name, run, 1, 0, [last_rows], topic, places=places)[50], rid
     assert "DeadLetterError" in str(exc) and rid in str(exc), str(exc)[:1000]
     got = read_topic(broker.bootstrap, topic, expected=199)
     assert {r.key for r in got.records} == {str(i).encode() for i in range(200) if i != 150}

@@ -148,3 +148,26 @@ def test_timestamp_id_columns_do_not_depend_on_the_session_time_zone():
     b = id_fingerprints(pa.RecordBatch.from_arrays([ny], names=["ts"]))
     assert list(a) == list(b)
     assert len(set(a.tolist())) == 3, "the instants and the null stay apart"
+
+
+def test_a_place_tells_apart_records_whose_fingerprints_collide_in_different_tasks():
+    """record_ids="content": two different records whose 64-bit fingerprints collide, placed in two tasks (each
+    numbers its own occurrences from 0), still get two ids: the place is in the id."""
+    from spark_recoverable_sink.ids import PLACE_COLUMN, has_place
+
+    batch = _batches([{"key": b"a", "value": b"1"}, {"key": b"b", "value": b"2"}], 2)[0]
+    prefix = record_id_prefix("orders", 7, 0, "3ffbea5019c44624", scope="batch")
+    collide = np.array([0x1234, 0x1234], dtype=np.uint64)
+    task_a = with_ids(batch.slice(0, 1), new_occurrences(), collide[:1], np.array([-5], dtype=np.int32))
+    task_b = with_ids(batch.slice(1, 1), new_occurrences(), collide[1:], np.array([77], dtype=np.int32))
+    (id_a,), (id_b,) = record_ids(prefix, task_a, 0).to_pylist(), record_ids(prefix, task_b, 0).to_pylist()
+    assert id_a != id_b
+    assert id_a == prefix + b"fffffffb" + b"0000000000001234-0" and id_b == prefix + b"0000004d0000000000001234-0"
+    assert has_place(task_a) and task_a.column(PLACE_COLUMN).to_pylist() == [0xFFFFFFFB]
+    assert record_id_at(prefix, task_b, 0, 0) == id_b.decode()
+    # one task, two places, one colliding fingerprint: each (place, fingerprint) numbered on its own
+    both = with_ids(batch, new_occurrences(), collide, np.array([-5, 77], dtype=np.int32))
+    assert record_ids(prefix, both, 0).to_pylist() == [id_a, id_b]
+    # and equal records (same place, same fingerprint) are numbered 0, 1
+    same = with_ids(batch, new_occurrences(), collide, np.array([9, 9], dtype=np.int32))
+    assert [i[-2:] for i in record_ids(prefix, same, 0).to_pylist()] == [b"-0", b"-1"]
