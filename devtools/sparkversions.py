@@ -10,8 +10,9 @@ table says what the sink does on that version.
 
 ``python -m devtools.sparkversions`` writes the table into
 ``docs/compatibility.md`` and ``README.md`` (its requirements) between
-:data:`BEGIN` and :data:`END`; ``--check`` exits 1 when a file differs from
-the rendered table.
+:data:`BEGIN` and :data:`END`, and the per-platform table of
+:mod:`devtools.platforms` into ``docs/compatibility.md`` only, between its
+markers; ``--check`` exits 1 when a file differs from the rendering.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = ["SparkRelease", "RELEASES", "MAIN", "COMPAT", "release", "versions_ta
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 DOC = os.path.join(os.path.dirname(_HERE), "docs", "compatibility.md")
-#: Every file holding the table.
+#: Every file holding the versions table; :data:`DOC` holds the platforms table too.
 DOCS = (DOC, os.path.join(os.path.dirname(_HERE), "README.md"))
 BEGIN = "<!-- BEGIN versions -->"
 END = "<!-- END versions -->"
@@ -128,26 +129,37 @@ def versions_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def render_doc(text: str) -> str:
-    """``text`` with the table between :data:`BEGIN` and :data:`END` replaced by :func:`versions_table`.
+def _replace(text: str, begin: str, end: str, block: str) -> str:
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"{begin} ... {end} not found in order")
+    return text[: start + len(begin)] + "\n" + block + text[stop:]
+
+
+def render_doc(text: str, platforms: bool = False) -> str:
+    """``text`` with the table between :data:`BEGIN` and :data:`END` replaced by :func:`versions_table`, and
+    with ``platforms`` the block between :data:`devtools.platforms.BEGIN` and ``END`` by its
+    :func:`~devtools.platforms.platforms_table`.
 
     Raises:
         ValueError: the markers are missing or out of order.
     """
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"{BEGIN} ... {END} not found in order")
-    return text[: start + len(BEGIN)] + "\n" + versions_table() + text[end:]
+    text = _replace(text, BEGIN, END, versions_table())
+    if platforms:
+        from devtools import platforms as _platforms
+
+        text = _replace(text, _platforms.BEGIN, _platforms.END, _platforms.platforms_table())
+    return text
 
 
 def main(argv: list[str]) -> int:
-    """``python -m devtools.sparkversions [--check]``: write (or check) the table in :data:`DOCS`."""
+    """``python -m devtools.sparkversions [--check]``: write (or check) the tables in :data:`DOCS`."""
     sys.path.insert(0, os.path.dirname(_HERE))
     stale = []
     for doc in DOCS:
         with open(doc, encoding="utf-8") as f:
             text = f.read()
-        rendered = render_doc(text)
+        rendered = render_doc(text, platforms=doc == DOC)
         if rendered == text:
             continue
         stale.append(doc)
@@ -155,7 +167,7 @@ def main(argv: list[str]) -> int:
             with open(doc, "w", encoding="utf-8") as f:
                 f.write(rendered)
     if stale and "--check" in argv:
-        print(f"{', '.join(stale)} differ from the rendered table: run python -m devtools.sparkversions",
+        print(f"{', '.join(stale)} differ from the rendered tables: run python -m devtools.sparkversions",
               file=sys.stderr)
         return 1
     return 0

@@ -1,5 +1,6 @@
 """Tier 1: what each PySpark version offers the sink (driver/versions.py), the cores a Connect session tells,
-the settle's drain jobs tagged on classic Spark and on Spark Connect, and the supported-versions table."""
+the settle's drain jobs tagged on classic Spark and on Spark Connect, the supported-versions table and the
+per-platform table (devtools/platforms.py) as docs/compatibility.md holds them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 
 import pytest
 
-from devtools import sparkversions
+from devtools import platforms, sparkversions
 from spark_recoverable_sink.driver import coalesce, settle, versions
 from spark_recoverable_sink.errors import ConfigError, SparkVersionError
 
@@ -125,7 +126,8 @@ def test_the_compatibility_doc_and_the_readme_hold_the_rendered_table():
     for doc in sparkversions.DOCS:
         with open(doc, encoding="utf-8") as f:
             held = f.read()
-        assert sparkversions.render_doc(held) == held, f"{doc}: run python -m devtools.sparkversions"
+        rendered = sparkversions.render_doc(held, platforms=doc == sparkversions.DOC)
+        assert rendered == held, f"{doc}: run python -m devtools.sparkversions"
     table = sparkversions.versions_table()
     for r in sparkversions.RELEASES:
         assert f"tested {r.version})" in table
@@ -133,4 +135,62 @@ def test_the_compatibility_doc_and_the_readme_hold_the_rendered_table():
     assert ['format("recoverable-kafka")' in e for e in entry_points] == [False, False, True, True, True]
     # the check can fail: a table that differs is rewritten
     stale = text.replace("3.5.x", "3.4.x")
-    assert sparkversions.render_doc(stale) == text and stale != text
+    assert sparkversions.render_doc(stale, platforms=True) == text and stale != text
+    # the tiers' paragraph names the main release the whole suite runs on
+    assert f"main release (PySpark {sparkversions.MAIN.version}" in text
+
+
+def test_the_platforms_block_is_in_the_compatibility_doc_only_and_its_check_fails_on_a_stale_doc(tmp_path,
+                                                                                                monkeypatch):
+    readme, doc = (open(d, encoding="utf-8").read() for d in (sparkversions.DOCS[1], sparkversions.DOC))
+    assert platforms.BEGIN in doc and platforms.END in doc and platforms.BEGIN not in readme
+    assert doc.index(sparkversions.END) < doc.index(platforms.BEGIN)  # under the versions table
+    assert sparkversions.main(["--check"]) == 0
+    # a copy whose platforms block differs: --check refuses it and leaves it alone, a plain run rewrites it
+    stale = doc.replace("| AWS Glue 5.0 | 3.5.4 |", "| AWS Glue 5.0 | 3.5.9 |")
+    assert stale != doc
+    copies = {name: tmp_path / name for name in ("compatibility.md", "README.md")}
+    copies["compatibility.md"].write_text(stale, encoding="utf-8")
+    copies["README.md"].write_text(readme, encoding="utf-8")
+    monkeypatch.setattr(sparkversions, "DOC", str(copies["compatibility.md"]))
+    monkeypatch.setattr(sparkversions, "DOCS", (str(copies["compatibility.md"]), str(copies["README.md"])))
+    assert sparkversions.main(["--check"]) == 1
+    assert copies["compatibility.md"].read_text(encoding="utf-8") == stale
+    assert sparkversions.main([]) == 0
+    assert copies["compatibility.md"].read_text(encoding="utf-8") == doc
+    assert copies["README.md"].read_text(encoding="utf-8") == readme
+    assert sparkversions.main(["--check"]) == 0
+    # a doc without the platforms markers is refused, not silently left unchecked
+    copies["compatibility.md"].write_text(doc.replace(platforms.BEGIN, ""), encoding="utf-8")
+    with pytest.raises(ValueError, match="BEGIN platforms"):
+        sparkversions.main(["--check"])
+
+
+def test_every_platform_row_cites_a_source_and_its_entry_points_come_from_the_version_checks(monkeypatch):
+    table = platforms.platforms_table()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith(("| Platform",
+                                                                                                    "| ---"))]
+    assert len(rows) == len(platforms.PLATFORMS) >= 8
+    cited = platforms.cited()
+    for p in platforms.PLATFORMS:
+        assert p.sources and len(set(p.sources)) == len(p.sources), p.name
+        assert all(s in {c.key for c in cited} for s in p.sources)
+    for i, s in enumerate(cited, 1):
+        assert f"{i}. {s.title}: <{s.url}>" in table and s.url.startswith("https://")
+    assert {s.key for s in platforms.SOURCES} == {s.key for s in cited}  # no source listed that no row cites
+    by_name = {p.name: p for p in platforms.PLATFORMS}
+    names = " ".join(by_name)
+    for wanted in ("EMR 7", "Glue 5.0", "Dataproc 2.2", "Dataproc 2.3", "15.4 LTS", "16.4 LTS", "17.3 LTS",
+                   "serverless", "standard (shared) access mode"):
+        assert wanted in names
+    ds = '`format("recoverable-kafka")`'
+    assert ds in platforms.entry_points(by_name["Databricks Runtime 18 LTS"])  # Spark 4.1.0
+    assert f"not {ds}" in platforms.entry_points(by_name["Databricks Runtime 17.3 LTS"])  # 4.0.0
+    assert f"not {ds}" in platforms.entry_points(by_name["AWS Glue 5.0"])  # 3.5.4
+    for p in platforms.PLATFORMS:
+        assert ("through Spark Connect (pass `run_id=`)" in platforms.entry_points(p)) is p.connect
+    # a row citing a key missing from SOURCES is refused, not rendered without its source
+    bad = platforms.Platform("x", "3.5.0", "3.5.0", "3.11", "yes", "pip", ("no-such-source",))
+    monkeypatch.setattr(platforms, "PLATFORMS", platforms.PLATFORMS + (bad,))
+    with pytest.raises(KeyError, match="no-such-source"):
+        platforms.platforms_table()
