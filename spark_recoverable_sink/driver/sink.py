@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
 from ..delivery.contact import remember_reached
 from ..delivery.exactly_once.markers import MAX_BATCH
+from ..delivery.exactly_once.topic import known_marker_topic_id
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import Columns, validate_spark_schema
@@ -51,7 +52,7 @@ from .placement import place_for_ids
 from .encode import encode_columns
 from .formats import RegistryFormat
 from .resplit import by_lane
-from .settle import settle
+from .settle import check_marker_topic, settle
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
@@ -212,7 +213,8 @@ class RecoverableKafkaSink:
         t0 = time.monotonic()
         with self._lock:
             confirmed = self._dead.confirmed()
-        rows = spark.range(0, n, 1, n).mapInArrow(DrainTask(self.config, timeout_s, confirmed), DRAIN_DDL).collect()
+        task = DrainTask(self.config, timeout_s, confirmed, known_marker_topic_id(self.config))
+        rows = spark.range(0, n, 1, n).mapInArrow(task, DRAIN_DDL).collect()
         report = DrainReport(replayed=sum(r.replayed for r in rows), pending=sum(r.pending for r in rows),
                              workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0,
                              units=tuple(u for r in rows for u in json.loads(r.units or "[]")),
@@ -237,7 +239,8 @@ class RecoverableKafkaSink:
         self._say_ignored(columns)
         with self._lock:
             confirmed = self._dead.confirmed()
-        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns)
+        marker_topic = check_marker_topic(self.config) if self.config.guarantee == EXACTLY_ONCE else None
+        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic)
         df = df.select(*[F.col(f"`{c}`") for c in columns.select])
         if self.config.guarantee == EXACTLY_ONCE and self.config.exactly_once_lanes:  # units independent of the split
             df = by_lane(df, self.config)

@@ -108,7 +108,7 @@ def test_an_exactly_once_batch_that_cannot_settle_fails_naming_its_lanes(spark, 
     finally:
         own_broker.resume()
     lanes = {u["lane"] for u in ei.value.lanes}
-    assert lanes == {f"rks-eo.{sink.name}.stuck.0", f"rks-eo.{sink.name}.stuck.1"}, ei.value.lanes
+    assert lanes == {f"rks-eo.{sink.name}:stuck:0", f"rks-eo.{sink.name}:stuck:1"}, ei.value.lanes
     assert all(u["batch"] == 1 for u in ei.value.lanes)
     assert "Nothing was dropped" in str(ei.value) and "settle_timeout_s=20" in str(ei.value)
     report = sink.last_report
