@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
 from ..delivery.contact import remember_reached
 from ..delivery.exactly_once.markers import MAX_BATCH
-from ..delivery.exactly_once.topic import known_marker_topic_id
+from ..delivery.exactly_once.topic import forget_marker_topic, known_marker_topic_id
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import Columns, validate_spark_schema
@@ -226,6 +226,13 @@ class RecoverableKafkaSink:
         return report
 
     def _run(self, df: "DataFrame", batch_id: int, run: str, streaming: bool = False) -> BatchReport:
+        try:
+            return self._run_batch(df, batch_id, run, streaming)
+        except BaseException:
+            forget_marker_topic(self.config)  # the next batch is a (re)started query's first: checked anew
+            raise
+
+    def _run_batch(self, df: "DataFrame", batch_id: int, run: str, streaming: bool) -> BatchReport:
         from pyspark.sql import functions as F
 
         t0 = time.monotonic()

@@ -60,9 +60,6 @@ def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str
     Dead letters whose token is in ``confirmed`` (the driver holds them) are
     marked reported. ``marker_topic_id``: exactly-once, the marker topic as the
     driver checked it (:func:`..delivery.exactly_once.topic.expect_marker_topic`).
-
-    Raises:
-        MarkerError: the marker topic was replaced since this worker checked it.
     """
     t0 = time.monotonic()
     if marker_topic_id is not None:

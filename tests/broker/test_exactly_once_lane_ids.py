@@ -17,10 +17,12 @@ import uuid
 
 import pytest
 
+from spark_recoverable_sink import MarkerError
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
 from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
 from spark_recoverable_sink.delivery.exactly_once.markers import lane_id, legacy_lane_id
+from spark_recoverable_sink.ops.cli import main
 from spark_recoverable_sink.task.runtime import get_runtime
 from spark_recoverable_sink.task.writer import write_partition
 
@@ -37,7 +39,8 @@ def _former_child(cfg: SinkConfig, batch: int, partition: int, rows: int, run: s
     from tests.hooks import env_for
 
     opts = {"name": cfg.name, "kafka_conf": dict(cfg.kafka_conf_items), "wal_dir": cfg.wal_dir, "topic": cfg.topic,
-            "ack_timeout_s": cfg.ack_timeout_s, "guarantee": cfg.guarantee, "run": run, "former_lane_names": True}
+            "ack_timeout_s": cfg.ack_timeout_s, "guarantee": cfg.guarantee, "marker_topic": cfg.marker_topic,
+            "run": run, "former_lane_names": True}
     env = dict(os.environ, PYTHONPATH=ROOT, **env_for(hook_dir))
     return subprocess.run([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), str(batch),
                            str(partition), str(rows), "50", "after_commit"], env=env, cwd=ROOT, capture_output=True,
@@ -101,3 +104,37 @@ def test_units_of_the_former_lane_naming_are_skipped_or_published_once_after_the
     want = {(3, 0): 300, (4, 0): 300, (4, 1): 300, (5, 0): 50, (5, 1): 50}
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=1000, isolation=RC), cfg, run, want)
     assert {p: m.batch for p, m in lane_markers(cfg, run, [0, 1]).items()} == {0: 5, 1: 5}
+
+
+def test_a_former_marker_that_cannot_be_attributed_is_refused_until_the_operator_adopts_it(broker, topic, tmp_path,
+                                                                                           hooks):
+    """Sink ``<x>.eu`` run ``prod``: its former lanes are also those of sink ``<x>`` run ``eu.prod``. Their record,
+    which names the run, is gone: the sink does not guess whose the marker is; ``rks adopt-lanes`` says it."""
+    from click.testing import CliRunner
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    mt = f"mk-lanes-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, mt, partitions=1, config={"cleanup.policy": "compact,delete"})
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, name=f"lx{uuid.uuid4().hex[:6]}.eu", marker_topic=mt,
+              ack_timeout_s=30)
+    run, former = "prod", legacy_lane_id(cfg.name, "prod", 0)
+    done = _former_child(cfg, 2, 0, 200, run, hooks.dir)  # batch 2 committed under the former name
+    assert done.returncode == 0, done.stderr[-2000:]
+    end = max(r.offset for r in read_topic(broker.bootstrap, mt).records) + 1
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "allow.auto.create.topics": "false"})
+    (fut,) = admin.delete_records([TopicPartition(mt, 0, end)]).values()  # the records are gone, the offset stays
+    assert fut.result(30).low_watermark == end
+    with pytest.raises(MarkerError) as e:  # the re-run of batch 2 after the upgrade
+        write_partition(cfg, 2, 0, 1, batches(0, 200, 50), run=run)
+    assert e.value.lane == former and f"rks adopt-lanes --sink {cfg.name} --run {run}" in str(e.value), str(e.value)
+    assert get_runtime(cfg).wal.stats().attempts == 0  # the task's attempt went with its error
+    conf = tmp_path / "kafka.json"
+    conf.write_text(json.dumps({"bootstrap.servers": broker.bootstrap}))
+    r = CliRunner().invoke(main, ["adopt-lanes", "--sink", cfg.name, "--run", run, "--kafka-conf", str(conf),
+                                  "--topic", topic, "--marker-topic", mt])
+    assert r.exit_code == 0, r.stderr
+    assert f"lane={lane_id(cfg.name, run, 0)} former={former} batch=2" in r.stdout, r.stdout
+    again = write_partition(cfg, 2, 0, 2, batches(0, 200, 50), run=run)
+    assert (again.acked, again.skipped, again.pending) == (0, 200, 0), again
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=200, isolation=RC), cfg, run, {(2, 0): 200})

@@ -33,7 +33,7 @@ from ...errors import ConfigError, MarkerError
 from .markers import client_conf
 
 __all__ = ["marker_topic_id", "known_marker_topic_id", "expect_marker_topic", "recheck_marker_topic",
-           "forget_marker_topics", "MARKER_TOPIC_CONFIG", "UNKNOWN_TOPIC_CODES"]
+           "forget_marker_topics", "forget_marker_topic", "MARKER_TOPIC_CONFIG", "UNKNOWN_TOPIC_CODES"]
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +72,30 @@ def forget_marker_topics() -> None:
         _expected.clear()
 
 
+def forget_marker_topic(config: SinkConfig) -> None:
+    """Driver: a batch failed, so the next one is a (re)started query's first: the topic is checked anew there
+    (and created if missing, as at any query's first batch)."""
+    with _lock:
+        key = _key(config)
+        _seen.pop(key, None)
+        _expected.pop(key, None)
+
+
 def expect_marker_topic(config: SinkConfig, topic_id: str) -> None:
     """A task or drain job carries the topic id the driver checked (``""``: the broker gives none).
 
-    Raises:
-        MarkerError: this process checked another topic of that name (it was replaced meanwhile).
+    This worker's own check of another topic of that name (a query before,
+    on a topic deleted since) is forgotten: its next lane checks the topic
+    against the driver's id (never creating it; another id is refused then).
     """
     with _lock:
         key = _key(config)
         _expected[key] = topic_id
         seen = _seen.get(key)
-    if seen and topic_id and seen != topic_id:
-        raise _gone(config, f"was replaced (this worker checked topic id {seen}, the driver {topic_id})")
+        if seen and topic_id and seen != topic_id:
+            del _seen[key]
+            log.warning("sink=%s marker topic %s: this worker checked topic id %s, the driver %s: checked again",
+                        config.name, config.marker_topic, seen, topic_id)
 
 
 def marker_topic_id(config: SinkConfig, timeout_s: float) -> str:
