@@ -80,7 +80,11 @@ def legacy_marker(config: SinkConfig, reader: MarkerReader, run: str, partition:
         offset = reader.from_offset(c, timeout_s)
     finally:
         c.close()
-    found = reader.record(old, timeout_s, fresh=True)  # the latest record: that of the latest commit
+    # The latest record is the latest commit's. Read again (to the end) only when the one read before in this
+    # process does not match the offset: a record young enough to be missing from it has its offset still.
+    found = reader.record(old, timeout_s)
+    if offset is not None and (found is None or (found[0].batch, found[0].digest32) != (offset.batch, offset.digest32)):
+        found = reader.record(old, timeout_s, fresh=True)
     record = found[0] if found is not None else None
     if offset is None and record is None:
         return None

@@ -111,7 +111,15 @@ def marker_topic_id(config: SinkConfig, timeout_s: float) -> str:
         if key in _seen:
             return _seen[key]
         expect = _expected.get(key)
-    tid = _check(config, timeout_s, expect)
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        tid = _check(config, timeout_s, expect)
+    except FutureTimeout:  # an admin answer that never came: a broker error like any other
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"marker topic {config.marker_topic} not checked "
+                                        f"within {timeout_s:.0f}s")) from None
     with _lock:
         _seen[key] = tid
     return tid
@@ -221,9 +229,9 @@ def _topic_id(admin: Any, topic: str, timeout_s: float) -> str:
 
     try:
         desc = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic].result(timeout_s + 5.0)
-    except KafkaException as exc:
+    except Exception as exc:  # KafkaException, or no answer in time: ids are then not compared
         log.info("marker topic %s: no topic id (%s); a replaced topic is then noticed by its lanes' markers only",
-                 topic, exc.args[0].str())
+                 topic, exc)
         return ""
     tid = str(getattr(desc, "topic_id", "") or "")
     return "" if tid.strip("A") in ("", "=") else tid  # an all-zero id: the broker has none

@@ -135,9 +135,14 @@ class Committer:
         Raises:
             MarkerError: the error names an unknown topic, and the marker topic is gone or replaced (:mod:`.topic`).
         """
+        from confluent_kafka import KafkaException
+
         text = self.config.scrub(err.str() if hasattr(err, "str") else str(err))
         if getattr(err, "code", lambda: None)() in UNKNOWN_TOPIC_CODES:
-            recheck_marker_topic(self.config, 10.0, f"lane {lid}: {text}")
+            try:
+                recheck_marker_topic(self.config, 10.0, f"lane {lid}: {text}")
+            except KafkaException:  # not answered now: the next error or marker read checks it again
+                pass
         lane = self.lanes.known(lid)
         if lane is not None:
             abortable = getattr(err, "txn_requires_abort", lambda: False)()
