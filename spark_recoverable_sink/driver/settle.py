@@ -49,6 +49,7 @@ from ..config import SinkConfig
 from ..deadline import Deadline
 from ..delivery.exactly_once.lanes import lane_markers
 from ..delivery.exactly_once.markers import lane_id
+from ..delivery.exactly_once.plan import pin_lanes
 from ..delivery.exactly_once.topic import known_marker_topic_id, marker_topic_id, recheck_marker_topic
 from ..errors import SettleTimeoutError
 from ..report import BatchReport
@@ -209,24 +210,30 @@ def _cancel(config: SinkConfig, report: BatchReport, cancel: Callable[[], Any] |
         return False
 
 
-def check_marker_topic(config: SinkConfig) -> str | None:
-    """Driver, every exactly-once batch: the marker topic checked (once per process: compacted, created if missing).
+def check_marker_topic(config: SinkConfig, run: str, batch: int) -> str | None:
+    """Driver, every exactly-once batch: the marker topic checked (once per process: compacted, created if missing),
+    then the run's lane count pinned (:func:`..delivery.exactly_once.plan.pin_lanes`).
 
-    Returns its id for the batch's tasks and drain jobs (``""``: the broker
-    gives none), or ``None`` when the broker did not answer (the workers check it).
+    Returns the marker topic's id for the batch's tasks and drain jobs
+    (``""``: the broker gives none), or ``None`` when the broker did not
+    answer (the workers check it).
 
     Raises:
-        ConfigError: the marker topic is not compacted (nothing of the batch runs).
+        ConfigError: the marker topic is not compacted, or ``exactly_once_lanes`` differs from the lane count
+            of a batch a lane already committed (nothing of the batch runs).
         MarkerError: it was deleted or replaced since this driver checked it.
+        confluent_kafka.KafkaException: the lane plan not read within ``settle_timeout_s`` (nothing ran).
     """
     from confluent_kafka import KafkaException
 
     try:
-        return marker_topic_id(config, 30.0)
+        topic_id: str | None = marker_topic_id(config, 30.0)
     except KafkaException as exc:
         log.warning("sink=%s marker topic %s not checked (%s): the workers check it", config.name,
                     config.marker_topic, config.scrub(str(exc)))
-        return None
+        topic_id = None
+    pin_lanes(config, run, batch, config.settle_timeout_s)  # waits out an outage up to the settle's own bound
+    return topic_id
 
 
 def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> list[int] | None:

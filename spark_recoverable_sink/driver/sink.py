@@ -262,7 +262,7 @@ class RecoverableKafkaSink:
         self._say_ignored(columns)
         with self._lock:
             confirmed = self._dead.confirmed()
-        marker_topic = check_marker_topic(self.config) if self.config.guarantee == EXACTLY_ONCE else None
+        marker_topic = check_marker_topic(self.config, run, batch_id) if self.config.guarantee == EXACTLY_ONCE else None
         writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic)
         df = df.select(*[F.col(f"`{c}`") for c in columns.select + ([LANE_COLUMN] if lanes else [])])
         if lanes:
