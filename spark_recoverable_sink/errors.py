@@ -25,6 +25,7 @@ __all__ = [
     "ProducerError",
     "BrokerUnreachableError",
     "ExactlyOnceMismatchError",
+    "MarkerError",
     "SettleTimeoutError",
     "RegistryError",
     "RegistryUnavailableError",
@@ -183,6 +184,23 @@ class ExactlyOnceMismatchError(RecoverableSinkError):
         self.committed_batch = committed_batch
         self.run = run
         self.reason = reason
+
+
+class MarkerError(RecoverableSinkError):
+    """Exactly-once: the lanes' markers cannot be trusted, so no unit is published or skipped on them.
+
+    Raised when the marker topic was deleted or replaced while the query ran
+    (Kafka deletes a deleted topic's committed offsets with it: every lane's
+    proof is gone), or when a lane's marker written under the former lane
+    naming cannot be told to be this sink's. ``marker_topic`` names the topic,
+    ``lane`` the lane concerned (empty for the whole topic). The message says
+    what to do.
+    """
+
+    def __init__(self, message: str, marker_topic: str, lane: str = "") -> None:
+        super().__init__(message)
+        self.marker_topic = marker_topic
+        self.lane = lane
 
 
 class SettleTimeoutError(RecoverableSinkError):

@@ -49,11 +49,13 @@ from ..config import SinkConfig
 from ..deadline import Deadline
 from ..delivery.exactly_once.lanes import lane_markers
 from ..delivery.exactly_once.markers import lane_id
+from ..delivery.exactly_once.plan import pin_lanes
+from ..delivery.exactly_once.topic import known_marker_topic_id, marker_topic_id, recheck_marker_topic
 from ..errors import SettleTimeoutError
 from ..report import BatchReport
 from .versions import inheritable_thread, is_connect
 
-__all__ = ["settle", "tagged_drains"]
+__all__ = ["settle", "tagged_drains", "check_marker_topic"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
 
@@ -76,6 +78,7 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     Raises:
         SettleTimeoutError: lanes still waiting after ``config.settle_timeout_s``,
             or a drain job still running ``_DRAIN_GRACE_S`` past it.
+        MarkerError: lanes still wait and the marker topic is gone (every lane's marker with it).
         pyspark errors: a drain job failed (the batch fails; Spark re-runs it
             and every committed lane is skipped).
     """
@@ -207,14 +210,52 @@ def _cancel(config: SinkConfig, report: BatchReport, cancel: Callable[[], Any] |
         return False
 
 
+def check_marker_topic(config: SinkConfig, run: str, batch: int) -> str | None:
+    """Driver, every exactly-once batch: the marker topic checked (once per process: compacted, created if missing),
+    then the run's lane count pinned (:func:`..delivery.exactly_once.plan.pin_lanes`).
+
+    Returns the marker topic's id for the batch's tasks and drain jobs
+    (``""``: the broker gives none), or ``None`` when the broker did not
+    answer (the workers check it).
+
+    Raises:
+        ConfigError: the marker topic is not compacted, or ``exactly_once_lanes`` differs from the lane count
+            of a batch a lane already committed (nothing of the batch runs).
+        MarkerError: it was deleted or replaced since this driver checked it.
+        confluent_kafka.KafkaException: the lane plan not read within ``settle_timeout_s`` (nothing ran).
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        topic_id: str | None = marker_topic_id(config, 30.0)
+    except KafkaException as exc:
+        log.warning("sink=%s marker topic %s not checked (%s): the workers check it", config.name,
+                    config.marker_topic, config.scrub(str(exc)))
+        topic_id = None
+    pin_lanes(config, run, batch, config.settle_timeout_s)  # waits out an outage up to the settle's own bound
+    return topic_id
+
+
 def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> list[int] | None:
-    """The lanes whose marker is still before the batch; ``None`` when the broker did not answer."""
+    """The lanes whose marker is still before the batch; ``None`` when the broker did not answer.
+
+    Raises:
+        MarkerError: lanes still wait and the marker topic this driver checked is gone (their markers with it).
+    """
     try:
         markers = lane_markers(config, report.run, lanes)
     except Exception as exc:  # the broker is down: the drain jobs keep trying
         log.info("sink=%s lane markers not readable yet: %s", config.name, config.scrub(str(exc)))
         return None
-    return [lane for lane in lanes if markers.get(lane) is None or markers[lane].batch < report.batch_id]
+    left = [lane for lane in lanes if markers.get(lane) is None or markers[lane].batch < report.batch_id]
+    if left and known_marker_topic_id(config) is not None:
+        from confluent_kafka import KafkaException
+
+        try:  # a metadata request only: this may run during an outage
+            recheck_marker_topic(config, 5.0, f"batch {report.batch_id} waits for lanes {left}", ids=False)
+        except KafkaException:
+            pass
+    return left
 
 
 def _refused_lanes(config: SinkConfig, report: BatchReport, offered: Any) -> set[int]:

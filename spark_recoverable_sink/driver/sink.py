@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..config import DEFAULT_WAL_DIR, EXACTLY_ONCE, SinkConfig
 from ..delivery.contact import remember_reached
 from ..delivery.exactly_once.markers import MAX_BATCH
+from ..delivery.exactly_once.topic import forget_marker_topic, known_marker_topic_id
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import Columns, validate_spark_schema
@@ -52,7 +53,7 @@ from .encode import encode_columns
 from .formats import RegistryFormat
 from .placement import place_for_ids
 from .resplit import LANE_COLUMN, by_lane, with_lane
-from .settle import settle, tagged_drains
+from .settle import check_marker_topic, settle, tagged_drains
 from .versions import check_supported
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -225,7 +226,8 @@ class RecoverableKafkaSink:
         t0 = time.monotonic()
         with self._lock:
             confirmed = self._dead.confirmed()
-        rows = spark.range(0, n, 1, n).mapInArrow(DrainTask(self.config, timeout_s, confirmed), DRAIN_DDL).collect()
+        task = DrainTask(self.config, timeout_s, confirmed, known_marker_topic_id(self.config))
+        rows = spark.range(0, n, 1, n).mapInArrow(task, DRAIN_DDL).collect()
         report = DrainReport(replayed=sum(r.replayed for r in rows), pending=sum(r.pending for r in rows),
                              workers=len({r.pid for r in rows}), seconds=time.monotonic() - t0,
                              units=tuple(u for r in rows for u in json.loads(r.units or "[]")),
@@ -237,6 +239,13 @@ class RecoverableKafkaSink:
         return report
 
     def _run(self, df: "DataFrame", batch_id: int, run: str, streaming: bool = False) -> BatchReport:
+        try:
+            return self._run_batch(df, batch_id, run, streaming)
+        except BaseException:
+            forget_marker_topic(self.config)  # the next batch is a (re)started query's first: checked anew
+            raise
+
+    def _run_batch(self, df: "DataFrame", batch_id: int, run: str, streaming: bool) -> BatchReport:
         from pyspark.sql import functions as F
 
         t0 = time.monotonic()
@@ -253,7 +262,8 @@ class RecoverableKafkaSink:
         self._say_ignored(columns)
         with self._lock:
             confirmed = self._dead.confirmed()
-        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns)
+        marker_topic = check_marker_topic(self.config, run, batch_id) if self.config.guarantee == EXACTLY_ONCE else None
+        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic)
         df = df.select(*[F.col(f"`{c}`") for c in columns.select + ([LANE_COLUMN] if lanes else [])])
         if lanes:
             df = by_lane(df, self.config)

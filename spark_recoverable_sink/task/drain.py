@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from ..config import SinkConfig
 from ..deadline import Deadline
+from ..delivery.exactly_once.topic import expect_marker_topic
 from .runtime import get_runtime
 
 __all__ = ["DrainTask", "DrainReport", "DRAIN_DDL", "drain_worker"]
@@ -52,12 +53,17 @@ class DrainReport:
     dead_letters: tuple[tuple[str, str, str], ...] = ()
 
 
-def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str] = ()) -> dict[str, float | int | str]:
+def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str] = (),
+                 marker_topic_id: str | None = None) -> dict[str, float | int | str]:
     """Adopt orphans and wait for this worker's records to be acked (or the timeout).
 
-    Dead letters whose token is in ``confirmed`` (the driver holds them) are marked reported.
+    Dead letters whose token is in ``confirmed`` (the driver holds them) are
+    marked reported. ``marker_topic_id``: exactly-once, the marker topic as the
+    driver checked it (:func:`..delivery.exactly_once.topic.expect_marker_topic`).
     """
     t0 = time.monotonic()
+    if marker_topic_id is not None:
+        expect_marker_topic(config, marker_topic_id)
     rt = get_runtime(config)
     deadline = Deadline(timeout_s)
     with rt.publisher.task():
@@ -77,12 +83,15 @@ def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str
 class DrainTask:
     """Picklable ``mapInArrow`` function of a drain job: configuration and confirmed dead letters."""
 
-    def __init__(self, config: SinkConfig, timeout_s: float, confirmed: tuple[str, ...] = ()) -> None:
+    def __init__(self, config: SinkConfig, timeout_s: float, confirmed: tuple[str, ...] = (),
+                 marker_topic_id: str | None = None) -> None:
         self.config = config
         self.timeout_s = timeout_s
         self.confirmed = confirmed
+        self.marker_topic_id = marker_topic_id
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:  # the input only places the task
             pass
-        yield pa.RecordBatch.from_pylist([drain_worker(self.config, self.timeout_s, self.confirmed)], schema=_SCHEMA)
+        yield pa.RecordBatch.from_pylist([drain_worker(self.config, self.timeout_s, self.confirmed,
+                                                       self.marker_topic_id)], schema=_SCHEMA)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
+from ..delivery.exactly_once.topic import forget_marker_topics
 from ..errors import WalError, WalFullError, WalWriteError
 from ..recovery.deliver import Delivery
 
@@ -88,11 +89,13 @@ def _evict_same_name(config: SinkConfig) -> None:
 
 
 def reset_runtimes() -> None:
-    """Close every runtime of this process (tests and tools; tasks never need it)."""
+    """Close every runtime of this process, and forget its marker topic checks (tests and tools: the next use is
+    as in a new process; tasks never need it)."""
     with _RUNTIMES_LOCK:
         for rt in _RUNTIMES.values():
             rt.close()
         _RUNTIMES.clear()
+    forget_marker_topics()
 
 
 class WorkerRuntime:

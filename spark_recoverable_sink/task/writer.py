@@ -20,6 +20,7 @@ import pyarrow as pa
 from .. import _points
 from ..config import EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import RecoverableSinkError, WalWriteError
+from ..delivery.exactly_once.topic import expect_marker_topic
 from ..delivery.stats import latest_summary
 from ..ids import PLACE_INPUT_COLUMN, id_fingerprints, new_occurrences, record_id_prefix, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
@@ -51,12 +52,13 @@ class PartitionWriter:
     """
 
     def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = (),
-                 columns: Columns | None = None) -> None:
+                 columns: Columns | None = None, marker_topic_id: str | None = None) -> None:
         self.config = config
         self.batch_id = batch_id
         self.run = run
         self.confirmed = confirmed
         self.columns = columns
+        self.marker_topic_id = marker_topic_id  # exactly-once: the marker topic the driver checked
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -65,7 +67,8 @@ class PartitionWriter:
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
         reports = write_partitions(self.config, self.batch_id, partition, attempt, batches, run=self.run,
-                                   confirmed=self.confirmed, columns=self.columns)
+                                   confirmed=self.confirmed, columns=self.columns,
+                                   marker_topic_id=self.marker_topic_id)
         yield report_batch(*reports)
 
 
@@ -76,6 +79,7 @@ def report_batch(*reports: PartitionReport) -> pa.RecordBatch:
 def write_partition(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
     *, run: str = "", confirmed: Collection[str] = (), columns: Columns | None = None,
+    marker_topic_id: str | None = None,
 ) -> PartitionReport:
     """Write one partition through the WAL to Kafka (tools and the data source); a task whose rows may come
     from several Spark partitions (a coalesced one) uses :func:`write_partitions`.
@@ -85,7 +89,7 @@ def write_partition(
         The errors of :func:`write_partitions`.
     """
     reports = write_partitions(config, batch_id, partition, spark_attempt, batches, run=run, confirmed=confirmed,
-                               columns=columns)
+                               columns=columns, marker_topic_id=marker_topic_id)
     if len(reports) != 1:
         raise RecoverableSinkError(f"sink={config.name} batch={batch_id}: write_partition got rows of "
                                    f"{len(reports)} Spark partitions; use write_partitions")
@@ -95,6 +99,7 @@ def write_partition(
 def write_partitions(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
     *, run: str = "", confirmed: Collection[str] = (), columns: Columns | None = None,
+    marker_topic_id: str | None = None,
 ) -> list[PartitionReport]:
     """Write one task's rows through the WAL to Kafka; one report per Spark partition written.
 
@@ -125,6 +130,11 @@ def write_partitions(
     ``confirmed`` are marked reported; the first report offers every other
     unreported one of this worker.
 
+    Exactly-once: ``marker_topic_id`` is the marker topic's id as the
+    driver checked it (``""``: the broker gives none); a worker then never
+    creates the topic (missing means deleted) and refuses another one
+    (:mod:`..delivery.exactly_once.topic`).
+
     With ``ack_timeout_s=0`` (fully async) step 3 only writes the WAL and
     hands each committed chunk to the worker's poller thread; the task returns
     once its records are durable on local disk. A task still writing after
@@ -136,8 +146,11 @@ def write_partitions(
         WalFullError / WalWriteError: the WAL refused an append (nothing of that batch was accepted).
         WalFormatError / ProducerError: the slot or the producer cannot be used.
         RecoverableSinkError: an exactly-once task got rows of several Spark partitions.
+        ConfigError / MarkerError: exactly-once, the marker topic is not compacted, or was deleted or replaced.
     """
     t0 = time.monotonic()
+    if marker_topic_id is not None and config.guarantee == EXACTLY_ONCE:
+        expect_marker_topic(config, marker_topic_id)
     rt = get_runtime(config)
     with rt.publisher.task():  # this thread polls for the whole task; the poller waits
         return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed, columns)

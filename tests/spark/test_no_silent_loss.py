@@ -17,6 +17,7 @@ from collections import defaultdict
 import pytest
 
 from spark_recoverable_sink import DeadLetterError, RecoverableKafkaSink
+from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
 from spark_recoverable_sink.errors import SettleTimeoutError
 
 from ..kafka_helpers import create_topic, read_topic
@@ -100,7 +101,9 @@ def test_an_exactly_once_batch_that_cannot_settle_fails_naming_its_lanes(spark, 
                                 wal_dir=str(tmp_path / "wal"), guarantee="exactly_once", ack_timeout_s=2.0,
                                 settle_timeout_s=20, exactly_once_lanes=2)  # 2 partitions, 2 lanes: one each
     df = spark.range(300).selectExpr("cast(id as string) as key", "'v' as value").repartition(2, "key")
-    assert sink.write(df, batch_id=0, run_id="stuck").acked == 300  # the lanes exist and have committed once
+    assert sink.write(df, batch_id=0, run_id="stuck").rows == 300  # it returns once both lanes committed it
+    markers = lane_markers(sink.config, "stuck", [0, 1])  # (in the task, or later by the settle's drain jobs)
+    assert {p: m.batch for p, m in markers.items()} == {0: 0, 1: 0}, markers  # the lanes exist, committed once
     own_broker.pause()
     try:
         with pytest.raises(SettleTimeoutError) as ei:
@@ -108,7 +111,7 @@ def test_an_exactly_once_batch_that_cannot_settle_fails_naming_its_lanes(spark, 
     finally:
         own_broker.resume()
     lanes = {u["lane"] for u in ei.value.lanes}
-    assert lanes == {f"rks-eo.{sink.name}.stuck.0", f"rks-eo.{sink.name}.stuck.1"}, ei.value.lanes
+    assert lanes == {f"rks-eo.{sink.name}:stuck:0", f"rks-eo.{sink.name}:stuck:1"}, ei.value.lanes
     assert all(u["batch"] == 1 for u in ei.value.lanes)
     assert "Nothing was dropped" in str(ei.value) and "settle_timeout_s=20" in str(ei.value)
     report = sink.last_report

@@ -63,7 +63,7 @@ def test_a_drain_job_that_never_returns_ends_in_a_timeout_naming_the_lane_and_is
     assert isinstance(err, SettleTimeoutError), out
     assert time.monotonic() - t0 < 10
     assert len(cancelled) == 1
-    assert [u["lane"] for u in err.lanes] == ["rks-eo.s1.r1.3"]
+    assert [u["lane"] for u in err.lanes] == ["rks-eo.s1:r1:3"]
     assert "did not return" in str(err) and "batch_id=7" in str(err)
 
 

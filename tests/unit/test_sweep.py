@@ -30,8 +30,11 @@ class _Err:
 class RecordingProducer:
     """Records the transaction calls; topics map to partition counts (absent: unknown topic)."""
 
-    def __init__(self, topics: dict[str, int], fail_rows: int = 0, unsent: int = 0) -> None:
+    def __init__(self, topics: dict[str, int], fail_rows: int = 0, unsent: int = 0,
+                 marker_topic: str | None = "rks-markers") -> None:
         self.topics, self.fail_rows, self.unsent = topics, fail_rows, unsent
+        if marker_topic:
+            self.topics[marker_topic] = 1
         self.calls: list[str] = []
         self.sent: list[tuple[str, int, bytes | None, bytes | None]] = []
 
@@ -81,18 +84,18 @@ def _left(_what: str) -> float:
 def test_every_partition_of_the_lanes_topics_and_the_marker_partition_get_one_aborted_record():
     cfg = _config()
     lane = Lane(RecordingProducer({"orders": 3, "audit": 2}), consumer=None)
-    assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "audit", "gone"}, _left) == 6
+    assert sweep(cfg, lane, "rks-eo.sweeps:r:0", {"orders", "audit", "gone"}, _left) == 6
     assert lane.producer.calls == ["begin", "produce", "offsets", "flush", "abort"]
     assert sorted((t, p) for t, p, _k, _v in lane.producer.sent) == sorted(
         [(cfg.marker_topic, 0), ("audit", 0), ("audit", 1), ("orders", 0), ("orders", 1), ("orders", 2)])
     assert {(k, v) for _t, _p, k, v in lane.producer.sent} == {(SWEEP_KEY, None)}
     assert lane.swept and lane.swept_topics == {"orders", "audit", "gone"} and not lane.must_abort
     # a swept lane sweeps only topics it has not swept yet, and only those
-    assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "audit"}, _left) == 1  # the marker partition
-    assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "more"}, _left) == 1
+    assert sweep(cfg, lane, "rks-eo.sweeps:r:0", {"orders", "audit"}, _left) == 1  # the marker partition
+    assert sweep(cfg, lane, "rks-eo.sweeps:r:0", {"orders", "more"}, _left) == 1
     lane.producer.topics["more"] = 4
     lane.swept = False  # after an abort: everything again
-    assert sweep(cfg, lane, "rks-eo.sweeps.r.0", {"orders", "more"}, _left) == 8
+    assert sweep(cfg, lane, "rks-eo.sweeps:r:0", {"orders", "more"}, _left) == 8
     assert lane.swept_topics == {"orders", "more"}
 
 
@@ -100,8 +103,18 @@ def test_every_partition_of_the_lanes_topics_and_the_marker_partition_get_one_ab
 def test_a_sweep_that_did_not_reach_every_partition_is_aborted_and_not_counted(fail_rows, unsent):
     lane = Lane(RecordingProducer({"orders": 3}, fail_rows=fail_rows, unsent=unsent), consumer=None)
     with pytest.raises(SweepFailed, match="did not complete"):
-        sweep(_config(), lane, "rks-eo.sweeps.r.0", {"orders"}, _left)
+        sweep(_config(), lane, "rks-eo.sweeps:r:0", {"orders"}, _left)
     assert lane.producer.calls[-1] == "abort" and not lane.swept and not lane.must_abort
+
+
+def test_a_sweep_whose_marker_topic_is_unknown_fails_before_any_transaction():
+    from confluent_kafka import KafkaError, KafkaException
+
+    lane = Lane(RecordingProducer({"orders": 1}, marker_topic=None), consumer=None)
+    with pytest.raises(KafkaException) as e:
+        sweep(_config(), lane, "rks-eo.sweeps:r:0", {"orders"}, _left)
+    assert e.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART  # the committer then checks the topic
+    assert lane.producer.calls == [] and not lane.swept and not lane.must_abort
 
 
 def test_a_sweep_whose_abort_fails_leaves_the_lane_to_abort_first():
@@ -112,7 +125,7 @@ def test_a_sweep_whose_abort_fails_leaves_the_lane_to_abort_first():
 
     lane.producer.abort_transaction = abort
     with pytest.raises(RuntimeError):
-        sweep(_config(), lane, "rks-eo.sweeps.r.0", {"orders"}, _left)
+        sweep(_config(), lane, "rks-eo.sweeps:r:0", {"orders"}, _left)
     assert lane.must_abort and not lane.swept
 
 

@@ -1,8 +1,9 @@
 """Exactly-once lanes: a worker's lane producers, and lanes seen from outside a task.
 
-Every lane of a sink is named ``rks-eo.<sink>.<run>.<partition>``: its
+Every lane of a sink is named ``rks-eo.<sink>:<run>:<partition>``: its
 ``transactional.id``, the consumer group holding its marker offset and the
-key of its marker record (:mod:`.markers`). Inside a worker,
+key of its marker record (:mod:`.markers`; lanes of the former naming:
+:mod:`.legacy`). Inside a worker,
 :class:`LanePool` keeps each lane's producer, marker consumer and what its
 open transaction holds (:class:`Lane`), and creates the sink's marker topic
 once; from outside, the driver asks whether every lane of a batch is
@@ -14,20 +15,19 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from functools import partial
 from typing import Any, Callable, Iterable
 
 from ...config import SinkConfig
 from ...wal.format import AttemptKey
 from ..engine import open_engine
-from .markers import Marker, MarkerReader, client_conf, lane_id
+from .markers import Marker, MarkerReader, client_conf, encode_offset, encode_record, lane_id, sink_lane_prefix
+from .topic import marker_topic_id
 
-__all__ = ["Lane", "LanePool", "on_delivery", "ensure_marker_topic", "lane_markers", "sink_lanes", "abort_lingering"]
+__all__ = ["Lane", "LanePool", "on_delivery", "lane_conf", "send_marker", "lane_markers", "sink_lanes",
+           "former_lanes", "abort_lingering"]
 
 log = logging.getLogger(__name__)
-
-#: The marker topic: compacted, so the latest marker of every lane stays as long as the topic does.
-_MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000), "min.cleanable.dirty.ratio": "0.1"}
-
 
 class Lane:
     """One lane's producer, its marker consumer, and what its open transaction holds."""
@@ -107,37 +107,43 @@ class Lane:
             pass
 
 
+def send_marker(config: SinkConfig, lane: Lane, lid: str, marker: Marker, run: str,
+                left: Callable[[str], float]) -> None:
+    """Put ``marker`` into the lane's open transaction: its record (when its whole digest is known) and its offset.
+
+    Raises:
+        confluent_kafka.KafkaException: a client call failed (a record that failed is in ``lane.failures``).
+    """
+    import time
+
+    import pyarrow as pa
+
+    p = lane.producer
+    if marker.full_digest is not None:
+        record = encode_record(marker.batch, marker.rows or 0, marker.full_digest, run, int(time.time() * 1000))
+        batch = pa.RecordBatch.from_pydict({"value": pa.array([record], pa.binary()),
+                                            "key": pa.array([lid.encode()], pa.binary()),
+                                            "partition": pa.array([0], pa.int32())})
+        _n, failed = p.produce_chunk(lane.round_for(-1), partial(on_delivery, lane, -1), batch, None,
+                                     config.marker_topic, config.id_header, f"{lid}:".encode(), 0, left("marker"))
+        lane.failures.extend((e, j, -1) for j, e in failed)
+    offset = encode_offset(marker.batch, marker.full_digest if marker.full_digest is not None else marker.digest32)
+    p.send_offsets(lid, lane.consumer, [(config.marker_topic, 0, offset)], left("send_offsets_to_transaction"))
+
+
+def lane_conf(config: SinkConfig, lid: str) -> dict[str, Any]:
+    """A lane producer's configuration: transactional, and never creating a topic (a deleted marker topic stays
+    deleted rather than coming back with the broker's defaults; exactly-once needs its topics beforehand)."""
+    conf = config.producer_conf()
+    conf.update({"transactional.id": lid, "enable.idempotence": "true", "acks": "all",
+                 "allow.auto.create.topics": "false"})
+    return conf
+
+
 def on_delivery(lane: Lane, chunk_index: int, err: Any, msg: Any) -> None:
     """A delivery report inside a lane's transaction: failures are kept with their chunk (-1: the marker)."""
     if err is not None:
         lane.failures.append((err, (msg.topic(), msg.key(), msg.value()), chunk_index))
-
-
-def ensure_marker_topic(config: SinkConfig, timeout_s: float) -> None:
-    """Create the sink's marker topic (compacted, one partition) unless it exists.
-
-    Raises:
-        confluent_kafka.KafkaException: it does not exist and cannot be created (the message says how to).
-    """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(client_conf(config))
-    md = admin.list_topics(config.marker_topic, timeout=timeout_s)
-    t = md.topics.get(config.marker_topic)
-    if t is not None and t.error is None and t.partitions:
-        return
-    fut = admin.create_topics([NewTopic(config.marker_topic, 1, replication_factor=-1,
-                                        config=dict(_MARKER_TOPIC_CONFIG))], request_timeout=timeout_s)
-    try:
-        fut[config.marker_topic].result(timeout_s)
-    except KafkaException as exc:
-        err = exc.args[0]
-        if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise KafkaException(KafkaError(err.code(), f"marker topic {config.marker_topic} cannot be created "
-                                            f"({err.str()}); create it with cleanup.policy=compact and one "
-                                            "partition, or set marker_topic to one that exists")) from None
-    log.info("sink=%s marker topic %s created (compacted)", config.name, config.marker_topic)
 
 
 class LanePool:
@@ -154,26 +160,23 @@ class LanePool:
         self._lanes: OrderedDict[str, Lane] = OrderedDict()
         self._max_lanes = max_lanes
         self.markers = MarkerReader(config)
-        self._topic_ready = False
+        self.adopted: set[str] = set()  # lanes whose former name was looked at in this process (.legacy)
 
     def get(self, lid: str, timeout_s: float = 10.0) -> Lane:
         """The lane ``lid``, created (producer and marker consumer) on first use.
 
         Raises:
-            confluent_kafka.KafkaException: the marker topic cannot be created.
+            confluent_kafka.KafkaException: the marker topic cannot be created, or the broker did not answer.
+            ConfigError / MarkerError: the marker topic is not compacted, or was deleted (:mod:`.topic`).
         """
         lane = self._lanes.get(lid)
         if lane is not None:
             self._lanes.move_to_end(lid)
             return lane
-        if not self._topic_ready:
-            ensure_marker_topic(self.config, timeout_s)
-            self._topic_ready = True
+        marker_topic_id(self.config, timeout_s)  # once per process
         from confluent_kafka import Consumer
 
-        conf = self.config.producer_conf()
-        conf.update({"transactional.id": lid, "enable.idempotence": "true", "acks": "all"})
-        producer = open_engine(self.config, conf, error_cb=self._on_error)
+        producer = open_engine(self.config, lane_conf(self.config, lid), error_cb=self._on_error)
         cconf = client_conf(self.config)
         if self._on_error is not None:
             cconf["error_cb"] = self._on_error
@@ -236,6 +239,10 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
 def sink_lanes(config: SinkConfig, timeout_s: float = 10.0) -> list[str]:
     """The lane names of the sink that committed at least once (their marker groups exist).
 
+    Only lanes of the current naming: one of the former naming
+    (``rks-eo.<sink>.<run>.<n>``) may be another sink's, and is adopted by the
+    lane's first use after the upgrade (:mod:`.legacy`).
+
     Raises:
         concurrent.futures.TimeoutError: the admin client gave no answer within ``timeout_s`` + 5 s.
         confluent_kafka.KafkaException: the broker refused the listing.
@@ -243,9 +250,25 @@ def sink_lanes(config: SinkConfig, timeout_s: float = 10.0) -> list[str]:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(client_conf(config))
-    prefix = f"rks-eo.{config.name}."
+    prefix = sink_lane_prefix(config.name)
     listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s + 5.0)
     return sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix))
+
+
+def former_lanes(config: SinkConfig, run: str, timeout_s: float = 10.0) -> list[int]:
+    """The partitions of ``run``'s lanes that committed under the former naming (``rks-eo.<sink>.<run>.<n>``).
+
+    Raises:
+        concurrent.futures.TimeoutError: the admin client gave no answer within ``timeout_s`` + 5 s.
+        confluent_kafka.KafkaException: the broker refused the listing.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(client_conf(config))
+    prefix = f"rks-eo.{config.name}.{run}."
+    listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s + 5.0)
+    return sorted(int(g.group_id[len(prefix):]) for g in listed.valid
+                  if g.group_id.startswith(prefix) and g.group_id[len(prefix):].isdigit())
 
 
 def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, timeout_s: float = 30.0) -> list[str]:
@@ -256,7 +279,9 @@ def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, time
     earlier producer of the lane and aborts its open transaction (Apache
     Kafka; a broker that makes such a transaction visible instead does not
     give this guarantee). A lane that is in use is fenced too: its owner
-    re-initialises, reads its marker again and carries on.
+    re-initialises, reads its marker again and carries on. A lane of the
+    former naming is taken only when named in ``lanes`` (it may be the lane
+    of another sink whose name and run join to the same string).
 
     Raises:
         confluent_kafka.KafkaException: a lane could not be initialised in ``timeout_s``.
@@ -264,12 +289,10 @@ def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, time
     from confluent_kafka import Producer
 
     names = list(lanes) if lanes is not None else sink_lanes(config, timeout_s)
-    for lid in names:
-        if not lid.startswith(f"rks-eo.{config.name}."):
+    for lid in names:  # a lane of the former naming is taken when named (it may be another sink's: .legacy)
+        if not lid.startswith((sink_lane_prefix(config.name), f"rks-eo.{config.name}.")):
             raise ValueError(f"{lid!r} is not a lane of sink {config.name!r}")
-        conf = config.producer_conf()
-        conf.update({"transactional.id": lid, "enable.idempotence": "true", "acks": "all"})
-        p = Producer(conf)
+        p = Producer(lane_conf(config, lid))
         p.init_transactions(timeout_s)
         log.warning("sink=%s lane=%s initialised: any transaction it left open is aborted", config.name, lid)
     return names

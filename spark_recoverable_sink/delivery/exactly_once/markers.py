@@ -1,7 +1,8 @@
 """Exactly-once markers: what a lane's committed transactions leave in Kafka, and how they are read back.
 
-Every lane (``rks-eo.<sink>.<run>.<partition>``, its ``transactional.id``)
-commits, in the same transaction as a unit's records, a *marker* in two places:
+Every lane (``rks-eo.<sink>:<run>:<partition>``, its ``transactional.id``:
+:func:`lane_id`) commits, in the same transaction as a unit's records, a
+*marker* in two places:
 
 * the **offset** of the consumer group named like the lane on partition 0 of
   the sink's ``marker_topic``: ``(batch + 1) << 32 | digest mod 2**32``. It is
@@ -25,12 +26,13 @@ import logging
 import struct
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import SinkConfig
 
-__all__ = ["lane_id", "Marker", "encode_offset", "decode_offset", "encode_record", "decode_record", "client_conf",
+__all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
+           "decode_offset", "encode_record", "decode_record", "client_conf",
            "MarkerReader", "MAX_BATCH", "DIGEST_BITS"]
 
 log = logging.getLogger(__name__)
@@ -44,9 +46,50 @@ _RECORD_VERSION = 1
 _SCAN_S = 60.0  # the longest one read of the marker topic to its end may take (a step of its own)
 
 
+_LANE_PREFIX = "rks-eo."
+#: The longest lane id: prefix 7, sink name 100, run id 64, partition 10 (an int32) and two colons. Kafka sets no
+#: length limit on a transactional.id or group.id beyond its protocol's (32767 bytes); this stays below the
+#: tightest name limit it has (a topic's, 249), for tools and brokers that cap them.
+LANE_ID_MAX = 7 + 100 + 1 + 64 + 1 + 10
+
+
 def lane_id(sink: str, run: str, partition: int) -> str:
-    """The ``transactional.id`` (and marker group and record key) of one lane: what all attempts at its units share."""
-    return f"rks-eo.{sink}.{run}.{partition}"
+    """The ``transactional.id`` (and marker group and record key) of one lane: what all attempts at its units share.
+
+    ``rks-eo.<sink>:<run>:<partition>``. Sink names and run ids hold no
+    ``:`` (``[A-Za-z0-9._-]``), so no two (sink, run, partition) share a lane
+    (:func:`parse_lane_id` reads one back), and no lane id is one of the
+    former naming (:func:`legacy_lane_id`, which holds no ``:``).
+
+    Raises:
+        ValueError: ``sink`` or ``run`` holds a ``:`` (never so for a validated sink name and run id).
+    """
+    if ":" in sink or ":" in run:
+        raise ValueError(f"a lane's sink name and run id hold no ':' (sink {sink!r}, run {run!r})")
+    return f"{_LANE_PREFIX}{sink}:{run}:{partition}"
+
+
+def sink_lane_prefix(sink: str) -> str:
+    """What every lane id of ``sink``, and no other sink's, starts with."""
+    return f"{_LANE_PREFIX}{sink}:"
+
+
+def parse_lane_id(lid: str) -> tuple[str, str, int] | None:
+    """``(sink, run, partition)`` of a lane id of :func:`lane_id`; ``None`` for anything else (a former one)."""
+    parts = lid[len(_LANE_PREFIX):].split(":") if lid.startswith(_LANE_PREFIX) else []
+    if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
+
+
+def legacy_lane_id(sink: str, run: str, partition: int) -> str:
+    """The lane's name before lane ids became unambiguous: ``rks-eo.<sink>.<run>.<partition>``.
+
+    Dots are allowed in sink names and run ids, so sink ``orders`` with run
+    ``eu.prod`` and sink ``orders.eu`` with run ``prod`` shared a lane.
+    Read only to adopt what a lane committed under it (:mod:`.legacy`).
+    """
+    return f"{_LANE_PREFIX}{sink}.{run}.{partition}"
 
 
 @dataclass(frozen=True)
@@ -58,6 +101,7 @@ class Marker:
     rows: int | None = None
     full_digest: int | None = None
     source: str = "offset"  # or "record": the offset had expired
+    run: str | None = field(default=None, compare=False)  # the run a record names (an offset names none)
 
     def proves(self, batch: int, digest: int) -> bool:
         """Whether this marker shows that unit (``batch``, ``digest``) is the one Kafka has."""
@@ -100,7 +144,11 @@ def decode_record(raw: bytes) -> tuple[Marker, int] | None:
     magic, version, batch, rows, digest, written_ms, n = _RECORD.unpack_from(raw)
     if magic != _RECORD_MAGIC or version != _RECORD_VERSION or len(raw) != _RECORD.size + n + 4 or batch < 0:
         return None
-    return Marker(batch, digest & _DIGEST_MASK, rows, digest, "record"), written_ms
+    try:
+        run = raw[_RECORD.size:_RECORD.size + n].decode()
+    except UnicodeDecodeError:
+        return None
+    return Marker(batch, digest & _DIGEST_MASK, rows, digest, "record", run), written_ms
 
 
 _CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.ssl", "client.", "socket.", "broker.",
@@ -108,8 +156,15 @@ _CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.s
 
 
 def client_conf(config: SinkConfig) -> dict[str, str]:
-    """The connection and security options of the sink's Kafka configuration (for consumers and admin)."""
-    return {k: v for k, v in config.producer_conf().items() if k.startswith(_CLIENT_PREFIXES)}
+    """The connection and security options of the sink's Kafka configuration (for consumers and admin).
+
+    Their metadata requests never create a topic (``allow.auto.create.topics``
+    is on by default for an admin client): a lookup of a missing marker topic
+    must not have the broker create it with its defaults (``cleanup.policy=delete``).
+    """
+    conf = {k: v for k, v in config.producer_conf().items() if k.startswith(_CLIENT_PREFIXES)}
+    conf["allow.auto.create.topics"] = "false"
+    return conf
 
 
 class MarkerReader:
@@ -170,35 +225,55 @@ class MarkerReader:
                     self.config.name, lane, record.batch, age_s)
         return record
 
+    def record(self, lane: str, timeout_s: float, fresh: bool = False) -> tuple[Marker, int] | None:
+        """The lane's latest marker record and its time (ms), ``None`` if it has none; the topic is read to its
+        end first if it never was in this process, or if ``fresh`` (from where the last read stopped).
+
+        Raises:
+            confluent_kafka.KafkaException: the broker did not answer.
+        """
+        if fresh or self._read_at is None:
+            self._read_records(max(timeout_s, _SCAN_S))
+            self._read_at = time.monotonic()
+        return self._records.get(lane)
+
     def _read_records(self, timeout_s: float) -> None:
-        """Read the marker topic from where the last read stopped to its end (read_committed)."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        """Read the marker topic from where the last read stopped (at first, its log start) to its end (read_committed).
+
+        ``auto.offset.reset=earliest``: an offset no longer in the log (its
+        records deleted since) reads on from the log start, never from the end.
+        The end is seen as soon as the broker says so (short fetch waits and
+        polls while reading); the partition is unassigned after, so nothing
+        is fetched between reads.
+        """
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
         if self._consumer is None:
-            conf = client_conf(self.config)
+            conf = client_conf(self.config)  # from the log start: records before it were deleted (a retention)
             conf.update({"group.id": f"rks-markers-reader.{self.config.name}", "enable.auto.commit": "false",
-                         "isolation.level": "read_committed", "enable.partition.eof": "true"})
+                         "isolation.level": "read_committed", "enable.partition.eof": "true",
+                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": "20"})
             self._consumer = Consumer(conf)
-        self._consumer.assign([TopicPartition(self.config.marker_topic, 0, self._next)])
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            msgs = self._consumer.consume(1000, min(0.5, max(0.01, end - time.monotonic())))
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return
-                    if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                        return  # no marker topic yet: no lane ever committed a record
-                    continue
-                self._next = m.offset() + 1
-                decoded = decode_record(m.value())
-                key = m.key().decode(errors="replace") if m.key() else ""
-                if decoded is not None:
-                    self._records[key] = decoded
-        from confluent_kafka import KafkaException
-
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "marker topic not read to its end in time"))
+        self._consumer.assign([TopicPartition(self.config.marker_topic, 0, self._next or OFFSET_BEGINNING)])
+        try:
+            end = time.monotonic() + timeout_s
+            while time.monotonic() < end:
+                for m in self._consumer.consume(1000, min(0.05, max(0.01, end - time.monotonic()))):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return
+                        if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                            return  # no marker topic yet: no lane ever committed a record
+                        continue
+                    self._next = m.offset() + 1
+                    decoded = decode_record(m.value())
+                    key = m.key().decode(errors="replace") if m.key() else ""
+                    if decoded is not None:
+                        self._records[key] = decoded
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "marker topic not read to its end in time"))
+        finally:
+            self._consumer.unassign()
 
     def close(self) -> None:
         if self._consumer is not None:

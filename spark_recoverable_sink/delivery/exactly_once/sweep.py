@@ -30,7 +30,8 @@ Steps of :func:`sweep` (where it runs: a worker, in the task or the poller
 that uses the lane; nothing of it pickles):
 
 1. the partitions: every partition of the topics to sweep, and the marker
-   topic's partition 0;
+   topic's partition 0 (a marker topic the broker does not know fails the
+   sweep with its error: the caller then checks it, :mod:`.topic`);
 2. begin a transaction, produce one record to each (key ``rks-sweep``, no
    value, the id header ``<lane>:sweep:<n>``) and the lane's group offset
    (so a transactional offset left pending is closed too);
@@ -87,6 +88,10 @@ def sweep(config: SinkConfig, lane: Lane, lid: str, topics: Iterable[str], left:
 
     p = lane.producer
     # Step 1
+    md = p.list_topics(config.marker_topic, timeout=left("metadata")).topics.get(config.marker_topic)
+    if md is None or md.error is not None or not md.partitions:  # the caller checks the topic (.topic): deleted?
+        raise KafkaException(md.error if md is not None and md.error is not None else
+                             KafkaError(KafkaError._UNKNOWN_TOPIC, f"marker topic {config.marker_topic} not found"))
     todo = set(topics) if not lane.swept else set(topics) - lane.swept_topics
     targets: list[tuple[str, int]] = [(config.marker_topic, 0)]
     for topic in sorted(todo):

@@ -3,7 +3,7 @@
 A *unit* is what one Spark task committed to the WAL for one (run, batch,
 partition): its chunks, in sequence order, and the digest of its records'
 ids (:func:`...ids.unit_digest`). A unit is published in one transaction by
-the producer of its *lane*, ``transactional.id = rks-eo.<sink>.<run>.<partition>``:
+the producer of its *lane*, ``transactional.id = rks-eo.<sink>:<run>:<partition>``:
 the same for every attempt at the unit, so a retried, speculative or adopting
 producer fences the earlier one. The same transaction commits the lane's
 marker (:mod:`.markers`): batch and digest. The driver ends a batch only once
@@ -15,6 +15,7 @@ Steps of :meth:`Committer.commit`, each resumable after a failure or a deadline:
 1. the lane's producer, ``init_transactions()``-ed once; re-created when the
    lane's marker moved since this producer last saw it (another worker
    committed there, so this producer was fenced); swept (:mod:`.sweep`) since its init or last abort;
+   the first time in a process, what the lane committed under its former name adopted (:mod:`.legacy`);
 2. read the marker; decide (:meth:`Committer.decide`): a unit the marker
    proves committed (same batch, same digest) is *skipped*; a later batch on
    the marker skips a recovered unit (batches end in order) but is a
@@ -33,23 +34,24 @@ transaction commits it, and the unit book stores its records as dead letters.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
-import pyarrow as pa
-
 from ... import _points
 from ...config import SinkConfig
 from ...deadline import Deadline
+from ...errors import ConfigError, MarkerError
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
 from ..codes import NON_RETRIABLE, PRODUCER_RESET
 from .inline import InlineTransaction
-from .lanes import Lane, LanePool, on_delivery
-from .markers import Marker, encode_offset, encode_record, lane_id
+from .lanes import Lane, LanePool, on_delivery, send_marker
+from .legacy import adopt_legacy
+from .markers import Marker, encode_offset, lane_id
+from .steps import Decided, StepTimeout, left
 from .sweep import SweepFailed, lane_topics, sweep, unswept_topics
+from .topic import UNKNOWN_TOPIC_CODES, recheck_marker_topic
 
 __all__ = ["Unit", "Committer", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "REFUSED", "left"]
 
@@ -111,20 +113,36 @@ class Committer:
         lid = lane_id(self.config.name, unit.run, unit.partition)
         unit.attempts += 1
         try:
-            unit.outcome = self._commit(self._lane(lid, unit, deadline), unit, deadline)
-        except _Decided as d:
-            unit.outcome = d.outcome
-        except KafkaException as exc:
-            unit.last_error = self.note_error(lid, exc.args[0])
-            unit.outcome = self._refused(lid, unit) or PENDING
-        except (_Timeout, SweepFailed) as exc:  # resumed by a later attempt
-            unit.last_error = str(exc)
-            unit.outcome = PENDING
+            try:
+                unit.outcome = self._commit(self._lane(lid, unit, deadline), unit, deadline)
+            except Decided as d:
+                unit.outcome = d.outcome
+            except KafkaException as exc:
+                unit.last_error = self.note_error(lid, exc.args[0])
+                unit.outcome = self._refused(lid, unit) or PENDING
+            except (StepTimeout, SweepFailed) as exc:  # resumed by a later attempt
+                unit.last_error = str(exc)
+                unit.outcome = PENDING
+        except (MarkerError, ConfigError) as exc:  # the markers cannot be trusted: the unit stays in the WAL
+            unit.last_error, unit.outcome = self.config.scrub(str(exc)), PENDING
+            if unit.own:
+                raise  # the task fails with it; a retried unit carries it as its last error
         return unit.outcome
 
     def note_error(self, lid: str, err: Any) -> str:
-        """What a Kafka error leaves the lane to do next time; returns the error's text (scrubbed)."""
+        """What a Kafka error leaves the lane to do next time; returns the error's text (scrubbed).
+
+        Raises:
+            MarkerError: the error names an unknown topic, and the marker topic is gone or replaced (:mod:`.topic`).
+        """
+        from confluent_kafka import KafkaException
+
         text = self.config.scrub(err.str() if hasattr(err, "str") else str(err))
+        if getattr(err, "code", lambda: None)() in UNKNOWN_TOPIC_CODES:
+            try:
+                recheck_marker_topic(self.config, 10.0, f"lane {lid}: {text}")
+            except KafkaException:  # not answered now: the next error or marker read checks it again
+                pass
         lane = self.lanes.known(lid)
         if lane is not None:
             abortable = getattr(err, "txn_requires_abort", lambda: False)()
@@ -171,11 +189,13 @@ class Committer:
                          self.config.name, lid)
                 self.lanes.drop(lid)
                 lane = self.lanes.get(lid, left(deadline, "marker topic"))
+        if lid not in self.lanes.adopted:  # once per process: what the lane committed under its former name
+            adopt_legacy(self, lid, lane, unit, deadline)
         if not lane.ready:
             if unit is not None:  # a unit Kafka already has is skipped without fencing anyone
                 decided = self.decide(unit, self._marker(lid, lane, deadline))
                 if decided is not None:
-                    raise _Decided(decided)
+                    raise Decided(decided)
             lane.producer.init_transactions(left(deadline, "init_transactions"))
             lane.ready = True
         return lane
@@ -215,7 +235,7 @@ class Committer:
             return InlineTransaction(self.config, self.note_error, lid, lane, (wal_path, key), run)
         except KafkaException as exc:
             self.note_error(lid, exc.args[0])
-        except (_Timeout, SweepFailed):
+        except (StepTimeout, SweepFailed):
             pass
         return None
 
@@ -236,16 +256,8 @@ class Committer:
             self._produce(lane, unit, deadline)
             lane.produced = True
         if not lane.offsets_sent:  # Step 4
-            record = encode_record(unit.batch, unit.rows, unit.digest, unit.run, int(time.time() * 1000))
-            marker = pa.RecordBatch.from_pydict({"value": pa.array([record], pa.binary()),
-                                                 "key": pa.array([lid.encode()], pa.binary()),
-                                                 "partition": pa.array([0], pa.int32())})
-            _n, failed = p.produce_chunk(lane.round_for(-1), partial(on_delivery, lane, -1), marker, None,
-                                         self.config.marker_topic, self.config.id_header, f"{lid}:".encode(), 0,
-                                         left(deadline, "marker"))
-            lane.failures.extend((e, j, -1) for j, e in failed)
-            p.send_offsets(lid, lane.consumer, [(self.config.marker_topic, 0, encode_offset(unit.batch, unit.digest))],
-                           left(deadline, "send_offsets_to_transaction"))
+            send_marker(self.config, lane, lid, Marker(unit.batch, unit.digest & 0xFFFFFFFF, unit.rows, unit.digest),
+                        unit.run, partial(left, deadline))
             lane.offsets_sent = True
         _points.point("eo.committing", batch=unit.batch, partition=unit.partition, rows=unit.rows)
         timeout = left(deadline, "commit_transaction")
@@ -257,7 +269,16 @@ class Committer:
         return COMMITTED
 
     def _marker(self, lid: str, lane: Lane, deadline: Deadline) -> Marker | None:
-        return self.lanes.markers.read(lid, lane.consumer, left(deadline, "marker"))
+        """The lane's marker; one gone back from what this producer last saw makes the marker topic checked.
+
+        Raises:
+            MarkerError: it went back because the marker topic is gone or replaced (:mod:`.topic`).
+        """
+        marker = self.lanes.markers.read(lid, lane.consumer, left(deadline, "marker"))
+        if lane.known is not None and (marker is None or marker.batch < lane.known.batch):
+            recheck_marker_topic(self.config, left(deadline, "marker topic"),
+                                 f"lane {lid}'s marker went back from batch {lane.known.batch}")
+        return marker
 
     def _produce(self, lane: Lane, unit: Unit, deadline: Deadline) -> None:
         """Step 3: the unit's chunks into the open transaction, after those already in it."""
@@ -266,7 +287,7 @@ class Committer:
             if lane.failures:
                 break
             if deadline.expired():
-                raise _Timeout(f"no time left to produce the unit (chunks {i}/{len(unit.chunks)} in; resumed later)")
+                raise StepTimeout(f"no time left to produce the unit (chunks {i}/{len(unit.chunks)} in; resumed later)")
             ck = unit.chunks[i][0]
             raw = unit.wal.read_chunk(ck)
             if raw is None:
@@ -274,7 +295,7 @@ class Committer:
             batch = decode_chunk(raw)
             if unswept_topics(lane, batch, self.config.topic):  # swept first by the next attempt
                 lane.must_abort = True
-                raise _Timeout(f"chunk {i} writes topics {sorted(lane.need_topics)} its lane has not swept yet")
+                raise StepTimeout(f"chunk {i} writes topics {sorted(lane.need_topics)} its lane has not swept yet")
             _n, sync_failed = lane.producer.produce_chunk(
                 lane.round_for(i), partial(on_delivery, lane, i), batch, None, self.config.topic,
                 self.config.id_header, prefix, ck.first_seq, max(0.5, deadline.cap(30.0)))
@@ -322,28 +343,3 @@ def _index_of(raw: bytes | None, content: tuple[str, bytes | None, bytes | None]
     keys = column(batch, "key") or [None] * len(values)
     _t, k, v = content
     return next((j for j in range(len(values)) if keys[j] == k and values[j] == v), -1)
-
-
-class _Timeout(Exception):
-    """No time left for a step: the unit stays pending (resumed later)."""
-
-
-class _Decided(Exception):
-    def __init__(self, outcome: str) -> None:
-        super().__init__(outcome)
-        self.outcome = outcome
-
-
-_STEP_S = 2.0  # the least time one step gets: the deadline is checked between steps, a step is not cut short
-
-
-def left(deadline: Deadline, what: str) -> float:
-    """The timeout of one step (client call): what is left, at least ``_STEP_S``; ``_Timeout`` when none is left.
-
-    The deadline is checked before a step starts, never in the middle of one, so a unit longer than any
-    window still progresses (each try resumes where the last one stopped); a try ends at most one step late.
-    """
-    rest = deadline.remaining()
-    if rest is not None and rest <= 0:
-        raise _Timeout(f"no time left for {what} (resumed later)")
-    return 30.0 if rest is None else max(_STEP_S, rest)

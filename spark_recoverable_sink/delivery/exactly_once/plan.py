@@ -1,0 +1,176 @@
+"""Exactly-once, driver: a run's lane count pinned in Kafka, so that no re-run of a batch splits it otherwise.
+
+Runs in the driver, before a batch's tasks (``check_lane_plan`` in
+:mod:`...driver.settle`). A batch's units are its lanes: a re-run of a batch
+that some lanes committed must put every record in the lane it had, or a
+lane still behind publishes records another lane already committed. Lanes
+depend only on the record and ``exactly_once_lanes`` (:mod:`...driver.resplit`),
+so the lane count is what must not change under a batch.
+
+The plan is the committed offset of group ``rks-eo-plan.<sink>:<run>`` on
+the marker topic's partition 0, as lane markers are (no record to read, one
+request): ``((from_batch + 1) << 24) | lanes``, "from batch ``from_batch`` on,
+``lanes`` lanes". Steps of :func:`pin_lanes`:
+
+1. known in this process and not due for a refresh: nothing to ask;
+2. read the plan (the broker must answer: a batch whose plan cannot be read
+   does not run);
+3. none yet (the run's first exactly-once batch, or a run older than plans):
+   commit ``(batch, lanes)``;
+4. the same lane count: commit it again every half ``offsets_retention_s``
+   (a committed offset expires that long after its last commit);
+5. another lane count: allowed only from a batch no lane of the former plan
+   committed (every lane's marker before ``batch``), then committed as the
+   new plan; otherwise ``ConfigError`` naming the former count, before
+   anything of the batch is produced. ``exactly_once_lanes=0`` (Spark's own
+   split: lanes are Spark partitions, not a count) never changes within a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...config import SinkConfig
+from ...errors import ConfigError
+from .lanes import lane_markers
+from .markers import MAX_BATCH, client_conf, lane_id
+
+__all__ = ["Plan", "encode_plan", "decode_plan", "plan_group", "pin_lanes", "forget_plans"]
+
+log = logging.getLogger("spark_recoverable_sink.sink")
+
+LANE_BITS = 24
+_LANE_MASK = (1 << LANE_BITS) - 1
+_PINNED: dict[tuple[str, str, str], tuple["Plan", float]] = {}  # (sink, marker topic, run) -> (plan, committed at)
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """From batch ``from_batch`` on, the run's batches are split into ``lanes`` lanes (0: Spark's split)."""
+
+    from_batch: int
+    lanes: int
+
+
+def encode_plan(plan: Plan) -> int:
+    """The offset that holds ``plan``.
+
+    Raises:
+        ValueError: a batch beyond the markers' range, or more lanes than 24 bits hold.
+    """
+    if not 0 <= plan.from_batch <= MAX_BATCH or not 0 <= plan.lanes <= _LANE_MASK:
+        raise ValueError(f"a lane plan holds batches 0..{MAX_BATCH} and 0..{_LANE_MASK} lanes, not {plan}")
+    return ((plan.from_batch + 1) << LANE_BITS) | plan.lanes
+
+
+def decode_plan(offset: int | None) -> Plan | None:
+    """The plan an offset holds; ``None`` for no offset (no plan yet, or it expired)."""
+    if offset is None or offset < (1 << LANE_BITS):
+        return None
+    return Plan((offset >> LANE_BITS) - 1, offset & _LANE_MASK)
+
+
+def plan_group(config: SinkConfig, run: str) -> str:
+    """``rks-eo-plan.<sink>:<run>``: a group no lane, marker reader or user group has.
+
+    Raises:
+        ValueError: ``run`` holds a ``:`` (as :func:`.lane_id`).
+    """
+    lane_id(config.name, run, 0)  # the same rule for the name and the run
+    return f"rks-eo-plan.{config.name}:{run}"
+
+
+def forget_plans() -> None:
+    """Forget what this process pinned (tests: as a new driver process)."""
+    with _LOCK:
+        _PINNED.clear()
+
+
+def pin_lanes(config: SinkConfig, run: str, batch: int, timeout_s: float = 30.0) -> Plan:
+    """Check (and pin) the run's lane count before batch ``batch`` runs; returns the plan it runs under.
+
+    Raises:
+        ConfigError: ``exactly_once_lanes`` differs from the plan of a batch a lane already committed (or
+            it changes to or from 0 within the run); nothing of the batch ran.
+        confluent_kafka.KafkaException: the broker did not answer within ``timeout_s`` (nothing ran).
+    """
+    lanes = config.exactly_once_lanes
+    key = (config.name, config.marker_topic, run)
+    with _LOCK:
+        # Step 1
+        known = _PINNED.get(key)
+        if known is not None and known[0].lanes == lanes and \
+                time.monotonic() - known[1] < config.offsets_retention_s / 2:
+            return known[0]
+        consumer = _group_consumer(config, run)
+        try:
+            plan = _read(consumer, config, timeout_s)  # Step 2
+            if plan is None:  # Step 3
+                plan = Plan(batch, lanes)
+            elif plan.lanes != lanes:  # Step 5
+                _check_change(config, run, batch, plan, timeout_s)
+                log.warning("sink=%s run=%s batch_id=%d exactly_once_lanes changes from %d (since batch %d) to %d",
+                            config.name, run, batch, plan.lanes, plan.from_batch, lanes)
+                plan = Plan(batch, lanes)
+            _commit(consumer, config, plan, timeout_s)  # Steps 3 to 5: (re)committed
+        finally:
+            consumer.close()
+        _PINNED[key] = (plan, time.monotonic())
+        return plan
+
+
+def _check_change(config: SinkConfig, run: str, batch: int, plan: Plan, timeout_s: float) -> None:
+    """Refuse a new lane count if a lane of the former plan committed batch ``batch`` or later."""
+    if plan.lanes == 0 or config.exactly_once_lanes == 0:
+        raise ConfigError("exactly_once_lanes",
+                          f"run {run} of sink {config.name} splits its batches into {plan.lanes or 'Spark'}'s "
+                          f"{'lanes' if plan.lanes else 'partitions'} since batch {plan.from_batch}; a run never "
+                          f"changes to or from exactly_once_lanes=0 (set exactly_once_lanes={plan.lanes}, or "
+                          "start a new checkpoint)")
+    markers = lane_markers(config, run, range(plan.lanes), timeout_s)
+    ahead = sorted(n for n, m in markers.items() if m is not None and m.batch >= batch)
+    if ahead:
+        raise ConfigError("exactly_once_lanes",
+                          f"batch {batch} of run {run} of sink {config.name} was committed in part with "
+                          f"exactly_once_lanes={plan.lanes} (lanes {ahead[:8]} hold batch {batch} or later): its "
+                          f"re-run must split it the same way; set exactly_once_lanes={plan.lanes} (nothing of "
+                          "the batch was produced)")
+
+
+def _group_consumer(config: SinkConfig, run: str) -> Any:
+    from confluent_kafka import Consumer
+
+    conf = client_conf(config)
+    conf.update({"group.id": plan_group(config, run), "enable.auto.commit": "false"})
+    return Consumer(conf)
+
+
+def _read(consumer: Any, config: SinkConfig, timeout_s: float) -> Plan | None:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    (tp,) = consumer.committed([TopicPartition(config.marker_topic, 0)], timeout=timeout_s)
+    if tp.error is not None:
+        raise KafkaException(tp.error)
+    return decode_plan(tp.offset)
+
+
+def _commit(consumer: Any, config: SinkConfig, plan: Plan, timeout_s: float) -> None:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            (tp,) = consumer.commit(offsets=[TopicPartition(config.marker_topic, 0, encode_plan(plan))],
+                                    asynchronous=False)
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            return
+        except KafkaException as exc:  # e.g. the coordinator not known yet: retried within the bound
+            if time.monotonic() >= deadline or not exc.args[0].retriable():
+                raise
+            time.sleep(0.2)

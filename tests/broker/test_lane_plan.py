@@ -1,0 +1,79 @@
+"""The lane plan on the real broker: a run's lane count pinned, changed only from a batch no lane committed.
+
+Each test has a marker topic of its own; lane markers are set as a lane's
+transaction sets them (the committed offset of the lane's group), by a plain
+commit, so that no Spark is needed (tests/spark/test_exactly_once_resplit.py
+has the end-to-end case).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import pytest
+
+from spark_recoverable_sink.delivery.exactly_once.markers import client_conf, encode_offset, lane_id
+from spark_recoverable_sink.delivery.exactly_once.plan import Plan, forget_plans, pin_lanes, plan_group
+from spark_recoverable_sink.delivery.exactly_once.topic import marker_topic_id
+from spark_recoverable_sink.errors import ConfigError
+
+from .test_exactly_once import _eo
+
+pytestmark = pytest.mark.broker
+
+
+def _commit(cfg, group: str, offset: int) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    conf = client_conf(cfg)
+    conf.update({"group.id": group, "enable.auto.commit": "false"})
+    c = Consumer(conf)
+    try:
+        c.commit(offsets=[TopicPartition(cfg.marker_topic, 0, offset)], asynchronous=False)
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def cfg(broker, topic, tmp_path):
+    c = _eo(broker.bootstrap, str(tmp_path), topic, marker_topic=f"rks-plan-{uuid.uuid4().hex[:6]}",
+            exactly_once_lanes=4)
+    marker_topic_id(c, 30.0)  # created, as the driver's first check does
+    forget_plans()
+    yield c
+    forget_plans()
+
+
+def test_the_first_batch_pins_the_lane_count_and_a_new_driver_reads_it(cfg):
+    assert pin_lanes(cfg, "r1", 3) == Plan(3, 4)
+    forget_plans()  # a new driver process
+    assert pin_lanes(cfg, "r1", 7) == Plan(3, 4), "the pinned plan is read back, not pinned anew"
+    assert pin_lanes(cfg, "r2", 0) == Plan(0, 4), "each run has its own plan"
+
+
+def test_another_lane_count_is_refused_for_a_batch_a_lane_committed_and_taken_from_the_next(cfg):
+    pin_lanes(cfg, "r", 0)
+    _commit(cfg, lane_id(cfg.name, "r", 2), encode_offset(5, 0xABCD))  # lane 2 committed batch 5
+    wider = dataclasses.replace(cfg, exactly_once_lanes=8)
+    forget_plans()
+    with pytest.raises(ConfigError, match=r"exactly_once_lanes=4.*lanes \[2\]"):
+        pin_lanes(wider, "r", 5)  # a re-run of batch 5 with 8 lanes
+    assert pin_lanes(cfg, "r", 5) == Plan(0, 4), "the refusal changed nothing"
+    assert pin_lanes(wider, "r", 6) == Plan(6, 8), "batch 6: no lane committed it, the count may change"
+    forget_plans()
+    _commit(cfg, lane_id(cfg.name, "r", 7), encode_offset(6, 1))  # lane 7 of the 8 committed batch 6
+    with pytest.raises(ConfigError, match=r"exactly_once_lanes=8.*lanes \[7\]"):
+        pin_lanes(cfg, "r", 6)  # back to 4 lanes for a re-run of batch 6: refused
+
+
+def test_a_run_never_changes_to_or_from_spark_s_own_split(cfg):
+    pin_lanes(cfg, "r", 0)
+    forget_plans()
+    with pytest.raises(ConfigError, match="exactly_once_lanes=0"):
+        pin_lanes(dataclasses.replace(cfg, exactly_once_lanes=0), "r", 9)
+
+
+def test_the_plan_group_is_no_lane_s(cfg):
+    assert plan_group(cfg, "r") == f"rks-eo-plan.{cfg.name}:r"
+    assert plan_group(cfg, "r") not in {lane_id(cfg.name, "r", n) for n in range(8)}
