@@ -73,7 +73,7 @@ class RecoverableKafkaSink:
     exact names, every other column ignored, the ``topic`` option over a
     ``topic`` column; ``timestamp`` only with ``write_timestamp=True``.
 
-    Record ids are ``sink:run:batch:<fingerprint>-<occurrence>`` (:mod:`..ids`;
+    Record ids are ``sink:run:batch:<place><fingerprint>-<occurrence>`` (:mod:`..ids`;
     with ``record_ids="partition"`` and exactly-once the partition or lane
     comes before the fingerprint). In ``foreachBatch`` the
     run is the streaming query's id (first 16 hex digits): the same after a
@@ -178,7 +178,7 @@ class RecoverableKafkaSink:
     def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
         """Write a batch DataFrame; returns its report.
 
-        Record ids are ``sink:run:batch_id:<fingerprint>-<occurrence>`` (:mod:`..ids`). Each call gets a
+        Record ids are ``sink:run:batch_id:<place><fingerprint>-<occurrence>`` (:mod:`..ids`). Each call gets a
         fresh random run, so two writes never share ids. To re-run a write
         with the same ids (so consumers drop the duplicates), pass the same
         ``run_id`` (and ``batch_id``) again.
