@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from ..auth import check_files
 from ..config import SinkConfig
-from ..ids import FP_COLUMN, OCC_COLUMN, has_ids, has_place, record_ids
+from ..ids import FP_COLUMN, OCC_COLUMN, PLACE_COLUMN, has_ids, has_place, record_ids
 from ..native import library
 from ..schema import TOPIC_META
 from .rows import produce_rows
@@ -261,10 +261,12 @@ class NativeEngine(Engine):
         meta = batch.schema.metadata or {}
         chunk_topic = meta.get(TOPIC_META, b"").decode() or topic
         idx = None if indices is None else list(indices)
-        if has_ids(batch) and not has_place(batch):  # formatted in C: prefix + fingerprint + occurrence
+        if has_ids(batch):  # formatted in C: prefix [+ place] + fingerprint + occurrence
             ids_kw: dict[str, Any] = {"id_prefix": prefix, "fps": batch.column(FP_COLUMN),
                                       "occs": batch.column(OCC_COLUMN)}
-        else:  # ids with their place, or a chunk of an older build (positional ids): built by Arrow kernels
+            if has_place(batch):
+                ids_kw["places"] = batch.column(PLACE_COLUMN)
+        else:  # a chunk of an older build: positional ids
             ids_kw = {"ids": record_ids(prefix, batch, first_seq)}
         produced, failed = self.producer.produce_chunk(
             rid, chunk_topic, col("value"), col("key"), col("topic"), col("partition"), col("timestamp"),

@@ -52,13 +52,14 @@ class Producer:
                       headers: Any = None, ids: Any = None, id_header: bytes | str = b"rks-id",
                       indices: Sequence[int] | np.ndarray | None = None,
                       block_s: float = 5.0, *, id_prefix: bytes | str | None = None,
-                      fps: Any = None, occs: Any = None) -> tuple[int, list[tuple[int, int, str]]]:
+                      fps: Any = None, occs: Any = None, places: Any = None) -> tuple[int, list[tuple[int, int, str]]]:
         """Produce the rows (all, or ``indices``) of a chunk; ``(produced, [(row, code, text)])``.
 
         The id header of row ``i`` is ``ids[i]``, or, with ``ids=None``, it is
         formatted in C as ``id_prefix + b"%016x-%d" % (fps[i], occs[i])``
         (``fps``: uint64 per row, ``occs``: uint32 per row; numpy or Arrow;
-        ``id_prefix`` at most 480 bytes).
+        ``id_prefix`` at most 480 bytes), with ``b"%08x" % places[i]`` before
+        the fingerprint when ``places`` (uint32 per row) is given.
 
         Synchronous failures are listed; delivery reports come later through
         :meth:`take_results` under ``round_id``.
@@ -77,7 +78,12 @@ class Producer:
         if isinstance(id_prefix, str):
             id_prefix = id_prefix.encode()
         idx = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
-        extra = () if not generated else (bytes(id_prefix), _uints(fps, np.uint64), _uints(occs, np.uint32))
+        if places is not None and not generated:
+            raise ValueError("places go with id_prefix, fps and occs")
+        extra: tuple[Any, ...] = () if not generated else (bytes(id_prefix), _uints(fps, np.uint64),
+                                                          _uints(occs, np.uint32))
+        if places is not None:
+            extra += (_uints(places, np.uint32),)
         return self._p.produce_chunk(
             int(round_id), topic, column(values), column(keys), column(topics),
             column(partitions, "int32"), column(timestamps, "int64"), headers_column(headers),

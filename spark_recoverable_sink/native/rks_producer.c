@@ -521,8 +521,8 @@ static PyObject *fails_list(const fails_t *f, int sync) {
 
 /* --- record ids formatted from (prefix, fingerprint, occurrence) --- */
 
-#define ID_PREFIX_MAX 480 /* bytes; the formatted tail adds at most 27 */
-#define ID_BUF (ID_PREFIX_MAX + 32)
+#define ID_PREFIX_MAX 480 /* bytes; the formatted tail adds at most 35 (8 of a place, 27 of the rest) */
+#define ID_BUF (ID_PREFIX_MAX + 40)
 
 /* Write "<fp as 16 lower-case hex digits>-<occ in decimal>" at p; returns its length (18..27). */
 static inline size_t fmt_id_tail(char *p, uint64_t fp, uint32_t occ) {
@@ -539,25 +539,31 @@ static inline size_t fmt_id_tail(char *p, uint64_t fp, uint32_t occ) {
     return (size_t)(17 + nd);
 }
 
+static inline size_t fmt_hex8(char *p, uint32_t v) {
+    static const char hex[16] = "0123456789abcdef";
+    for (int k = 7; k >= 0; k--, v >>= 4) p[k] = hex[v & 15];
+    return 8;
+}
+
 static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
     long long round_id;
     PyObject *topic_o, *vo, *ko, *to, *po, *tso, *ho, *io, *idx_o;
-    PyObject *pre_o = Py_None, *fps_o = Py_None, *occs_o = Py_None;
+    PyObject *pre_o = Py_None, *fps_o = Py_None, *occs_o = Py_None, *places_o = Py_None;
     const char *idh;
     Py_ssize_t idh_len;
     double block_s;
-    if (!PyArg_ParseTuple(args, "LOOOOOOOOy#Od|OOO:produce_chunk", &round_id, &topic_o, &vo, &ko,
+    if (!PyArg_ParseTuple(args, "LOOOOOOOOy#Od|OOOO:produce_chunk", &round_id, &topic_o, &vo, &ko,
                           &to, &po, &tso, &ho, &io, &idh, &idh_len, &idx_o, &block_s, &pre_o,
-                          &fps_o, &occs_o))
+                          &fps_o, &occs_o, &places_o))
         return NULL;
     if (enter(self, 1) < 0) return NULL;
     col_t val = {0}, key = {0}, top = {0}, part = {0}, ts = {0}, ids = {0}, idx = {0};
     hcol_t hd = {0};
     fails_t sync = {0};
-    Py_buffer fpv = {0}, occv = {0};
+    Py_buffer fpv = {0}, occv = {0}, plv = {0};
     char idbuf[ID_BUF]; /* the prefix once, then each row's tail written after it */
     size_t pre_len = 0;
-    const uint8_t *fps = NULL, *occs = NULL;
+    const uint8_t *fps = NULL, *occs = NULL, *places = NULL;
     PyObject *ret = NULL;
     const char *dtopic = NULL;
     Py_ssize_t dtopic_len = 0;
@@ -601,6 +607,12 @@ static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
         fps = fpv.buf;
         if (get_uint_array(occs_o, &occv, 4, 0, n, "occs") < 0) goto done;
         occs = occv.buf;
+        if (places_o != Py_None) {
+            if (get_uint_array(places_o, &plv, 4, 0, n, "places") < 0) goto done;
+            places = plv.buf;
+        }
+    } else if (places_o != Py_None) {
+        BAD(done, "places go with id_prefix, fps and occs");
     }
     if (n > (Py_ssize_t)UINT32_MAX) BAD(done, "a chunk holds at most 2**32 rows");
     if (!top.present && !dtopic) BAD(done, "a topic or a topics column is required");
@@ -654,7 +666,13 @@ static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
             uint32_t oc;
             memcpy(&fp, fps + 8 * i, 8);
             memcpy(&oc, occs + 4 * i, 4);
-            il = pre_len + fmt_id_tail(idbuf + pre_len, fp, oc);
+            size_t at = pre_len;
+            if (places) {
+                uint32_t pl;
+                memcpy(&pl, places + 4 * i, 4);
+                at += fmt_hex8(idbuf + at, pl);
+            }
+            il = at + fmt_id_tail(idbuf + at, fp, oc);
             ip = idbuf; /* rd_kafka_header_add copies the value */
         } else {
             ip = col_null(&ids, i) ? NULL : col_bin(&ids, i, &il);
@@ -707,6 +725,7 @@ done:
     hcol_release(&hd);
     if (fpv.obj) PyBuffer_Release(&fpv);
     if (occv.obj) PyBuffer_Release(&occv);
+    if (plv.obj) PyBuffer_Release(&plv);
     free(sync.v);
     LEAVE(self);
     return ret;
@@ -932,8 +951,9 @@ static PyObject *Producer_stats(Producer *self, PyObject *noargs) {
 static PyMethodDef Producer_methods[] = {
     {"produce_chunk", (PyCFunction)Producer_produce_chunk, METH_VARARGS,
      "produce_chunk(round_id, topic, values, keys, topics, partitions, timestamps, headers, ids, "
-     "id_header, indices, block_s, id_prefix=None, fps=None, occs=None) -> "
-     "(produced, [(row, code, text)]); ids None: id = id_prefix + '%016x-%u' % (fps[i], occs[i])"},
+     "id_header, indices, block_s, id_prefix=None, fps=None, occs=None, places=None) -> "
+     "(produced, [(row, code, text)]); ids None: id = id_prefix ['%08x' % places[i]] + '%016x-%u' % "
+     "(fps[i], occs[i])"},
     {"take_results", (PyCFunction)Producer_take_results, METH_NOARGS,
      "take_results() -> [(round_id, acked, reported, [(row, code, text)])] since the last call"},
     {"forget_round", (PyCFunction)Producer_forget_round, METH_O,

@@ -264,3 +264,30 @@ def test_ids_formatted_in_c_are_the_ids_of_the_package(broker, topic):
                 assert r.timestamp == stamps[i]
             else:
                 assert abs(r.timestamp - time.time() * 1000) < 600_000  # "now"
+
+
+def test_ids_with_their_place_formatted_in_c_are_the_ids_of_the_package(broker, topic):
+    """record_ids="content": the place's 8 hex digits before the fingerprint, as ids.record_ids builds them."""
+    from spark_recoverable_sink.ids import PLACE_COLUMN
+
+    n = 500
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    occs = rng.integers(0, 3, n).astype(np.uint32)
+    places = rng.integers(-2**31, 2**31 - 1, n, endpoint=True).astype(np.int32).view(np.uint32)
+    places[:2] = [0, 2**32 - 1]
+    prefix = record_id_prefix("sink", 7, 0, "run-1", scope="batch")
+    batch = pa.RecordBatch.from_arrays([pa.array(fps, pa.uint64()), pa.array(occs, pa.uint32()),
+                                        pa.array(places, pa.uint32())], names=[FP_COLUMN, OCC_COLUMN, PLACE_COLUMN])
+    want = record_ids(prefix, batch, 0).to_pylist()
+    assert want[0] == prefix + b"00000000%016x-%d" % (int(fps[0]), int(occs[0]))
+    assert want[1].startswith(prefix + b"ffffffff") and record_id_at(prefix, batch, 0, 1).encode() == want[1]
+    values = [b"v%d" % i for i in range(n)]
+    p = Producer(conf(broker))
+    produced, fails = p.produce_chunk(1, topic, pa.array(values, pa.binary()), id_prefix=prefix, fps=fps, occs=occs,
+                                      places=batch.column(PLACE_COLUMN))
+    assert (produced, fails) == (n, [])
+    assert drain(p, n)[1]["acked"] == n
+    p.close()
+    got = {r.value: r.headers for r in read_topic(broker.bootstrap, topic, expected=n).records}
+    assert [got[v] for v in values] == [[("rks-id", w)] for w in want]

@@ -200,3 +200,9 @@ def test_wrapper_checks_id_arguments_before_the_c_call():
         p.produce_chunk(1, "t", pa.array([b"a"]), id_prefix=b"p", fps=[1])
     with pytest.raises(ValueError, match="required"):
         p.produce_chunk(1, "t", pa.array([b"a"]))
+
+
+def test_places_go_only_with_generated_ids():
+    p = Producer.__new__(Producer)  # no C producer behind it: the checks come first
+    with pytest.raises(ValueError, match="places go with"):
+        p.produce_chunk(1, "t", pa.array([b"a"]), ids=pa.array([b"a"]), places=[1])
