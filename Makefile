@@ -26,8 +26,8 @@ jars: $(STAMP)
 
 # On two pytest-xdist workers: the tests using the session's SparkSession on one of them, every other test on
 # whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves.
-# Every tier but the compatibility tier (`make test-compat`: the other Spark releases, about 25 minutes of its
-# own on 2 cores), so that CI's `make test` stays within its 30 minutes
+# Every tier but the compatibility tier (`make test-compat`: the other Spark releases and the built wheels, about
+# 30 minutes of its own on 2 cores), so that CI's `make test` stays within its 30 minutes
 test: $(STAMP) jars
 	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone and not compat" tests
 	$(PY) -m pytest -q -ra --durations=30 -m "alone and not compat" tests
@@ -46,9 +46,10 @@ test-spark: $(STAMP) jars
 	$(PY) -m pytest -q -ra tests/spark
 
 # The compatibility tier alone: the headline scenarios on every other Spark release of devtools/sparkversions.py,
-# each from its own venv (built once into ~/.cache/spark-recoverable-sink) with the wheel of this tree installed
+# each from its own venv (built once into ~/.cache/spark-recoverable-sink) with the wheel of this tree installed,
+# and the built wheels (sdist, wheel, manylinux) installed in clean venvs (tests/spark/test_wheel.py)
 test-compat: $(STAMP) jars
-	$(PY) -m pytest -q -ra -m compat tests/compat
+	$(PY) -m pytest -q -ra -m compat tests
 
 demo: $(STAMP) jars
 	$(PY) jobs/demo.py --conf conf/demo.json

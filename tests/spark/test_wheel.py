@@ -34,7 +34,9 @@ from devtools.jvm import cache_root
 
 from ..kafka_helpers import read_topic
 
-pytestmark = pytest.mark.spark
+# The packaging checks run with the compatibility tier (`make test-compat`, every release from installed wheels),
+# not in `make test` (about 4 minutes of building and installing, for the suite's 30-minute budget)
+pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -47,6 +47,9 @@ LANE_BITS = 24
 _LANE_MASK = (1 << LANE_BITS) - 1
 _PINNED: dict[tuple[str, str, str], tuple["Plan", float]] = {}  # (sink, marker topic, run) -> (plan, committed at)
 _LOCK = threading.Lock()
+# NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, the client's timeouts: a group's
+# coordinator that is not there yet (retried whether or not the client marks the error retriable)
+_COORDINATOR_CODES = (16, 15, 14, 7, -185)
 
 
 @dataclass(frozen=True)
@@ -153,24 +156,43 @@ def _group_consumer(config: SinkConfig, run: str) -> Any:
 def _read(consumer: Any, config: SinkConfig, timeout_s: float) -> Plan | None:
     from confluent_kafka import KafkaException, TopicPartition
 
-    (tp,) = consumer.committed([TopicPartition(config.marker_topic, 0)], timeout=timeout_s)
-    if tp.error is not None:
-        raise KafkaException(tp.error)
-    return decode_plan(tp.offset)
+    def ask(left: float) -> Plan | None:
+        (tp,) = consumer.committed([TopicPartition(config.marker_topic, 0)], timeout=left)
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        return decode_plan(tp.offset)
+
+    return _retried(ask, timeout_s)
 
 
 def _commit(consumer: Any, config: SinkConfig, plan: Plan, timeout_s: float) -> None:
     from confluent_kafka import KafkaException, TopicPartition
 
+    def ask(_left: float) -> None:
+        (tp,) = consumer.commit(offsets=[TopicPartition(config.marker_topic, 0, encode_plan(plan))],
+                                asynchronous=False)
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+
+    _retried(ask, timeout_s)
+
+
+def _retried(ask: Any, timeout_s: float) -> Any:
+    """``ask(time left)`` again after a retriable error (a group coordinator not known or moving, as on a broker
+    that just started or came back) until ``timeout_s`` has passed.
+
+    Raises:
+        confluent_kafka.KafkaException: an error that is not retriable, or the last one when time is up.
+    """
+    from confluent_kafka import KafkaException
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            (tp,) = consumer.commit(offsets=[TopicPartition(config.marker_topic, 0, encode_plan(plan))],
-                                    asynchronous=False)
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-            return
-        except KafkaException as exc:  # e.g. the coordinator not known yet: retried within the bound
-            if time.monotonic() >= deadline or not exc.args[0].retriable():
+            return ask(max(1.0, deadline - time.monotonic()))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if time.monotonic() >= deadline or not getattr(err, "retriable", lambda: False)() and \
+                    getattr(err, "code", lambda: None)() not in _COORDINATOR_CODES:
                 raise
             time.sleep(0.2)
