@@ -106,3 +106,13 @@ def kill9(pid: int) -> float:
     t = time.time()
     os.kill(pid, signal.SIGKILL)
     return t
+
+
+def executor_of(pid: int, executors: list[int]) -> int | None:
+    """The executor JVM (one of ``executors``) that ``pid`` descends from, ``None`` if none."""
+    p: int | None = pid
+    while p and p > 1:
+        if p in executors:
+            return p
+        p = ppid(p)
+    return None

@@ -21,21 +21,12 @@ import pytest
 from spark_recoverable_sink.wal.log import Wal
 
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
-from .procs import REPO, executor_jvms, kill9, ppid, wait_dead
+from .procs import REPO, executor_jvms, executor_of, kill9, wait_dead
 from .readback import LiveReader, keys_of, read_back
 from .slots import slot_attempts, slot_holders
 from .streams import write_source
 
 pytestmark = pytest.mark.spark
-
-
-def _executor_of(pid: int, executors: list[int]) -> int | None:
-    p: int | None = pid
-    while p and p > 1:
-        if p in executors:
-            return p
-        p = ppid(p)
-    return None
 
 
 # The default engine only: the fault is the executor JVM's death (its Python workers die with it, Spark
@@ -73,7 +64,7 @@ def test_03_executor_jvm_sigkill_mid_batch_local_cluster(broker, tmp_path, scena
         at = parked.wait(240)  # the app's start-up (two executor JVMs) included
         worker = at["pid"]
         executors = executor_jvms(app.pid)
-        victim = _executor_of(worker, executors)
+        victim = executor_of(worker, executors)
         assert victim is not None, f"worker {worker} is under no executor JVM {executors}"
         holders = {pid: idx for idx, pid in slot_holders(wal, name).items() if pid is not None}
         slot = holders.get(worker)

@@ -30,22 +30,13 @@ import sys
 import pytest
 
 from .conftest import new_topic, sink_name
-from .procs import REPO, executor_jvms, kill9, ppid
+from .procs import REPO, executor_jvms, executor_of, kill9
 from .readback import read_back
 from .streams import write_source
 
 pytestmark = pytest.mark.spark
 
 N, FILES = 24000, 8
-
-
-def _executor_of(pid: int, executors: list[int]) -> int | None:
-    p: int | None = pid
-    while p and p > 1:
-        if p in executors:
-            return p
-        p = ppid(p)
-    return None
 
 
 def _logs(spark_home: str) -> str:
@@ -82,7 +73,7 @@ def _run_once(broker, tmp_path, hooks, n: int) -> dict:
     try:
         at = parked.wait(240)
         executors = executor_jvms(app.pid)
-        mine = _executor_of(at["pid"], executors)
+        mine = executor_of(at["pid"], executors)
         others = [e for e in executors if e != mine]
         assert mine is not None and len(others) == 1, f"worker {at['pid']} under {mine}; executors {executors}"
         kill9(others[0])
