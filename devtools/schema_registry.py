@@ -156,12 +156,12 @@ class SchemaRegistry:
 
     def pause(self) -> None:
         """SIGSTOP: it stops answering (a registry that hangs)."""
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        assert self.proc is not None and self.proc.poll() is None, "registry not running"
+        self.proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGCONT)
+        if self.proc is not None and self.proc.poll() is None:  # never a reaped (perhaps reused) pid
+            self.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         stop_process(self.proc)

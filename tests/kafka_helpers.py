@@ -1,4 +1,4 @@
-"""Reading a topic back completely, and creating topics, on the test broker (Apache Kafka).
+"""Reading a topic back completely, creating topics and filling them, on the test broker (Apache Kafka).
 
 A topic is read from the beginning of every partition to its end as the
 consumer's isolation level sees it (the high watermark, or the last stable
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 ID_HEADER = "rks-id"
 
@@ -35,6 +35,45 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3, config: dict[st
             return
         time.sleep(0.1)
     raise RuntimeError(f"topic {name} did not appear")
+
+
+def produce_all(bootstrap: str, topic: str, records: Iterable[dict[str, Any]], linger_ms: int = 20,
+                timeout_s: float = 120.0) -> int:
+    """Produce every record (``Producer.produce`` keyword arguments) and wait for all their acks; returns the count.
+
+    librdkafka's local queue holds 100,000 records: a loop faster than the
+    broker acks (a fresh broker on a loaded machine) meets ``BufferError``
+    and waits for room, within ``timeout_s`` for the whole fill.
+
+    Raises:
+        AssertionError: no room or not every ack within ``timeout_s``, or a record that failed (its error).
+    """
+    from confluent_kafka import Producer
+
+    failed: list[Any] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
+    deadline = time.monotonic() + timeout_s
+    n = 0
+    for rec in records:
+        while True:
+            try:
+                p.produce(topic, on_delivery=on_delivery, **rec)
+                break
+            except BufferError:  # the local queue is full: serve acks until there is room
+                assert time.monotonic() < deadline, f"{topic}: no room in the producer's queue within {timeout_s} s"
+                p.poll(0.1)
+        n += 1
+        if n % 10000 == 0:
+            p.poll(0)
+    left = p.flush(max(1.0, deadline - time.monotonic()))
+    assert left == 0, f"{topic}: {left} of {n} records not acked within {timeout_s} s"
+    assert not failed, f"{topic}: {len(failed)} records failed, e.g. {failed[0]}"
+    return n
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from tests.faults.streams import row_value, write_source
 from tests.hooks import env_for
-from tests.kafka_helpers import create_topic
+from tests.kafka_helpers import create_topic, produce_all
 
 __all__ = ["REPO", "ROWS", "IN_PARTS", "PER_TRIGGER", "VALUE_SIZE", "tests_only_path", "kafka_input", "file_input",
            "output_topics", "run_app", "check_forced_drain"]
@@ -42,14 +42,10 @@ def tests_only_path(base: str) -> str:
 
 def kafka_input(bootstrap: str) -> dict[str, Any]:
     """An input topic of :data:`ROWS` records (key = row number, value = tests/faults/streams.py's row)."""
-    from confluent_kafka import Producer
-
     topic = f"compat-in-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions=IN_PARTS)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for i in range(ROWS):
-        p.produce(topic, key=str(i).encode(), value=row_value(i, VALUE_SIZE), partition=i % IN_PARTS)
-    assert p.flush(60) == 0, "the input was not all acked"
+    produce_all(bootstrap, topic, ({"key": str(i).encode(), "value": row_value(i, VALUE_SIZE),
+                                    "partition": i % IN_PARTS} for i in range(ROWS)))
     return {"kind": "kafka", "bootstrap": bootstrap, "topic": topic, "per_trigger": PER_TRIGGER}
 
 

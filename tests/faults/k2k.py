@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from ..hooks import env_for
+from ..kafka_helpers import produce_all
 
 __all__ = ["ROOT", "Job", "k2k_conf", "produce_source"]
 
@@ -42,14 +43,8 @@ def k2k_conf(tmp_path: Any, bootstrap: str, source: str, out: str, per_trigger: 
 
 def produce_source(bootstrap: str, topic: str, n: int, partitions: int, keys: int) -> None:
     """``n`` records into ``topic``: record ``i`` in partition ``i % partitions``, key ``k<i % keys>``, value ``v<i>``."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for i in range(n):
-        p.produce(topic, key=b"k%d" % (i % keys), value=b"v%d" % i, partition=i % partitions)
-        if i % 10000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0
+    produce_all(bootstrap, topic, ({"key": b"k%d" % (i % keys), "value": b"v%d" % i, "partition": i % partitions}
+                                   for i in range(n)))
 
 
 class Job:

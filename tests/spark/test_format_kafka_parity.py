@@ -24,7 +24,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaDataSource, RecoverableKafkaSink
 
-from ..kafka_helpers import ID_HEADER, create_topic, read_topic
+from ..kafka_helpers import ID_HEADER, create_topic, produce_all, read_topic
 
 pytestmark = pytest.mark.spark
 
@@ -35,14 +35,10 @@ OLD_MS = int(time.time() * 1000) - 3_600_000
 
 
 def _produce_source(bootstrap: str, topic: str) -> None:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(N):
-        headers = [("h", b"x%d" % i), ("n", None)] if i % 3 == 0 else None
-        p.produce(topic, key=None if i % 7 == 0 else b"k%d" % (i % 50), value=b"v%d" % i, partition=i % 3,
-                  headers=headers, timestamp=OLD_MS + i)
-    assert p.flush(30) == 0
+    produce_all(bootstrap, topic, ({"key": None if i % 7 == 0 else b"k%d" % (i % 50), "value": b"v%d" % i,
+                                    "partition": i % 3, "timestamp": OLD_MS + i,
+                                    "headers": [("h", b"x%d" % i), ("n", None)] if i % 3 == 0 else None}
+                                   for i in range(N)), linger_ms=5)
 
 
 def _by_writer(bootstrap: str, topics: list[str], expected: int) -> dict[str, dict[bytes, Any]]:

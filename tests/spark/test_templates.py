@@ -29,7 +29,7 @@ from spark_recoverable_sink.ids import record_id_prefix
 from spark_recoverable_sink.schema import BATCH_SCOPE
 
 from ..job_files import load_job
-from ..kafka_helpers import create_topic, read_topic
+from ..kafka_helpers import create_topic, produce_all, read_topic
 from ..record_ids import check_ids_per_prefix, reported_rows
 
 pytestmark = pytest.mark.spark
@@ -207,18 +207,14 @@ def test_kafka_to_kafka_transform_writes_through_the_sink_and_source_secrets_res
 
 def test_kafka_to_kafka_with_spark_submit_reads_spark_kafka_source(broker, tmp_path):
     """The template as users run it: Spark's Kafka source on the real broker, every input record in the output."""
-    from confluent_kafka import Producer
-
     from devtools.jvm import spark_kafka_connector_jars
 
     jars = spark_kafka_connector_jars()
     source, out = f"k2k-in-{uuid.uuid4().hex[:8]}", f"k2k-out-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, source, partitions=3)
     n = 6000
-    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
-    for i in range(n):
-        p.produce(source, key=b"k%d" % i, value=b"v%d" % i, partition=i % 3)
-    assert p.flush(30) == 0
+    produce_all(broker.bootstrap, source, ({"key": b"k%d" % i, "value": b"v%d" % i, "partition": i % 3}
+                                           for i in range(n)), linger_ms=5)
     raw = _conf("conf/kafka_to_kafka.json", tmp_path, kafka={"topic": out, "create_topic_partitions": 2},
                 sink={"name": "tpl-k2k-real"},
                 source={"bootstrap_servers": broker.bootstrap, "subscribe": source, "max_offsets_per_trigger": 2500},
