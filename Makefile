@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jars test test-fast test-unit test-broker test-spark test-compat demo bench bench-quick soak wheels clean
+.PHONY: install jars test test-fast test-unit test-broker test-spark test-compat test-wheels demo bench bench-quick soak wheels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,14 @@ install: $(STAMP)
 jars: $(STAMP)
 	$(PY) -m devtools.fetch_jars
 
-# On two pytest-xdist workers: the tests using the session's SparkSession on one of them, every other test on
-# whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves.
-# Every tier but the compatibility tier (`make test-compat`: the other Spark releases and the built wheels, about
-# 30 minutes of its own on 2 cores), so that CI's `make test` stays within its 30 minutes
+# On three pytest-xdist workers (2 cores: much of a test is waiting on a JVM, a broker or a deadline): the tests
+# using the session's SparkSession on one of them, the compatibility tier's releases each on one (the other Spark
+# releases, each from its cached venv with this tree's wheel installed), every other test on whichever is free
+# (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves. The distributions'
+# build-and-install checks are `make test-wheels`.
 test: $(STAMP) jars
-	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone and not compat" tests
-	$(PY) -m pytest -q -ra --durations=30 -m "alone and not compat" tests
+	$(PY) -m pytest -q -ra --durations=30 -n 3 --dist loadgroup -m "not alone and not wheels" tests
+	$(PY) -m pytest -q -ra --durations=30 -m "alone and not wheels" tests
 
 # Every test that needs no Spark (pure tests and tests against the real broker): run it every few minutes
 test-fast: $(STAMP) jars
@@ -45,11 +46,15 @@ test-broker: $(STAMP) jars
 test-spark: $(STAMP) jars
 	$(PY) -m pytest -q -ra tests/spark
 
-# The compatibility tier alone: the headline scenarios on every other Spark release of devtools/sparkversions.py,
-# each from its own venv (built once into ~/.cache/spark-recoverable-sink) with the wheel of this tree installed,
-# and the built wheels (sdist, wheel, manylinux) installed in clean venvs (tests/spark/test_wheel.py)
+# The compatibility tier alone (part of make test): the headline scenarios on every other Spark release of
+# devtools/sparkversions.py, each from its own venv (built once into ~/.cache/spark-recoverable-sink) with the
+# wheel of this tree installed
 test-compat: $(STAMP) jars
-	$(PY) -m pytest -q -ra -m compat tests
+	$(PY) -m pytest -q -ra -n 2 --dist loadgroup -m compat tests
+
+# The built distributions (sdist, wheel, manylinux) installed in clean venvs and writing (tests/spark/test_wheel.py)
+test-wheels: $(STAMP) jars
+	$(PY) -m pytest -q -ra -m wheels tests
 
 demo: $(STAMP) jars
 	$(PY) jobs/demo.py --conf conf/demo.json

@@ -61,9 +61,15 @@ _NOT_STARTED = "Python worker failed to connect back"
 _STARTS = 5
 #: Spark 4.1's Kafka source can fail a query in its progress metrics, after a batch (SPARK-55271: a null
 #: ``latestPartitionOffsets``), nothing to do with the sink; the query is restarted from its checkpoint then,
-#: as an application would, at most this many times per run (each noted).
-_KAFKA_METRICS_BUG = ("KafkaMicroBatchStream", "NullPointerException")
+#: as an application would, at most this many times per run (each noted). Told by either text: the Java
+#: exception's class and frame, or (PySpark 4.1 gives the NullPointerException's message alone) its message.
+_KAFKA_METRICS_BUG = (("KafkaMicroBatchStream", "NullPointerException"),
+                      ('"scala.collection.IterableOps.map(scala.Function1)"', '"scala.Option.get()" is null'))
 _BUG_RESTARTS = 3
+
+
+def _spark_kafka_metrics_bug(error: str) -> bool:
+    return any(all(s in error for s in signature) for signature in _KAFKA_METRICS_BUG)
 
 
 def _start(writer: Any, out: dict[str, Any]) -> Any:
@@ -100,7 +106,7 @@ def _run(spark: Any, spec: dict[str, Any], fn: Callable[..., Any], checkpoint: s
         finally:
             q.stop()
         error = str(q.exception())[:3000] if q.exception() else late
-        if error is None or not all(s in error for s in _KAFKA_METRICS_BUG):
+        if error is None or not _spark_kafka_metrics_bug(error):
             return error
         out.setdefault("spark_bug_restarts", []).append(error[:300])
     return error
