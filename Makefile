@@ -27,8 +27,8 @@ jars: $(STAMP)
 # On two pytest-xdist workers: the tests using the session's SparkSession on one of them, every other test on
 # whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves. Every
 # tier but the compatibility tier (`make test-compat`: the other Spark releases, each from its cached venv with this
-# tree's wheel installed) and the distributions' build-and-install checks (`make test-wheels`): with the
-# compatibility tier inside (three workers, each release's tests one group) the suite took 33 minutes, over its 30.
+# tree's wheel installed) and the distributions' build-and-install checks (`make test-wheels`): with them the suite
+# runs over its 30 minutes on 2 cores (docs/compatibility.md).
 test: $(STAMP) jars
 	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone and not compat and not wheels" tests
 	$(PY) -m pytest -q -ra --durations=30 -m "alone and not compat and not wheels" tests

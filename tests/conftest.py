@@ -15,9 +15,9 @@ is marked in its module (``pytestmark = pytest.mark.spark``).
 ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist
 loadgroup``), then the tests marked ``alone`` by themselves. Every test that
 uses the session's SparkSession goes to one worker (one ``xdist_group``, see
-:func:`pytest_collection_modifyitems`: one SparkSession, not one per worker),
-as do the tests of one release of the compatibility tier (tests/compat,
-``make test-compat``); every other test is handed to whichever worker is free. Each worker has its
+:func:`pytest_collection_modifyitems`: one SparkSession, not one per worker);
+every other test is handed to whichever worker is free (``make test-compat``
+groups each Spark release's tests the same way: tests/compat/conftest.py). Each worker has its
 own session broker, hook directory (``RKS_HOOK_DIR``) and ``tmp_path`` root,
 and takes its ports from a range of its own below the kernel's ephemeral
 range (``RKS_PORT_RANGE``, see devtools/processes.py): a broker restarted on

@@ -30,7 +30,7 @@ OUTPUTS = ["write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "notebook", "cx
 APP_BOUND_S = 1200.0
 
 
-#: The release whose application also runs jobs/databricks_notebook.py's cells: the notebook runs on a Spark 3.5
+#: The releases whose application also runs jobs/databricks_notebook.py's cells: the notebook runs on a Spark 3.5
 #: environment here and on the main release's in tests/spark/test_notebook.py (one 3.5, one 4.x).
 NOTEBOOK_RELEASES = tuple(r.version for r in COMPAT if r.version.startswith("3."))
 
@@ -95,9 +95,8 @@ def release_run(request: Any, broker: Any, registry: Any, wheel: str,
     source = kafka_input(broker.bootstrap) if r.kafka_connector else file_input(os.path.join(base, "src"))
     hook_dir = os.path.join(base, "hooks")
     os.makedirs(hook_dir)
-    scenarios = ["installed", "write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "connect"]
-    if r.version in NOTEBOOK_RELEASES:
-        scenarios.insert(-1, "notebook")
+    notebook = ["notebook"] if r.version in NOTEBOOK_RELEASES else []
+    scenarios = ["installed", "write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", *notebook, "connect"]
     spec = {"version": r.version, "bootstrap": broker.bootstrap, "work": os.path.join(base, "work"),
             "tag": secrets.token_hex(3), "rows": 2000, "jars": jars["kafka"] + jars["avro"] + jars["connect"],
             "connect_port": free_port(), "source": source, "outputs": output_topics(broker.bootstrap, OUTPUTS),

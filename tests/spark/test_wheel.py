@@ -34,9 +34,8 @@ from devtools.jvm import cache_root
 
 from ..kafka_helpers import read_topic
 
-# The packaging checks run by `make test-wheels` (and `make test-compat`), not in `make test`: about 6 minutes of
-# building and installing (the suite's 30-minute budget); the compatibility tier of `make test` runs every release
-# from the installed wheel
+# The packaging checks run by `make test-wheels`, not in `make test`: about 6 minutes of building and installing
+# (the suite's 30-minute budget); the compatibility tier (`make test-compat`) runs every release from the wheel
 pytestmark = [pytest.mark.spark, pytest.mark.wheels]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
