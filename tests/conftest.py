@@ -53,6 +53,12 @@ os.environ["RKS_HOOK_DIR"] = HOOK_DIR
 _pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if REPO not in [os.path.abspath(p) for p in _pp]:
     os.environ["PYTHONPATH"] = os.pathsep.join(_pp + [REPO])
+# Every JVM the tests start (Spark drivers and executors, spark-submit, Spark Connect, brokers) compiles with C1
+# alone, as the test brokers always did: a test JVM lives seconds to minutes, and C2's compiler threads took 59%
+# of the session SparkSession JVM's CPU over a make test (137 of 232 s, measured) on a 2-core machine. The
+# benchmarks (bench/) run outside pytest, with the JVM's defaults. RKS_TEST_JIT=full keeps the defaults here too.
+if os.environ.get("RKS_TEST_JIT") != "full" and "TieredStopAtLevel" not in os.environ.get("JDK_JAVA_OPTIONS", ""):
+    os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} -XX:TieredStopAtLevel=1".strip()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

@@ -39,7 +39,8 @@ from ..native import library
 from ..schema import TOPIC_META
 from .rows import produce_rows
 
-__all__ = ["Engine", "PythonEngine", "NativeEngine", "choose", "open_engine", "bounded", "Results"]
+__all__ = ["Engine", "PythonEngine", "NativeEngine", "choose", "open_engine", "bounded", "Results", "BOUND_GRACE_S",
+           "SEND_OFFSETS_MAX_S"]
 
 log = logging.getLogger(__name__)
 rdlog = logging.getLogger("spark_recoverable_sink.librdkafka")
@@ -47,6 +48,11 @@ rdlog = logging.getLogger("spark_recoverable_sink.librdkafka")
 
 #: How long past its own timeout a client call that may ignore it is waited for.
 BOUND_GRACE_S = 2.0
+#: The longest timeout one ``send_offsets_to_transaction`` call is given, whatever the unit's window: a healthy call
+#: takes milliseconds, a coordinator still loading answers within librdkafka's 10 s request timeout, and a call
+#: caught by librdkafka #5456/#5511 never returns on its own. With the whole window (30 s by default) such a call
+#: cost the window and the unit went to a drain job; capped, the lane's next producer tries the unit again in it.
+SEND_OFFSETS_MAX_S = 10.0
 
 
 def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> None:
@@ -165,7 +171,20 @@ class Engine:
         raise NotImplementedError
 
     def send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[str, int, int]], timeout_s: float) -> None:
-        """``send_offsets_to_transaction`` for group ``group_id`` (``consumer`` is a member of it)."""
+        """``send_offsets_to_transaction`` for group ``group_id`` (``consumer`` is a member of it), bounded.
+
+        The call is given ``min(timeout_s, SEND_OFFSETS_MAX_S)`` and waited for
+        that plus :data:`BOUND_GRACE_S` (:func:`bounded`).
+
+        Raises:
+            confluent_kafka.KafkaException: what the call raised, or the fatal time-out of :func:`bounded`.
+        """
+        t = min(timeout_s, SEND_OFFSETS_MAX_S)
+        bounded(lambda: self._send_offsets(group_id, consumer, offsets, t), t, "send_offsets_to_transaction")
+
+    def _send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[str, int, int]],
+                      timeout_s: float) -> None:
+        """The client's own ``send_offsets_to_transaction`` (runs in :func:`bounded`'s thread)."""
         raise NotImplementedError
 
 
@@ -203,13 +222,11 @@ class PythonEngine(Engine):
     def produce_one(self, topic, value, key, partition, headers, on_delivery):
         self.producer.produce(topic, value, key, partition, on_delivery, None, 0, headers)
 
-    def send_offsets(self, group_id, consumer, offsets, timeout_s):
+    def _send_offsets(self, group_id, consumer, offsets, timeout_s):
         from confluent_kafka import TopicPartition
 
         tps = [TopicPartition(t, p, o) for t, p, o in offsets]
-        meta = consumer.consumer_group_metadata()
-        bounded(lambda: self.producer.send_offsets_to_transaction(tps, meta, timeout_s), timeout_s,
-                "send_offsets_to_transaction")
+        self.producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), timeout_s)
 
     def __getattr__(self, name: str) -> Any:  # flush, purge, __len__'s target, transactions, list_topics
         return getattr(self.producer, name)
@@ -325,9 +342,8 @@ class NativeEngine(Engine):
     def abort_transaction(self, timeout_s: float) -> None:
         self.producer.abort_transaction(timeout_s)
 
-    def send_offsets(self, group_id, consumer, offsets, timeout_s):
-        bounded(lambda: self.producer.send_offsets_to_transaction(group_id, offsets, timeout_s), timeout_s,
-                "send_offsets_to_transaction")
+    def _send_offsets(self, group_id, consumer, offsets, timeout_s):
+        self.producer.send_offsets_to_transaction(group_id, offsets, timeout_s)
 
     def close(self) -> None:
         self.producer.close()

@@ -91,8 +91,11 @@ def test_any_number_of_topics_is_produced_to_and_none_is_refused_by_a_local_limi
                                      pa.array([b"g-%d" % i for i in range(n)]), b"rks-id", None, 5.0)
     assert (sync0, sync) == ([], []), sync[:3]  # no local refusal, whatever the count of topics
     assert produced == n and p.native_stats()["topic_resets"] >= 1
-    res = drain(p, first + produced, timeout_s=60)
+    # 4,200 topics' metadata on a loaded machine: reports took 3-15 s alone, over 60 s once under make test
+    res = drain(p, first + produced, timeout_s=240)
+    stats = p.native_stats()
     p.close()
+    assert 1 in res and 2 in res, ({r: (v["acked"], v["reported"]) for r, v in res.items()}, stats)
     assert res[1]["acked"] == 50
     assert res[2]["acked"] == n // 100
     assert res[2]["reported"] == n

@@ -70,6 +70,7 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
 
     from spark_recoverable_sink import DeadLetterError
 
+    from ..faults.procs import wait_dead
     from ..faults.slots import slot_holders
 
     gate = str(tmp_path / "gate.lock")
@@ -118,9 +119,13 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
     writer.join(300)
     assert errors and not isinstance(errors[0], DeadLetterError), errors
     assert "injected failure of partition 1" in str(errors[0])
-    # The worker that holds the dead letter dies: the next task of the sink adopts its slot.
-    for pid in {p for p in slot_holders(str(tmp_path / "wal"), sink.name).values() if p}:
+    # The worker that holds the dead letter dies: the next task of the sink adopts its slot. Its lock is free only
+    # once the process has exited: waited for. (Spark may have ended that idle worker already: its slot is then free
+    # and adopted all the same.)
+    holders = {p for p in slot_holders(str(tmp_path / "wal"), sink.name).values() if p}
+    for pid in holders:
         os.kill(pid, signal.SIGKILL)
+    assert all(wait_dead(pid, 30.0) for pid in holders), f"a SIGKILLed worker of {holders} did not exit in 30 s"
     clean = spark.range(0, 10, 1, 1).selectExpr("cast(id as string) as key", "cast(id as string) as value")
     with pytest.raises(DeadLetterError) as ei:
         sink.write(clean, batch_id=2)
