@@ -53,6 +53,40 @@ def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg, "r", {(3, 2): 3000})
 
 
+def test_a_rerun_fences_a_frozen_attempt_whose_marker_offset_is_pending_and_commits_in_its_window(
+        broker, topic, tmp_path, hooks):
+    """The stale attempt is frozen after sending its marker offset, its transaction open (``eo.committing``).
+
+    Read ``read_committed``, the lane's group offset is unstable until that
+    transaction ends (60 s, librdkafka's transaction.timeout.ms). The re-run's
+    marker read before its init timed out on it and took the whole window
+    (30 s here): the unit stayed pending, and after a broker restart had
+    aborted such a transaction without its markers, it stayed pending for good
+    (scenario 06, exactly-once, native engine). Now the read is bounded, the
+    re-run's init fences the stale producer, and the unit commits in its window.
+    """
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
+    parked = hooks.park("eo.committing", batch=5, partition=0)
+    stale = _spawn(cfg, 5, 0, 2000, "r", hooks.dir, report=True)
+    stale_out = None
+    try:
+        pid = parked.wait()["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        parked.release()  # it runs on only when SIGCONTed
+        rerun = write_partition(cfg, 5, 0, 1, batches(0, 2000, 50), run="r")
+        assert (rerun.acked, rerun.pending) == (2000, 0), rerun
+        os.kill(pid, signal.SIGCONT)
+        stale_out, _ = stale.communicate(timeout=90)
+    finally:
+        if stale.poll() is None:
+            os.kill(stale.pid, signal.SIGCONT)
+            stale.kill()
+    assert stale.returncode == 0
+    report = json.loads(stale_out.strip().splitlines()[-1])
+    assert report["acked"] == 0 and report["pending"] == 0, report  # fenced, then proven committed: skipped
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=2000, isolation=RC), cfg, "r", {(5, 0): 2000})
+
+
 def test_two_live_attempts_at_one_unit_fence_each_other_in_turn_and_commit_it_once(broker, topic, tmp_path, hooks):
     """A speculative duplicate: two attempts at one unit, each on its own worker and WAL, both alive throughout.
 

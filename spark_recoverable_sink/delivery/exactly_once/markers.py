@@ -33,9 +33,12 @@ from ...config import SinkConfig
 
 __all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
            "decode_offset", "encode_record", "decode_record", "client_conf",
-           "MarkerReader", "MAX_BATCH", "DIGEST_BITS"]
+           "MarkerReader", "MAX_BATCH", "DIGEST_BITS", "PRE_INIT_READ_S"]
 
 log = logging.getLogger(__name__)
+
+#: How long a lane's marker is read before its producer is initialised (:meth:`MarkerReader.read_before_init`).
+PRE_INIT_READ_S = 5.0
 
 DIGEST_BITS = 32  # of the unit digest in the offset (the record holds all 64)
 _DIGEST_MASK = (1 << DIGEST_BITS) - 1
@@ -194,6 +197,31 @@ class MarkerReader:
         if tp.error is not None:
             raise KafkaException(tp.error)
         return decode_offset(tp.offset)
+
+    def read_before_init(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
+        """:meth:`read` for a lane whose producer has not fenced anyone yet: ``None`` when it times out.
+
+        A group offset that an earlier producer of the lane sent in a transaction
+        still open (a frozen or dead worker's, or one a restarted broker aborted
+        without its markers) reads as unstable (``read_committed``) until that
+        transaction ends, which only the lane's ``init_transactions`` and sweep
+        force. So a time-out here is no answer, not an error: the caller
+        initialises the lane (fencing that producer), sweeps it and reads the
+        marker again before it publishes anything.
+
+        Raises:
+            confluent_kafka.KafkaException: any other error of the broker.
+        """
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            return self.read(lane, consumer, timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._TIMED_OUT:
+                raise
+            log.info("sink=%s lane=%s marker not read before init in %.1fs (%s): the lane is initialised, swept and "
+                     "read again", self.config.name, lane, timeout_s, exc.args[0].str())
+            return None
 
     def read(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
         """The lane's marker, or ``None`` if it has none that can be trusted.

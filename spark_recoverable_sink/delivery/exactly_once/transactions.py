@@ -48,7 +48,7 @@ from ..codes import NON_RETRIABLE, PRODUCER_RESET
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, on_delivery, send_marker
 from .legacy import adopt_legacy
-from .markers import Marker, encode_offset, lane_id
+from .markers import PRE_INIT_READ_S, Marker, encode_offset, lane_id
 from .steps import Decided, StepTimeout, left
 from .sweep import SweepFailed, lane_topics, sweep, unswept_topics
 from .topic import UNKNOWN_TOPIC_CODES, recheck_marker_topic
@@ -192,8 +192,9 @@ class Committer:
         if lid not in self.lanes.adopted:  # once per process: what the lane committed under its former name
             adopt_legacy(self, lid, lane, unit, deadline)
         if not lane.ready:
-            if unit is not None:  # a unit Kafka already has is skipped without fencing anyone
-                decided = self.decide(unit, self._marker(lid, lane, deadline))
+            if unit is not None:  # a unit Kafka already has is skipped without fencing anyone (if its marker reads)
+                marker = self.lanes.markers.read_before_init(lid, lane.consumer, min(left(deadline, "marker"), PRE_INIT_READ_S))
+                decided = self.decide(unit, marker)
                 if decided is not None:
                     raise Decided(decided)
             lane.producer.init_transactions(left(deadline, "init_transactions"))
