@@ -49,9 +49,9 @@ rdlog = logging.getLogger("spark_recoverable_sink.librdkafka")
 #: How long past its own timeout a client call that may ignore it is waited for.
 BOUND_GRACE_S = 2.0
 #: The longest timeout one ``send_offsets_to_transaction`` call is given, whatever the unit's window: a healthy call
-#: takes milliseconds, a coordinator still loading answers within librdkafka's 10 s request timeout, and a call
-#: caught by librdkafka #5456/#5511 never returns on its own. With the whole window (30 s by default) such a call
-#: cost the window and the unit went to a drain job; capped, the lane's next producer tries the unit again in it.
+#: takes milliseconds, and one caught by librdkafka #5456/#5511 never returns on its own. With the whole window (30 s
+#: by default) such a call cost the window and the unit went to a drain job; capped, the lane's next producer tries
+#: again in it. A coordinator loading for longer fails each try (retried until it has loaded): time, not safety.
 SEND_OFFSETS_MAX_S = 10.0
 
 
@@ -179,7 +179,7 @@ class Engine:
         Raises:
             confluent_kafka.KafkaException: what the call raised, or the fatal time-out of :func:`bounded`.
         """
-        t = min(timeout_s, SEND_OFFSETS_MAX_S)
+        t = min(timeout_s, SEND_OFFSETS_MAX_S) if timeout_s >= 0 else SEND_OFFSETS_MAX_S
         bounded(lambda: self._send_offsets(group_id, consumer, offsets, t), t, "send_offsets_to_transaction")
 
     def _send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[str, int, int]],

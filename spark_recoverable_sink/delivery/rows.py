@@ -24,7 +24,7 @@ import pyarrow as pa
 from ..ids import record_ids
 from ..schema import TOPIC_META
 
-__all__ = ["produce_rows", "produce_blocking", "column", "chunk_topic", "queue_full_error"]
+__all__ = ["produce_rows", "produce_blocking", "column", "chunk_topic", "queue_full_error", "record_index"]
 
 _POLL_EVERY = 1024  # records between two inline poll(0) calls
 
@@ -119,3 +119,16 @@ def produce_blocking(producer: Any, sync_failed: list[tuple[int, Any]], i: int, 
         except KafkaException as exc:
             sync_failed.append((i, exc.args[0]))
             return
+
+
+def record_index(raw: bytes | None, content: tuple[str, bytes | None, bytes | None]) -> int:
+    """The index of the record of a WAL chunk (its bytes) with this (topic, key, value); -1 if none."""
+    if raw is None:
+        return -1
+    from ..wal.format import decode_chunk
+
+    batch = decode_chunk(raw)
+    values = column(batch, "value") or []
+    keys = column(batch, "key") or [None] * len(values)
+    _t, k, v = content
+    return next((j for j in range(len(values)) if keys[j] == k and values[j] == v), -1)

@@ -53,19 +53,23 @@ def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg, "r", {(3, 2): 3000})
 
 
+@pytest.mark.parametrize("lane_here", ["new", "ready"])
 def test_a_rerun_fences_a_frozen_attempt_whose_marker_offset_is_pending_and_commits_in_its_window(
-        broker, topic, tmp_path, hooks):
+        broker, topic, tmp_path, hooks, lane_here):
     """The stale attempt is frozen after sending its marker offset, its transaction open (``eo.committing``).
 
     Read ``read_committed``, the lane's group offset is unstable until that
     transaction ends (60 s, librdkafka's transaction.timeout.ms). The re-run's
-    marker read before its init timed out on it and took the whole window
-    (30 s here): the unit stayed pending, and after a broker restart had
-    aborted such a transaction without its markers, it stayed pending for good
-    (scenario 06, exactly-once, native engine). Now the read is bounded, the
+    marker read before it (re)initialises the lane (``new``: this process never
+    used the lane; ``ready``: it committed the batch before on it) took the
+    whole window (30 s here): the unit stayed pending, and after a broker
+    restart had aborted such a transaction without its markers, for good
+    (scenario 06, exactly-once, native engine). Now that read is bounded, the
     re-run's init fences the stale producer, and the unit commits in its window.
     """
     cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
+    if lane_here == "ready":
+        assert write_partition(cfg, 4, 0, 0, batches(0, 2000, 50), run="r").acked == 2000
     parked = hooks.park("eo.committing", batch=5, partition=0)
     stale = _spawn(cfg, 5, 0, 2000, "r", hooks.dir, report=True)
     stale_out = None
@@ -84,7 +88,8 @@ def test_a_rerun_fences_a_frozen_attempt_whose_marker_offset_is_pending_and_comm
     assert stale.returncode == 0
     report = json.loads(stale_out.strip().splitlines()[-1])
     assert report["acked"] == 0 and report["pending"] == 0, report  # fenced, then proven committed: skipped
-    _assert_exactly(read_topic(broker.bootstrap, topic, expected=2000, isolation=RC), cfg, "r", {(5, 0): 2000})
+    units = {(5, 0): 2000, **({(4, 0): 2000} if lane_here == "ready" else {})}
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=sum(units.values()), isolation=RC), cfg, "r", units)
 
 
 def test_two_live_attempts_at_one_unit_fence_each_other_in_turn_and_commit_it_once(broker, topic, tmp_path, hooks):

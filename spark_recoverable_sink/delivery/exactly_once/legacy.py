@@ -51,7 +51,7 @@ from ...deadline import Deadline
 from ...errors import MarkerError
 from ..engine import open_engine
 from .lanes import Lane, lane_conf, send_marker
-from .markers import PRE_INIT_READ_S, Marker, MarkerReader, client_conf, legacy_lane_id, parse_lane_id
+from .markers import UNANSWERED, Marker, MarkerReader, client_conf, legacy_lane_id, parse_lane_id
 from .steps import left
 from .sweep import lane_topics, sweep
 
@@ -127,8 +127,7 @@ def adopt_legacy(committer: Any, lid: str, lane: Lane, unit: Any, deadline: Dead
             return None  # its sweeps need the unit's topics: done when the unit is published from the WAL
         topics = lane_topics(config, unit)
     # Step 1 (before the lane's init: a read that times out is no answer, and step 4 reads it again after init)
-    if parsed is None or pool.markers.read_before_init(lid, lane.consumer,
-                                                       min(left(deadline, "marker"), PRE_INIT_READ_S)) is not None:
+    if parsed is None or committer._marker(lid, lane, deadline, before_init=True) not in (None, UNANSWERED):
         pool.adopted.add(lid)
         return None
     _sink, run, partition = parsed

@@ -33,7 +33,8 @@ from ...config import SinkConfig
 
 __all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
            "decode_offset", "encode_record", "decode_record", "client_conf",
-           "MarkerReader", "MAX_BATCH", "DIGEST_BITS", "PRE_INIT_READ_S"]
+           "MarkerReader", "MAX_BATCH", "DIGEST_BITS", "PRE_INIT_READ_S",
+           "UNANSWERED"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,10 @@ class Marker:
         if self.full_digest is not None:
             return self.full_digest == digest
         return self.digest32 == digest & _DIGEST_MASK
+
+
+#: What a bounded marker read returns when the broker gave no answer (compared with ``is``; proves nothing).
+UNANSWERED = Marker(batch=-1, digest32=0, source="unanswered")
 
 
 def encode_offset(batch: int, digest: int) -> int:
@@ -198,16 +203,18 @@ class MarkerReader:
             raise KafkaException(tp.error)
         return decode_offset(tp.offset)
 
-    def read_before_init(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
-        """:meth:`read` for a lane whose producer has not fenced anyone yet: ``None`` when it times out.
+    def read_before_init(self, lane: str, consumer: Any, timeout_s: float) -> tuple[bool, Marker | None]:
+        """:meth:`read` bounded for a lane whose producer may not have fenced its predecessors:
+        ``(answered, marker)``, ``(False, None)`` when the broker gave no answer in ``timeout_s``.
 
         A group offset that an earlier producer of the lane sent in a transaction
         still open (a frozen or dead worker's, or one a restarted broker aborted
         without its markers) reads as unstable (``read_committed``) until that
         transaction ends, which only the lane's ``init_transactions`` and sweep
-        force. So a time-out here is no answer, not an error: the caller
-        initialises the lane (fencing that producer), sweeps it and reads the
-        marker again before it publishes anything.
+        force. So no answer here is not an error: the caller (re)initialises the
+        lane (fencing that producer), sweeps it and reads the marker again, with
+        :meth:`read`, before it publishes anything. (A missing offset still
+        reads the marker topic, under that read's own bound.)
 
         Raises:
             confluent_kafka.KafkaException: any other error of the broker.
@@ -215,13 +222,13 @@ class MarkerReader:
         from confluent_kafka import KafkaError, KafkaException
 
         try:
-            return self.read(lane, consumer, timeout_s)
+            return True, self.read(lane, consumer, timeout_s)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._TIMED_OUT:
+            if exc.args[0].code() not in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT):
                 raise
-            log.info("sink=%s lane=%s marker not read before init in %.1fs (%s): the lane is initialised, swept and "
-                     "read again", self.config.name, lane, timeout_s, exc.args[0].str())
-            return None
+            log.info("sink=%s lane=%s marker not read in %.1fs before the lane's init (%s): the lane is initialised, "
+                     "swept and read again", self.config.name, lane, timeout_s, exc.args[0].str())
+            return False, None
 
     def read(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
         """The lane's marker, or ``None`` if it has none that can be trusted.

@@ -45,10 +45,11 @@ from ...errors import ConfigError, MarkerError
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
 from ..codes import NON_RETRIABLE, PRODUCER_RESET
+from ..rows import record_index
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, on_delivery, send_marker
 from .legacy import adopt_legacy
-from .markers import PRE_INIT_READ_S, Marker, encode_offset, lane_id
+from .markers import PRE_INIT_READ_S, UNANSWERED, Marker, encode_offset, lane_id
 from .steps import Decided, StepTimeout, left
 from .sweep import SweepFailed, lane_topics, sweep, unswept_topics
 from .topic import UNKNOWN_TOPIC_CODES, recheck_marker_topic
@@ -184,17 +185,18 @@ class Committer:
         """Step 1: the lane's producer, ready, and not fenced by a commit of another producer since."""
         lane = self.lanes.get(lid, left(deadline, "marker topic"))
         if lane.ready and lane.swept and lane.open is None and not lane.must_abort:
-            if self._marker(lid, lane, deadline) != lane.known:  # another worker committed on this lane
-                log.info("sink=%s lane=%s moved on elsewhere since this worker used it: re-initialised",
-                         self.config.name, lid)
+            marker = self._marker(lid, lane, deadline, before_init=True)
+            if marker is UNANSWERED or marker != lane.known:  # another worker committed on this lane, or may be at it
+                log.info("sink=%s lane=%s moved on elsewhere since this worker used it, or its marker went unanswered: "
+                         "re-initialised", self.config.name, lid)
                 self.lanes.drop(lid)
                 lane = self.lanes.get(lid, left(deadline, "marker topic"))
         if lid not in self.lanes.adopted:  # once per process: what the lane committed under its former name
             adopt_legacy(self, lid, lane, unit, deadline)
         if not lane.ready:
             if unit is not None:  # a unit Kafka already has is skipped without fencing anyone (if its marker reads)
-                marker = self.lanes.markers.read_before_init(lid, lane.consumer, min(left(deadline, "marker"), PRE_INIT_READ_S))
-                decided = self.decide(unit, marker)
+                marker = self._marker(lid, lane, deadline, before_init=True)
+                decided = None if marker is UNANSWERED else self.decide(unit, marker)
                 if decided is not None:
                     raise Decided(decided)
             lane.producer.init_transactions(left(deadline, "init_transactions"))
@@ -269,13 +271,22 @@ class Committer:
         lane.reset()
         return COMMITTED
 
-    def _marker(self, lid: str, lane: Lane, deadline: Deadline) -> Marker | None:
+    def _marker(self, lid: str, lane: Lane, deadline: Deadline, before_init: bool = False) -> Marker | None:
         """The lane's marker; one gone back from what this producer last saw makes the marker topic checked.
+
+        ``before_init``: read for at most ``PRE_INIT_READ_S``, and :data:`UNANSWERED`
+        if the broker gave no answer (:meth:`.MarkerReader.read_before_init`).
 
         Raises:
             MarkerError: it went back because the marker topic is gone or replaced (:mod:`.topic`).
         """
-        marker = self.lanes.markers.read(lid, lane.consumer, left(deadline, "marker"))
+        if before_init:
+            answered, marker = self.lanes.markers.read_before_init(lid, lane.consumer,
+                                                                   min(left(deadline, "marker"), PRE_INIT_READ_S))
+            if not answered:
+                return UNANSWERED
+        else:
+            marker = self.lanes.markers.read(lid, lane.consumer, left(deadline, "marker"))
         if lane.known is not None and (marker is None or marker.batch < lane.known.batch):
             recheck_marker_topic(self.config, left(deadline, "marker topic"),
                                  f"lane {lid}'s marker went back from batch {lane.known.batch}")
@@ -324,23 +335,10 @@ class Committer:
             return None
         for err, where, i in permanent:  # where: the record's index (refused at produce) or its content
             ck = unit.chunks[i][0]
-            index = where if isinstance(where, int) else _index_of(unit.wal.read_chunk(ck), where)
+            index = where if isinstance(where, int) else record_index(unit.wal.read_chunk(ck), where)
             unit.refused.append((ck, index, err.code(), self.config.scrub(err.str())))
         unit.last_error = unit.refused[0][3]
         return REFUSED
 
     def close(self) -> None:
         self.lanes.close()
-
-
-def _index_of(raw: bytes | None, content: tuple[str, bytes | None, bytes | None]) -> int:
-    """The index of the record of a chunk with this (topic, key, value); -1 if none."""
-    if raw is None:
-        return -1
-    batch = decode_chunk(raw)
-    from ..rows import column
-
-    values = column(batch, "value") or []
-    keys = column(batch, "key") or [None] * len(values)
-    _t, k, v = content
-    return next((j for j in range(len(values)) if keys[j] == k and values[j] == v), -1)
