@@ -35,6 +35,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RC = "read_committed"
 
 
+@pytest.fixture
+def own_broker(tmp_path):
+    """The tests' own broker, whose session outlives their freezes (never a restart here).
+
+    A test here keeps the broker SIGSTOPped while a child process writes (its
+    Python start included): under a loaded make test that outlasted the test
+    broker's 3 s session (devtools/kafka_broker.py, chosen for restarts), so
+    the resumed broker fenced and unfenced itself, and its coordinators were
+    still loading when the test's bound ran out.
+    """
+    from devtools.kafka_broker import KafkaBroker
+
+    b = KafkaBroker(str(tmp_path / "kafka"), properties={"broker.session.timeout.ms": "60000"}).start()
+    yield b
+    b.stop()
+
+
 def _cfg(bootstrap: str, wal_dir: str, topic: str, name: str, **kw) -> SinkConfig:
     kafka = {"bootstrap.servers": bootstrap, **kw.pop("kafka_conf", {})}
     return SinkConfig.build(name, kafka, wal_dir, topic=topic, **kw)
