@@ -29,18 +29,23 @@ from .test_exactly_once import RC, ROOT, _assert_exactly, _eo, _spawn
 pytestmark = pytest.mark.broker
 
 
-def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(broker, topic, tmp_path, hooks):
-    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
-    parked = hooks.park("eo.produced_chunk", rows=1000)
-    stale = _spawn(cfg, 3, 2, 3000, "r", hooks.dir, report=True)
+def _rerun_beside_a_frozen_attempt(cfg, broker, topic, hooks, batch: int, partition: int, rows: int,
+                                   at: tuple[str, dict], on_broker: bool = False) -> None:
+    """An attempt at (batch, partition) in its own process, SIGSTOPped at ``at`` (a point and its filter); the
+    task re-run here must commit the unit; the stale attempt, SIGCONTed, must then skip it (fenced, its lane's
+    marker proving it). ``on_broker``: the freeze waits until its open transaction holds records on the broker.
+    """
+    parked = hooks.park(at[0], **at[1])
+    stale = _spawn(cfg, batch, partition, rows, "r", hooks.dir, report=True)
     stale_out = None
     try:
         pid = parked.wait()["pid"]
-        wait_for_uncommitted(broker.bootstrap, topic, 3, 2)  # its open transaction holds records on the broker
+        if on_broker:
+            wait_for_uncommitted(broker.bootstrap, topic, batch, partition)
         os.kill(pid, signal.SIGSTOP)
         parked.release()  # it runs on only when SIGCONTed
-        rerun = write_partition(cfg, 3, 2, 1, batches(2, 3000, 50), run="r")  # the task re-run "elsewhere"
-        assert (rerun.acked, rerun.pending) == (3000, 0), rerun
+        rerun = write_partition(cfg, batch, partition, 1, batches(partition, rows, 50), run="r")  # "elsewhere"
+        assert (rerun.acked, rerun.pending) == (rows, 0), rerun
         os.kill(pid, signal.SIGCONT)
         stale_out, _ = stale.communicate(timeout=90)
     finally:
@@ -50,6 +55,12 @@ def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(
     assert stale.returncode == 0
     report = json.loads(stale_out.strip().splitlines()[-1])
     assert report["acked"] == 0 and report["pending"] == 0, report  # nothing of it committed: proven, skipped
+
+
+def test_a_frozen_attempt_resumed_after_its_rerun_committed_is_fenced_and_skips(broker, topic, tmp_path, hooks):
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
+    _rerun_beside_a_frozen_attempt(cfg, broker, topic, hooks, 3, 2, 3000, ("eo.produced_chunk", {"rows": 1000}),
+                                   on_broker=True)
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg, "r", {(3, 2): 3000})
 
 
@@ -70,24 +81,8 @@ def test_a_rerun_fences_a_frozen_attempt_whose_marker_offset_is_pending_and_comm
     cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30)
     if lane_here == "ready":
         assert write_partition(cfg, 4, 0, 0, batches(0, 2000, 50), run="r").acked == 2000
-    parked = hooks.park("eo.committing", batch=5, partition=0)
-    stale = _spawn(cfg, 5, 0, 2000, "r", hooks.dir, report=True)
-    stale_out = None
-    try:
-        pid = parked.wait()["pid"]
-        os.kill(pid, signal.SIGSTOP)
-        parked.release()  # it runs on only when SIGCONTed
-        rerun = write_partition(cfg, 5, 0, 1, batches(0, 2000, 50), run="r")
-        assert (rerun.acked, rerun.pending) == (2000, 0), rerun
-        os.kill(pid, signal.SIGCONT)
-        stale_out, _ = stale.communicate(timeout=90)
-    finally:
-        if stale.poll() is None:
-            os.kill(stale.pid, signal.SIGCONT)
-            stale.kill()
-    assert stale.returncode == 0
-    report = json.loads(stale_out.strip().splitlines()[-1])
-    assert report["acked"] == 0 and report["pending"] == 0, report  # fenced, then proven committed: skipped
+    _rerun_beside_a_frozen_attempt(cfg, broker, topic, hooks, 5, 0, 2000,
+                                   ("eo.committing", {"batch": 5, "partition": 0}))
     units = {(5, 0): 2000, **({(4, 0): 2000} if lane_here == "ready" else {})}
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=sum(units.values()), isolation=RC), cfg, "r", units)
 

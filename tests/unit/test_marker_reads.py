@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.delivery.exactly_once.markers import MarkerReader, encode_offset
+from spark_recoverable_sink.delivery.exactly_once.markers import UNANSWERED, MarkerReader, encode_offset
 
 
 class _Consumer:
@@ -38,14 +38,14 @@ def _reader() -> MarkerReader:
 ], ids=["timed_out", "unstable_offset"])
 def test_no_answer_in_time_is_unanswered(answer):
     consumer = _Consumer(answer)
-    assert _reader().read_before_init("rks-eo.mr:r:0", consumer, 5.0) == (False, None)
+    assert _reader().read_before_init("rks-eo.mr:r:0", consumer, 5.0) is UNANSWERED
     assert consumer.timeouts == [5.0]
 
 
 def test_an_answer_is_the_marker():
     consumer = _Consumer(SimpleNamespace(error=None, offset=encode_offset(7, 12345)))
-    answered, marker = _reader().read_before_init("rks-eo.mr:r:0", consumer, 5.0)
-    assert answered and marker is not None and marker.proves(7, 12345)
+    marker = _reader().read_before_init("rks-eo.mr:r:0", consumer, 5.0)
+    assert marker is not None and marker is not UNANSWERED and marker.proves(7, 12345)
 
 
 def test_any_other_error_is_raised():

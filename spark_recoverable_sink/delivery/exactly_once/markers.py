@@ -203,9 +203,9 @@ class MarkerReader:
             raise KafkaException(tp.error)
         return decode_offset(tp.offset)
 
-    def read_before_init(self, lane: str, consumer: Any, timeout_s: float) -> tuple[bool, Marker | None]:
-        """:meth:`read` bounded for a lane whose producer may not have fenced its predecessors:
-        ``(answered, marker)``, ``(False, None)`` when the broker gave no answer in ``timeout_s``.
+    def read_before_init(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
+        """:meth:`read` for a lane whose producer may not have fenced its predecessors: :data:`UNANSWERED`
+        when the broker gave no answer in ``timeout_s``.
 
         A group offset that an earlier producer of the lane sent in a transaction
         still open (a frozen or dead worker's, or one a restarted broker aborted
@@ -222,13 +222,13 @@ class MarkerReader:
         from confluent_kafka import KafkaError, KafkaException
 
         try:
-            return True, self.read(lane, consumer, timeout_s)
+            return self.read(lane, consumer, timeout_s)
         except KafkaException as exc:
             if exc.args[0].code() not in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT):
                 raise
             log.info("sink=%s lane=%s marker not read in %.1fs before the lane's init (%s): the lane is initialised, "
                      "swept and read again", self.config.name, lane, timeout_s, exc.args[0].str())
-            return False, None
+            return UNANSWERED
 
     def read(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
         """The lane's marker, or ``None`` if it has none that can be trusted.

@@ -281,10 +281,10 @@ class Committer:
             MarkerError: it went back because the marker topic is gone or replaced (:mod:`.topic`).
         """
         if before_init:
-            answered, marker = self.lanes.markers.read_before_init(lid, lane.consumer,
-                                                                   min(left(deadline, "marker"), PRE_INIT_READ_S))
-            if not answered:
-                return UNANSWERED
+            marker = self.lanes.markers.read_before_init(lid, lane.consumer,
+                                                         min(left(deadline, "marker"), PRE_INIT_READ_S))
+            if marker is UNANSWERED:
+                return marker
         else:
             marker = self.lanes.markers.read(lid, lane.consumer, left(deadline, "marker"))
         if lane.known is not None and (marker is None or marker.batch < lane.known.batch):
