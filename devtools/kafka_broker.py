@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import IO, Mapping
 
+from .cds import kafka_archive, use_options
 from .jvm import MavenError, java, maven_jars, pom_property
 from .processes import free_port, stop_process  # re-exported: the tests and devtools import them from here
 
@@ -207,14 +208,15 @@ class KafkaBroker:
         return path
 
     def _java_cmd(self, main: str, *args: str, heap: str = "") -> list[str]:
-        opts = list(self.jvm_options) if self.jvm_options is not None else [
-            "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m"]
-        sysprops = {"log4j2.configurationFile": os.path.join(self.workdir, "log4j2.properties"),
-                    "kafka.logs.dir": self.workdir, **self.system_properties}
         try:
             jvm = java()
         except MavenError as exc:
             raise BrokerSetupError(str(exc)) from exc
+        # The default flags map the classes an earlier broker loaded, when `make jars` archived them (devtools/cds.py)
+        opts = list(self.jvm_options) if self.jvm_options is not None else [
+            "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m", *use_options(kafka_archive(jvm, kafka_jars()))]
+        sysprops = {"log4j2.configurationFile": os.path.join(self.workdir, "log4j2.properties"),
+                    "kafka.logs.dir": self.workdir, **self.system_properties}
         return [jvm, f"-Xmx{heap or '256m'}", *opts, *(f"-D{k}={v}" for k, v in sysprops.items()),
                 "-cp", os.path.join(kafka_jars(), "*"), main, *args]
 
