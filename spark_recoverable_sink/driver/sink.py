@@ -177,8 +177,9 @@ class RecoverableKafkaSink:
     def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
         """Write a batch DataFrame; returns its report.
 
-        Record ids are ``sink:run:batch_id:<fingerprint>-<occurrence>`` (:mod:`..ids`). Each call gets a
-        fresh random run, so two writes never share ids. To re-run a write
+        Record ids are ``sink:run:batch_id:<fingerprint>-<occurrence>`` (with ``record_ids="partition"``
+        and exactly-once, the Spark partition or the lane before the fingerprint: :mod:`..ids`). Each call
+        gets a fresh random run, so two writes never share ids. To re-run a write
         with the same ids (so consumers drop the duplicates), pass the same
         ``run_id`` (and ``batch_id``) again.
 
