@@ -173,8 +173,8 @@ class SinkConfig:
             partitions, one transaction each) by Spark's hash of each record's
             key (of its topic and partition column when set, of its value
             without a key; :mod:`.driver.resplit`). A key's records keep their
-            order. Keep it for the life of a query: a batch re-run with another
-            value is refused. ``0``: no re-split, each Spark partition is a lane:
+            order. Pinned per run: a batch a lane committed is refused under another
+            count (``ConfigError``, nothing produced). ``0``: each Spark partition is a lane:
             only for sources whose re-runs keep their split (files; not Spark's
             Kafka source, whose re-run is then refused with ``ExactlyOnceMismatchError``).
         coalesce_tasks: Driver only, through ``foreachBatch`` / ``write()``: a
@@ -187,8 +187,8 @@ class SinkConfig:
             stamps them). A source's timestamps passed through are subject to
             the brokers' timestamp limits and time-based retention.
         record_ids: How record ids stay the same across re-runs of a batch
-            (:mod:`.ids`): ``"content"`` (default; at-least-once re-splits each
-            batch by a hash of its records' key and value), ``"partition"``
+            (:mod:`.ids`): ``"content"`` (default; at-least-once re-splits each batch
+            by Spark's hash of a record's (topic, partition), key or value), ``"partition"``
             (no re-split; ids name the Spark partition: for sources that keep
             their split) or ``"columns"`` (ids from ``id_columns``; no re-split).
         id_columns: With ``record_ids="columns"``: the columns whose values

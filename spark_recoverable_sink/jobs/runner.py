@@ -207,7 +207,7 @@ def totals(sink: "RecoverableKafkaSink") -> dict[str, int]:
 def summary(sink: "RecoverableKafkaSink", reason: str, seconds: float) -> dict[str, Any]:
     """The JSON summary: totals, and per batch its id, run and rows per Spark partition.
 
-    Record ids are ``<sink>:<run>:<batch_id>:<fingerprint>-<occurrence>`` (:mod:`..ids`): a reader counts
+    Record ids start with ``<sink>:<run>:<batch_id>:`` (:mod:`..ids`): a reader counts
     each batch's distinct ids under its ``<sink>:<run>:<batch_id>:`` prefix against ``rows``.
     """
     return {

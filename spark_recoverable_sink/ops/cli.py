@@ -1,7 +1,7 @@
 """``rks``: the operator's command line, run on the host where a sink's WAL lives.
 
 Commands: ``inspect``, ``replay``, ``dead-letters``, ``quarantine``,
-``abort-transactions`` (``rks COMMAND --help`` for each). Exit status: 0 done;
+``abort-transactions``, ``adopt-lanes`` (``rks COMMAND --help`` for each). Exit status: 0 done;
 1 done in part (records left in the WAL, re-sends that failed, slots that
 cannot be read); 2 nothing done (a wrong path, sink, option or Kafka conf
 file, a slot a live process owns). Errors are one line on stderr; values of
