@@ -1,10 +1,10 @@
 """Lanes that committed under their former name: their marker adopted by the lane's current name, once.
 
-Lanes used to be named ``rks-eo.<sink>.<run>.<partition>``
+Lanes used to be named ``rks-eo.<sink>.<run>.<lane>``
 (:func:`.markers.legacy_lane_id`); dots are allowed in sink names and run
 ids, so sink ``orders`` with run ``eu.prod`` and sink ``orders.eu`` with run
 ``prod`` shared a lane (its transactional id, its marker). Lane ids are now
-``rks-eo.<sink>:<run>:<partition>`` (:func:`.markers.lane_id`). A query that
+``rks-eo.<sink>:<run>:<lane>`` (:func:`.markers.lane_id`). A query that
 ran before the upgrade has its lanes' markers under the former names: a
 re-run batch, or a unit recovered from a WAL, must be skipped by them, not
 published again.
