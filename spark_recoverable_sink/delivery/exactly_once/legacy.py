@@ -105,7 +105,8 @@ def legacy_marker(config: SinkConfig, reader: MarkerReader, run: str, partition:
         f"name is shared by any sink and run that join to {old[len('rks-eo.'):-len(str(partition)) - 1]!r}. Not "
         "adopted on a guess (another sink's marker would skip this lane's units). If the query that committed it "
         f"was this sink's run {run}, adopt it: rks adopt-lanes --sink {config.name} --run {run} --kafka-conf "
-        "FILE.json --topic TOPIC; if not, give this query a new run id.", config.marker_topic, old)
+        f"FILE.json --topic TOPIC --marker-topic {config.marker_topic}; if not, give this query a new run id.",
+        config.marker_topic, old)
 
 
 def adopt_legacy(committer: Any, lid: str, lane: Lane, unit: Any, deadline: Deadline,
