@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jars test test-fast test-unit test-broker test-spark test-compat test-wheels demo bench bench-quick soak wheels clean
+.PHONY: install jars kafka test test-fast test-unit test-broker test-spark test-compat test-wheels demo bench bench-quick soak wheels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ install: $(STAMP)
 # ~/.cache/spark-recoverable-sink (RKS_KAFKA_CACHE), and reused offline afterwards (devtools/fetch_jars.py)
 jars: $(STAMP)
 	$(PY) -m devtools.fetch_jars
+
+# One broker on 127.0.0.1:29092 for the README's quickstart, until Ctrl-C (devtools/local_kafka.py)
+kafka: $(STAMP) jars
+	$(PY) -m devtools.local_kafka
 
 # On two pytest-xdist workers: the tests using the session's SparkSession on one of them, every other test on
 # whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves. Every

@@ -147,6 +147,11 @@ def _profile_md(w: Any, results: dict[str, Any]) -> None:
           "which inflates Python-level calls). The publisher's poller thread is profiled separately. "
           "µs/record = time ÷ records.\n")
         for thread, th in prof["threads"].items():
+            busy = max((x["cumtime_s"] for x in th["cumulative"]), default=0.0)
+            if busy < 0.01 * prof["profiled_s"]:  # in sync mode the task thread polls: the poller has nothing to do
+                w(f"The {thread} thread used {busy:.3f} s in all (under 1 % of the task thread's time: in sync "
+                  "mode the task thread polls the producer itself); its profile is left out.\n")
+                continue
             w(f"### {thread} thread — top by self time\n")
             if th.get("note"):
                 w(f"{th['note']}.\n")
@@ -195,9 +200,10 @@ def _exactly_once_md(w: Any, results: dict[str, Any]) -> None:
                          if y.get("rows_per_s_spread") else f"{y['rows_per_s']:,.0f}",
                          spread_text(spread(ratios), "{:.2f}", rounds=False) + " ×"])
     if rows:
-        w("One Kafka transaction per lane task, committed before the task returns: when `write()` returns, "
-          "every record is visible to read_committed consumers (time to visible = batch time). Medians with the "
-          "rounds' range; the ratio is taken round by round.\n")
+        w("One Kafka transaction per batch and lane (`exactly_once_lanes`), each committed before its lane's "
+          "task returns, and a batch ends once every lane has: when `write()` returns, every record is visible "
+          "to read_committed consumers (time to visible = batch time). Medians with the rounds' range; the "
+          "ratio is taken round by round.\n")
         w(_table(["values", "exactly-once rows/s", "at-least-once sync rows/s", "ratio"], rows) + "\n")
     else:
         w("**Not measured in this run.**\n")

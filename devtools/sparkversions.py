@@ -4,7 +4,7 @@
 (``pyproject.toml``'s dev extra, the whole suite) and one release per other
 minor version, each run by the compatibility tier (``tests/compat``) in a
 virtual environment of its own (:mod:`devtools.sparkenvs`). What a release
-offers (entry points, the exactly-once re-split's Arrow UDF) comes from the
+offers (its entry points) comes from the
 package's own checks, :mod:`spark_recoverable_sink.driver.versions`, so the
 table says what the sink does on that version.
 

@@ -91,7 +91,7 @@ def expected_units(sink_name: str, reports: list["BatchReport"]) -> dict[str, in
     """Records the reports say were written, per id prefix ``sink:run:batch:partition:``.
 
     A record's id is that prefix plus its content's fingerprint and its
-    occurrence among equal records (see README "Record ids"), so the demo
+    occurrence among equal records (docs/guarantees.md, "Record ids"), so the demo
     counts distinct ids per prefix against the reports.
     """
     return {f"{sink_name}:{r.run}:{r.batch_id}:{p.partition}:" if r.run else

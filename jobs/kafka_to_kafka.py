@@ -9,8 +9,9 @@
 The source is Spark's Kafka source (``source.subscribe`` on
 ``source.bootstrap_servers``; ``source.consumer_conf`` holds further consumer
 options, secrets as {"env": "VARIABLE"}). ``transform`` is the job's logic:
-replace it. Settings, the sink, the query and its graceful stop work as in
-jobs/stream_to_kafka.py (spark_recoverable_sink.jobs).
+replace it. conf/kafka_to_kafka.json is at-least-once (ids that hold across
+the Kafka source's re-runs); ``"guarantee": "exactly_once"`` there makes it
+transactional (docs/guarantees.md). The rest works as in jobs/stream_to_kafka.py.
 """
 
 from __future__ import annotations

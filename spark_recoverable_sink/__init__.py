@@ -3,7 +3,7 @@
 Every record is committed to an executor-local LMDB write-ahead log before
 Kafka sees it, tracked until the broker acknowledges it, retried from the log
 when delivery fails, and replayed by a later task when its worker died. See
-README.md for the guarantee and docs/DESIGN.md for the data path.
+docs/guarantees.md for the guarantees and docs/DESIGN.md for the data path.
 """
 
 from .config import SinkConfig

@@ -130,23 +130,29 @@ class SinkConfig:
     """Everything a task needs to write; picklable, holds no live handle.
 
     Attributes:
-        name: Stable id of the sink; goes into WAL paths and record ids.
-        kafka_conf: Items of the user's confluent-kafka configuration (a copy).
+        name: Stable id of the sink (1-100 of ``[A-Za-z0-9._-]``); names its
+            WAL directory, its lanes and leads every record id.
+        kafka_conf: confluent-kafka producer settings (a copy). The sink sets
+            ``enable.idempotence=true``, ``acks=all`` and ``partitioner=murmur2_random``
+            (the Java client's) unless given; Java producer settings are mapped (:mod:`.javaconf`).
         topic: The topic of every record; when set, a ``topic`` column is
             ignored (Spark's rule). Unset: each row's ``topic`` column.
-        wal_dir: Executor-local directory for the write-ahead log (default
-            ``~/.local/state/spark_recoverable_sink``, ``~`` expanded on the executor); must be
-            private to the user the workers run as (see :mod:`.wal.slots`).
-        ack_timeout_s: How long a task waits for broker acks (0 = fully async).
+        wal_dir: Executor-local directory of the write-ahead log, on a disk
+            that outlives the worker (not tmpfs); ``~`` is expanded on the executor.
+            Must be private to the user the workers run as (:mod:`.wal.slots`).
+        ack_timeout_s: How long a task waits for acks before it returns with
+            records pending in the WAL (0 = fully async: return once in the WAL).
         checkpoint_interval_s: Longest time between two prunes of acked records.
         max_wal_bytes: Live WAL bytes one Python worker may hold: its own slot and the slots of dead
             workers it adopted, together.
         max_block_s: How long an append waits for space before ``WalFullError``.
-        wal_sync: ``"commit"`` (fsync per WAL transaction) or ``"none"``.
-        dead_letter_topic: Where records with non-retriable errors are copied.
-        retry_backoff_s / retry_backoff_max_s: Backoff of retries from the WAL.
-        guarantee: ``"at_least_once"`` or ``"exactly_once"`` (Kafka transactions; see README).
-        id_header: Name of the header carrying each record's deterministic id.
+        wal_sync: ``"commit"`` (fsync per WAL transaction) or ``"none"`` (survives
+            a process crash, not a system crash).
+        dead_letter_topic: Where records refused for good are copied (with their
+            error in headers); unset, the batch that finds one fails with ``DeadLetterError``.
+        retry_backoff_s / retry_backoff_max_s: Exponential backoff of retries from the WAL.
+        guarantee: ``"at_least_once"`` or ``"exactly_once"`` (Kafka transactions; docs/guarantees.md).
+        id_header: Name of the header carrying each record's id.
         wait_for_broker: When the first batch of a sink cannot reach any
             broker: ``False`` (default) fails it with ``BrokerUnreachableError``,
             ``True`` only warns and keeps waiting (records stay in the WAL).
@@ -155,39 +161,34 @@ class SinkConfig:
         marker_topic: Exactly-once: the compacted topic holding the lanes'
             markers (created by the sink if missing; shared by sinks, keyed by lane).
         offsets_retention_s: Exactly-once: the brokers' ``offsets.retention.minutes``
-            in seconds (7 days by default): a marker record stands in for an
-            expired marker offset only once it is older than this.
+            in seconds: a marker record stands in for an expired marker offset
+            only once it is older than this.
         delivery_engine: ``"auto"`` (native where the extension loads, else
             Python), ``"native"`` or ``"python"`` (see :mod:`.delivery.engine`).
         settle_timeout_s: Driver only, exactly-once: how long a batch may wait
             for its lanes' transactions before it fails with
             :class:`.SettleTimeoutError` naming every lane still pending.
         exactly_once_lanes: Driver only, exactly-once through ``foreachBatch``
-            / ``write()``: every batch is re-split into this many Spark
-            partitions by Spark's hash of each record's key (of its topic and
-            partition column when set, of its value when it has no key), one
-            lane (one transactional producer, one unit) each, however Spark
-            split the input (:mod:`.driver.resplit`). A key's records keep
-            their order. Keep it for the life of a query: a batch re-run with another
-            value is refused (its units differ). ``0``: no re-split (no
-            shuffle): each Spark partition is a lane, which holds only for
-            sources whose re-runs bring the same records to the same Spark
-            partitions (files; not Spark's Kafka source: its re-run is then
-            refused with ``ExactlyOnceMismatchError``).
-        coalesce_tasks: Driver only, through ``foreachBatch`` / ``write()``:
-            a batch with more Spark partitions than the cluster has cores is
-            read by one task per core (a coalesce: no shuffle): at-least-once
-            with ``record_ids`` ``"partition"`` or ``"columns"`` writes it so
-            (each record keeps its own partition's id), exactly-once tags its
-            lanes so before the lane shuffle. ``False``: one task per
-            partition, as Spark split the batch.
+            / ``write()``: every batch is re-split into this many lanes (Spark
+            partitions, one transaction each) by Spark's hash of each record's
+            key (of its topic and partition column when set, of its value
+            without a key; :mod:`.driver.resplit`). A key's records keep their
+            order. Pinned per run: a batch a lane committed is refused under another
+            count (``ConfigError``, nothing produced). ``0``: each Spark partition is a lane:
+            only for sources whose re-runs keep their split (files; not Spark's
+            Kafka source, whose re-run is then refused with ``ExactlyOnceMismatchError``).
+        coalesce_tasks: Driver only, through ``foreachBatch`` / ``write()``: a
+            batch with more Spark partitions than the cluster has cores is read
+            by one task per core (a coalesce, no shuffle; ids unchanged), for
+            ``record_ids`` ``"partition"`` / ``"columns"`` and before exactly-once's
+            lane shuffle. ``False``: one task per partition, as Spark split it.
         write_timestamp: Write a ``timestamp`` column as the records'
             timestamps (Spark's sink up to 4.2 never does; unset, the producer
             stamps them). A source's timestamps passed through are subject to
             the brokers' timestamp limits and time-based retention.
         record_ids: How record ids stay the same across re-runs of a batch
-            (:mod:`.ids`): ``"content"`` (default; at-least-once re-splits each
-            batch by a hash of its records' key and value), ``"partition"``
+            (:mod:`.ids`): ``"content"`` (default; at-least-once re-splits each batch
+            by Spark's hash of a record's (topic, partition), key or value), ``"partition"``
             (no re-split; ids name the Spark partition: for sources that keep
             their split) or ``"columns"`` (ids from ``id_columns``; no re-split).
         id_columns: With ``record_ids="columns"``: the columns whose values

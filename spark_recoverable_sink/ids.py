@@ -20,7 +20,7 @@ A record's id is ``sink:run:batch:[<place>]<fingerprint>-<occurrence>`` (its
 Which scope a sink's ids have is its ``record_ids`` (:class:`.SinkConfig`):
 
 * ``"content"`` (at-least-once's default): the driver re-splits the batch by
-  a hash of each record's key and value (:mod:`..driver.placement`), so all
+  each record's place (:mod:`..driver.placement`), so all
   copies of a record are in one task; ids are in the batch scope, the same
   in every run of the batch whatever split and order it has (Spark's Kafka
   source re-running a batch from its offset log included), and two records

@@ -86,7 +86,7 @@ class BatchReport:
     ended (delivered later by the background thread); ``dead_letters`` lists
     (record id, error) of records that failed with a non-retriable error and
     that no earlier report of this sink object listed; ``run`` is the run
-    component of this batch's record ids (``sink:run:batch:partition:seq``).
+    component of this batch's record ids (``sink:run:batch:...``, :mod:`.ids`).
 
     ``wal_bytes`` sums the live WAL bytes of the slots the tasks ran on (each
     slot once, its largest figure); ``wal_slot_bytes_max`` is the fullest

@@ -60,7 +60,7 @@ from ..config import SinkConfig
 from ..errors import ConfigError
 from ..report import BatchReport
 
-__all__ = ["SinkMetrics", "MetricsEndpoint", "METRIC_NAMES", "INSTALL_HINT", "registry", "sink_metrics",
+__all__ = ["SinkMetrics", "MetricsEndpoint", "FAMILIES", "METRIC_NAMES", "INSTALL_HINT", "registry", "sink_metrics",
            "serve", "start", "record_batch"]
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = 'pip install "spark-recoverable-sink[metrics]"'
 _BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 #: (family name as given to prometheus_client, kind, help). Counters are exposed with ``_total``.
-_FAMILIES: tuple[tuple[str, str, str], ...] = (
+FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("rks_batches", "counter", "Batches reported by the sink"),
     ("rks_rows", "counter", "Rows the tasks accepted (committed to the WAL)"),
     ("rks_bytes", "counter", "Payload bytes of the rows the tasks accepted"),
@@ -89,7 +89,7 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("rks_kafka_rtt_max_seconds", "gauge", "Largest broker round-trip time of the last batch's tasks"),
 )
 #: The exposed names of the metric families (counters with their ``_total``).
-METRIC_NAMES: tuple[str, ...] = tuple(n + "_total" if k == "counter" else n for n, k, _ in _FAMILIES)
+METRIC_NAMES: tuple[str, ...] = tuple(n + "_total" if k == "counter" else n for n, k, _ in FAMILIES)
 
 _LOCK = threading.RLock()
 _STATE: dict[str, Any] = {}  # "registry", "families": set up on first use
@@ -112,7 +112,7 @@ def _families() -> dict[str, Any]:
             reg = pc.CollectorRegistry()
             kinds = {"counter": pc.Counter, "gauge": pc.Gauge, "histogram": pc.Histogram}
             fams = {}
-            for name, kind, doc in _FAMILIES:
+            for name, kind, doc in FAMILIES:
                 extra = {"buckets": _BUCKETS} if kind == "histogram" else {}
                 fams[name] = kinds[kind](name, doc, ["sink"], registry=reg, **extra)
             _STATE["registry"], _STATE["families"] = reg, fams
@@ -141,7 +141,7 @@ class SinkMetrics:
         self.name = name
         self._kafka_seen = False  # the rks_kafka_* series exist once a batch had librdkafka statistics
         self._fams = fams
-        for n, kind, _ in _FAMILIES:
+        for n, kind, _ in FAMILIES:
             if kind == "counter":  # every counter exists from the start: rate() needs its zero
                 self._m(n).inc(0)
         if max_wal_bytes is not None:

@@ -73,9 +73,9 @@ class RecoverableKafkaSink:
     exact names, every other column ignored, the ``topic`` option over a
     ``topic`` column; ``timestamp`` only with ``write_timestamp=True``.
 
-    Record ids are ``sink:run:batch:<place><fingerprint>-<occurrence>`` (:mod:`..ids`;
-    with ``record_ids="partition"`` and exactly-once the partition or lane
-    comes before the fingerprint). In ``foreachBatch`` the
+    Record ids are ``sink:run:batch:<place><fingerprint>-<occurrence>`` (:mod:`..ids`); ``<place>``
+    only with ``record_ids="content"``, ``<partition>:`` or ``<lane>:`` in its stead with
+    ``record_ids="partition"`` or exactly-once. In ``foreachBatch`` the
     run is the streaming query's id (first 16 hex digits): the same after a
     restart from the checkpoint, different for a new checkpoint or another
     query; each ``write()`` gets a fresh run unless given one.
@@ -178,7 +178,7 @@ class RecoverableKafkaSink:
     def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
         """Write a batch DataFrame; returns its report.
 
-        Record ids are ``sink:run:batch_id:<place><fingerprint>-<occurrence>`` (:mod:`..ids`). Each call gets a
+        Record ids are as the class docstring says, with ``batch_id`` as the batch. Each call gets a
         fresh random run, so two writes never share ids. To re-run a write
         with the same ids (so consumers drop the duplicates), pass the same
         ``run_id`` (and ``batch_id``) again.

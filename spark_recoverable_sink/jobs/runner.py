@@ -207,8 +207,8 @@ def totals(sink: "RecoverableKafkaSink") -> dict[str, int]:
 def summary(sink: "RecoverableKafkaSink", reason: str, seconds: float) -> dict[str, Any]:
     """The JSON summary: totals, and per batch its id, run and rows per Spark partition.
 
-    Record ids are ``<sink>:<run>:<batch_id>:<partition>:<seq>`` with ``seq``
-    below the partition's rows: a reader can check that each one arrived.
+    Record ids start with ``<sink>:<run>:<batch_id>:`` (:mod:`..ids`): a reader counts
+    each batch's distinct ids under its ``<sink>:<run>:<batch_id>:`` prefix against ``rows``.
     """
     return {
         "sink": sink.name, "reason": reason, "seconds": round(seconds, 3), **totals(sink),

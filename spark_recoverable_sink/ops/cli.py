@@ -1,7 +1,7 @@
 """``rks``: the operator's command line, run on the host where a sink's WAL lives.
 
 Commands: ``inspect``, ``replay``, ``dead-letters``, ``quarantine``,
-``abort-transactions`` (``rks COMMAND --help`` for each). Exit status: 0 done;
+``abort-transactions``, ``adopt-lanes`` (``rks COMMAND --help`` for each). Exit status: 0 done;
 1 done in part (records left in the WAL, re-sends that failed, slots that
 cannot be read); 2 nothing done (a wrong path, sink, option or Kafka conf
 file, a slot a live process owns). Errors are one line on stderr; values of
@@ -110,7 +110,9 @@ def main(log_level: str) -> None:
 @main.command()
 @click.argument("wal_dir")
 @click.option("--sink", help="Only this sink (default: every sink under WAL_DIR).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object with a `slots` list.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: `wal_dir`, `slots` (one object per slot) and `chunks_set_aside` (damaged "
+                   "chunks recovery moved to <wal_dir>/<sink>/quarantine/: sink, file, why).")
 def inspect(wal_dir: str, sink: str | None, as_json: bool) -> None:
     """Every slot: owner alive, pending / uncommitted records, dead letters, bytes, oldest pending age."""
     with _failing():
@@ -151,18 +153,24 @@ def _conf_option(required: bool = True) -> Callable[[Any], Any]:
 @_conf_option()
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds to wait for acks before giving up (what is not acked stays in the WAL).")
-@click.option("--exactly-once", is_flag=True, help="The sink uses guarantee='exactly_once' (needs --topic).")
-@click.option("--topic", help="The sink's default topic (exactly-once: its partition 0 holds the markers).")
+@click.option("--exactly-once", is_flag=True,
+              help="The sink uses guarantee='exactly_once': units are committed in their lanes' transactions "
+                   "(give --topic and --marker-topic as the sink has them).")
+@click.option("--topic", help="The sink's topic= option, if it has one (records keep the topics they were "
+                              "written with; exactly-once lanes sweep it before they commit).")
+@click.option("--marker-topic", default="rks-markers", show_default=True,
+              help="Exactly-once: the sink's marker_topic= (the lanes' markers: a unit they show committed is "
+                   "skipped).")
 @_id_header_option()
 def replay(wal_dir: str, sink: str, kafka_conf: str, timeout_s: float, exactly_once: bool,
-           topic: str | None, id_header: str) -> None:
+           topic: str | None, marker_topic: str, id_header: str) -> None:
     """Adopt the sink's slots whose owner is dead and deliver their committed records."""
     with _failing():
         conf = _client_conf(kafka_conf)
     scrub = scrubber(conf)
     with _failing(scrub):
         ((_name, sdir),) = find_sinks(wal_dir, sink)
-        config = build_config(sink, conf, wal_dir, topic=topic, id_header=id_header,
+        config = build_config(sink, conf, wal_dir, topic=topic, id_header=id_header, marker_topic=marker_topic,
                               guarantee=EXACTLY_ONCE if exactly_once else AT_LEAST_ONCE)
         with render.replay_progress(sys.stdout.isatty()) as on_progress:
             result = replay_sink(config, timeout_s, on_progress)
@@ -275,12 +283,13 @@ def quarantine(wal_dir: str, sink: str, slot: int) -> None:
 @main.command("abort-transactions")
 @click.option("--sink", required=True, help="The sink's name.")
 @_conf_option()
-@click.option("--topic", required=True, help="The sink's default topic (partition 0 holds the lane markers).")
-@click.option("--lane", "lanes", multiple=True, help="A lane (rks-eo.<sink>:<run>:<partition>, or one of the former "
-                                                     "naming rks-eo.<sink>.<run>.<partition>); default: every lane "
+@click.option("--topic", help="Not needed: lanes are found by the sink's name (accepted, unused).")
+@click.option("--lane", "lanes", multiple=True, help="A lane (rks-eo.<sink>:<run>:<lane>, or one of the former "
+                                                     "naming rks-eo.<sink>.<run>.<lane>); default: every lane "
                                                      "that ever committed. Repeatable.")
 @click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True)
-def abort_transactions(sink: str, kafka_conf: str, topic: str, lanes: tuple[str, ...], timeout_s: float) -> None:
+def abort_transactions(sink: str, kafka_conf: str, topic: str | None, lanes: tuple[str, ...],
+                       timeout_s: float) -> None:
     """Exactly-once: abort every transaction the sink's lanes left open."""
     from ..delivery.exactly_once.lanes import abort_lingering
 

@@ -139,7 +139,7 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
             "re-run after a restart must bring the same records (in any split and order: read from a replayable "
             "source; avoid non-deterministic steps before the sink: rand(), limit without order, unordered "
             "sampling), with the same exactly_once_lanes; new data needs a new run id (a new checkpoint's query "
-            "id, or another run_id=). See README 'Choosing a guarantee'. Nothing of this attempt was "
+            "id, or another run_id=). See docs/guarantees.md, 'Exactly-once'. Nothing of this attempt was "
             "published.", akey.batch, akey.partition, rows, found, run, unit.why)
     if outcome in (COMMITTED, SKIPPED):
         rt.publisher.contact.mark_reached()

@@ -119,8 +119,8 @@ def write_partitions(
        acked, and return the reports. Records still unacked stay in the WAL
        and are delivered by the poller thread.
 
-    Record ids are ``sink:run:batch:<place><fingerprint>-<occurrence>`` (at-least-once with
-    ``record_ids`` ``"content"`` or ``"columns"``: the batch scope, one occurrence
+    Record ids are ``sink:run:batch:[<place>]<fingerprint>-<occurrence>`` (at-least-once with
+    ``record_ids`` ``"content"``, with its place, or ``"columns"``: the batch scope, one occurrence
     counter for the task) or ``sink:run:batch:partition:<fingerprint>-<occurrence>``
     (:mod:`..ids`), ``partition`` being the row's own Spark partition; the
     sink always passes a ``run`` (an empty one gives the run-less ids of

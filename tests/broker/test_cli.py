@@ -308,3 +308,25 @@ def test_inspect_after_a_replay_drained_every_slot_reports_nothing_pending(broke
     for path in (empty, other):
         r = _rks("inspect", str(path), "--json")
         assert r.exit_code == 2 and "is not a WAL directory" in r.stderr and r.stdout == "", r.stderr
+
+
+def test_replay_exactly_once_writes_its_markers_to_the_sinks_own_marker_topic(broker, topic, tmp_path):
+    from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+
+    wal, name, markers = str(tmp_path / "wal"), "cli8", f"{topic}-markers"
+    opts = {"name": name, "kafka_conf": {"bootstrap.servers": NOWHERE}, "wal_dir": wal, "ack_timeout_s": 1,
+            "records_topic": topic, "topic": topic, "guarantee": "exactly_once", "marker_topic": markers}
+    proc = subprocess.run([sys.executable, "-m", "tests.programs.cli_writer", json.dumps(opts), "5", "0", "300"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    good = _conf(tmp_path, "good", broker.bootstrap)
+    r = _rks("replay", wal, "--sink", name, "--kafka-conf", good, "--exactly-once", "--topic", topic,
+             "--marker-topic", markers)
+    assert r.exit_code == 0, r.stderr
+    assert "records=300 delivered=300 dead_lettered=0 pending=0" in r.stdout
+    assert read_topic(broker.bootstrap, topic, expected=300, isolation="read_committed").duplicates() == 0
+    conf = {"bootstrap.servers": broker.bootstrap}
+    own = SinkConfig.build(name, conf, wal, topic=topic, guarantee="exactly_once", marker_topic=markers)
+    default = SinkConfig.build(name, conf, wal, topic=topic, guarantee="exactly_once")
+    assert lane_markers(own, "r1", [0])[0].batch == 5  # the unit's marker, where the sink reads it
+    assert lane_markers(default, "r1", [0])[0] is None  # and not in the default marker topic

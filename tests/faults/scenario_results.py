@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_RESULTS = os.path.join(HERE, "results", "last_run.json")
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def results_path() -> str:
@@ -40,6 +42,7 @@ class ScenarioRow:
     seconds: float | None = None
     finished_at: str = ""
     failure: str = ""
+    commit: str = ""  # the code the scenario ran on: git's short HEAD, "+dirty" with uncommitted changes
 
     def apply(self, t: Tally) -> None:
         self.rows_sent, self.records_read, self.distinct_ids = t.rows_sent, t.records_read, t.distinct_ids
@@ -50,6 +53,21 @@ class ScenarioRow:
     def recovery(self, fault_at: float | None, full_at: float | None) -> None:
         if fault_at is not None and full_at is not None:
             self.recovery_s = round(max(0.0, full_at - fault_at), 2)
+
+
+def code_commit(repo: str = REPO) -> str:
+    """The commit of the code under test: git's short HEAD, ``+dirty`` when tracked files differ from it.
+
+    ``"unknown"`` outside a git checkout (or without git).
+    """
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}+dirty" if dirty else head
 
 
 def record_result(row: ScenarioRow, path: str | None = None) -> None:
@@ -63,6 +81,7 @@ def record_result(row: ScenarioRow, path: str | None = None) -> None:
     """
     path = path or results_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    row.commit = row.commit or code_commit()
     from devtools.kafka_broker import external_bootstrap, kafka_version
 
     broker = (f"the cluster at KAFKA_BOOTSTRAP={external_bootstrap()} for shared-broker scenarios, "

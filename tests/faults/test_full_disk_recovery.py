@@ -127,7 +127,7 @@ def test_09d_full_disk_recovery_delivers_everything_without_new_space(own_broker
     scenario.figures.update(free_bytes_after_new_task=_free(small_disk))
 
 
-def test_09e_no_room_for_a_slot_is_a_clear_error_not_a_crash(tmp_path):
+def test_09e_no_room_for_a_slot_is_a_clear_error_not_a_crash(tmp_path, scenario):
     """A worker that finds no free slot and no room for a new one: its task fails naming the full disk.
 
     Before: LMDB created the new slot's lock file and wrote it through a memory
@@ -136,6 +136,7 @@ def test_09e_no_room_for_a_slot_is_a_clear_error_not_a_crash(tmp_path):
     """
     from spark_recoverable_sink.wal.slots import SlotLock, sink_dir
 
+    scenario.scenario, scenario.title = "09e_no_room_for_a_slot", "No free slot and no room for a new one: a task"
     disk = str(tmp_path / "disk")
     mount_tmpfs(disk, "1m")
     try:
@@ -154,7 +155,7 @@ def test_09e_no_room_for_a_slot_is_a_clear_error_not_a_crash(tmp_path):
     assert "no room" in lines[0]["message"] or "cannot be created" in lines[0]["message"], lines[0]["message"]
 
 
-def test_09f_a_prune_the_full_disk_refuses_is_deferred_and_the_slot_renewed(tmp_path):
+def test_09f_a_prune_the_full_disk_refuses_is_deferred_and_the_slot_renewed(tmp_path, scenario):
     """Deleting needs fresh pages too (LMDB copies on write): on a disk with no byte left, a prune of delivered
     chunks reads as done and is written later; an empty slot is recreated and its space returned. Small
     chunks fill the disk, so LMDB's own free pages are used up too (tests/unit/test_wal_space.py: a dead
@@ -163,6 +164,7 @@ def test_09f_a_prune_the_full_disk_refuses_is_deferred_and_the_slot_renewed(tmp_
     from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey
     from spark_recoverable_sink.wal.log import Wal
 
+    scenario.scenario, scenario.title = "09f_prune_deferred_on_a_full_disk", "A prune the full disk refuses, deferred"
     disk = str(tmp_path / "disk")
     mount_tmpfs(disk, "1m")
     try:

@@ -90,8 +90,13 @@ def _check(records: list[tuple[int, int, int]], who: str) -> None:
         last[(out, key)] = o
 
 
-def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tmp_path, hooks):
+def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tmp_path, hooks, scenario):
     from devtools.jvm import spark_kafka_connector_jars
+
+    scenario.scenario = "17_kafka_to_kafka_exactly_once"
+    scenario.title = "Kafka -> Spark -> Kafka exactly-once: the query, a worker and the broker killed"
+    scenario.fault = ("kill -9 of spark-submit's process group inside an open transaction (batch >= 2), of a worker "
+                      "before its commit (batch >= 4), of the broker mid-unit (batch >= 6, restarted 6 s later)")
 
     broker = HurtableBroker(str(tmp_path / "kafka"), proxied=False).start()
     job = None
@@ -137,6 +142,9 @@ def test_17_kafka_to_kafka_exactly_once_through_query_worker_and_broker_kills(tm
         assert job.wait(300) == 0
         got = read_topic(broker.bootstrap, out, expected=N, isolation="read_committed")
         final = [(r.partition, *(lambda v: (v["partition"], v["offset"]))(json.loads(r.value))) for r in got.records]
+        distinct = {(p, o) for _out, p, o in final}
+        scenario.rows_sent, scenario.records_read, scenario.distinct_ids = N, len(final), len(distinct)
+        scenario.lost, scenario.duplicates = N - len(distinct), len(final) - len(distinct)
         _check(final, "post-hoc reader")
         deadline = time.monotonic() + 60
         while len(reader.seen) < N and time.monotonic() < deadline:

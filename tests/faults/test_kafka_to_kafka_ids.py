@@ -52,8 +52,12 @@ def _wait_for_output(bootstrap: str, topic: str, at_least: int, timeout_s: float
 
 
 def test_18_kafka_to_kafka_at_least_once_ids_survive_a_restart_mid_batch(own_broker: Any, tmp_path: Any,
-                                                                         hooks: Any) -> None:
+                                                                         hooks: Any, scenario: Any) -> None:
     from devtools.jvm import spark_kafka_connector_jars
+
+    scenario.scenario = "18_kafka_to_kafka_ids_at_least_once"
+    scenario.title = "Kafka -> Spark -> Kafka at-least-once: record ids across a restart mid-batch"
+    scenario.fault = "kill -9 of spark-submit's process group while a task of batch 1 is parked part-way"
 
     bootstrap = own_broker.bootstrap
     source, out = f"ids-in-{uuid.uuid4().hex[:6]}", f"ids-out-{uuid.uuid4().hex[:6]}"
@@ -86,5 +90,7 @@ def test_18_kafka_to_kafka_at_least_once_ids_survive_a_restart_mid_batch(own_bro
     shared = {rid: sorted(c) for rid, c in twins.items() if len(c) > 1}
     assert not shared, f"{len(shared)} id(s) carried by different input records, e.g. {list(shared.items())[:3]}"
     seen = [next(iter(c)) for c in twins.values()]  # what a consumer that de-duplicates on the id keeps
+    scenario.rows_sent, scenario.records_read, scenario.distinct_ids = N, len(got.records), len(twins)
+    scenario.lost, scenario.duplicates = N - len(set(seen)), len(got.records) - len(twins)
     assert len(seen) == len(set(seen)), f"{len(seen) - len(set(seen))} input records under two ids"
     assert set(seen) == {(i % IN_PARTS, i // IN_PARTS) for i in range(N)}, f"{N - len(set(seen))} records missing"

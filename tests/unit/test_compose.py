@@ -135,6 +135,12 @@ def test_kafka_is_official_image_in_kraft_mode(kafka_service: dict[str, Any], ka
     assert kafka_name
 
 
+def test_kafka_image_is_the_release_the_tests_run(kafka_service: dict[str, Any]) -> None:
+    from devtools.kafka_broker import kafka_version
+
+    assert kafka_service["image"] == f"apache/kafka:{kafka_version()}", "devtools/kafka/pom.xml pins the release"
+
+
 def test_job_reaches_kafka_through_an_advertised_listener(
     kafka_service: dict[str, Any], kafka_name: str, job_service: dict[str, Any], compose_conf_path: str,
 ) -> None:

@@ -120,6 +120,13 @@ def test_template_confs_load_and_set_every_key(name: str) -> None:
     assert isinstance(settings.source, mod.Source)
 
 
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_template_confs_keep_the_wal_on_a_persistent_private_disk(name: str) -> None:
+    wal_dir = _raw(TEMPLATES[name])["sink"]["wal_dir"]
+    assert not wal_dir.startswith(("/tmp", "/var/tmp", "/dev/shm", "/run")), \
+        f"{wal_dir}: often tmpfs or cleaned at boot: the WAL must outlive the worker and the machine's restart"
+
+
 @pytest.mark.parametrize("name, edit, message", [
     ("stream_to_kafka", {"format": "csv"}, "source.format: must be one of"),
     ("stream_to_kafka", {"rows_per_second": 0}, "source.rows_per_second: must be > 0"),

@@ -103,10 +103,11 @@ def test_the_layout_checks_can_fail():
     assert f"{PKG}.task.writer" in GRAPH[f"{PKG}.driver.sink"]  # lazy and relative imports are seen
 
 
-def _readme_layout() -> dict[str, str]:
-    """The README's layout block, cut into the package root and one text per top-level folder."""
-    readme = open(os.path.join(os.path.dirname(ROOT), "README.md"), encoding="utf-8").read()
-    block = readme.split("\n## Layout\n", 1)[1].split("```", 2)[1]
+def _design_layout() -> dict[str, str]:
+    """docs/DESIGN.md's layout block, cut into the package root and one text per top-level folder."""
+    with open(os.path.join(os.path.dirname(ROOT), "docs", "DESIGN.md"), encoding="utf-8") as f:
+        design = f.read()
+    block = design.split("\n## Layout\n", 1)[1].split("```", 2)[1]
     sections: dict[str, str] = {"": ""}
     current, started = "", False
     for line in block.splitlines():
@@ -126,7 +127,7 @@ def _readme_layout() -> dict[str, str]:
 
 
 def _layout_misses(sections: dict[str, str]) -> list[str]:
-    """Package files (modules and C sources) that the README's layout block does not name in their folder."""
+    """Package files (modules and C sources) that DESIGN.md's layout block does not name in their folder."""
     missing = []
     for dirpath, dirnames, filenames in os.walk(ROOT):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
@@ -141,8 +142,8 @@ def _layout_misses(sections: dict[str, str]) -> list[str]:
     return missing
 
 
-def test_the_readme_layout_names_every_module():
-    sections = _readme_layout()
+def test_the_design_layout_names_every_module():
+    sections = _design_layout()
     assert set(RANKS) <= set(sections), sorted(set(RANKS) - set(sections))
     assert _layout_misses(sections) == []
     # the check can fail: a folder's text without one of its modules is caught

@@ -1,6 +1,6 @@
 """Exactly-once lanes: a worker's lane producers, and lanes seen from outside a task.
 
-Every lane of a sink is named ``rks-eo.<sink>:<run>:<partition>``: its
+Every lane of a sink is named ``rks-eo.<sink>:<run>:<lane>``: its
 ``transactional.id``, the consumer group holding its marker offset and the
 key of its marker record (:mod:`.markers`; lanes of the former naming:
 :mod:`.legacy`). Inside a worker,

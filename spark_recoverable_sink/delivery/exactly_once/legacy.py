@@ -1,10 +1,10 @@
 """Lanes that committed under their former name: their marker adopted by the lane's current name, once.
 
-Lanes used to be named ``rks-eo.<sink>.<run>.<partition>``
+Lanes used to be named ``rks-eo.<sink>.<run>.<lane>``
 (:func:`.markers.legacy_lane_id`); dots are allowed in sink names and run
 ids, so sink ``orders`` with run ``eu.prod`` and sink ``orders.eu`` with run
 ``prod`` shared a lane (its transactional id, its marker). Lane ids are now
-``rks-eo.<sink>:<run>:<partition>`` (:func:`.markers.lane_id`). A query that
+``rks-eo.<sink>:<run>:<lane>`` (:func:`.markers.lane_id`). A query that
 ran before the upgrade has its lanes' markers under the former names: a
 re-run batch, or a unit recovered from a WAL, must be skipped by them, not
 published again.
@@ -105,7 +105,8 @@ def legacy_marker(config: SinkConfig, reader: MarkerReader, run: str, partition:
         f"name is shared by any sink and run that join to {old[len('rks-eo.'):-len(str(partition)) - 1]!r}. Not "
         "adopted on a guess (another sink's marker would skip this lane's units). If the query that committed it "
         f"was this sink's run {run}, adopt it: rks adopt-lanes --sink {config.name} --run {run} --kafka-conf "
-        "FILE.json --topic TOPIC; if not, give this query a new run id.", config.marker_topic, old)
+        f"FILE.json --topic TOPIC --marker-topic {config.marker_topic}; if not, give this query a new run id.",
+        config.marker_topic, old)
 
 
 def adopt_legacy(committer: Any, lid: str, lane: Lane, unit: Any, deadline: Deadline,

@@ -1,6 +1,6 @@
 """Exactly-once markers: what a lane's committed transactions leave in Kafka, and how they are read back.
 
-Every lane (``rks-eo.<sink>:<run>:<partition>``, its ``transactional.id``:
+Every lane (``rks-eo.<sink>:<run>:<lane>``, its ``transactional.id``:
 :func:`lane_id`) commits, in the same transaction as a unit's records, a
 *marker* in two places:
 
@@ -60,7 +60,7 @@ LANE_ID_MAX = 7 + 100 + 1 + 64 + 1 + 10
 def lane_id(sink: str, run: str, partition: int) -> str:
     """The ``transactional.id`` (and marker group and record key) of one lane: what all attempts at its units share.
 
-    ``rks-eo.<sink>:<run>:<partition>``. Sink names and run ids hold no
+    ``rks-eo.<sink>:<run>:<lane>``. Sink names and run ids hold no
     ``:`` (``[A-Za-z0-9._-]``), so no two (sink, run, partition) share a lane
     (:func:`parse_lane_id` reads one back), and no lane id is one of the
     former naming (:func:`legacy_lane_id`, which holds no ``:``).
@@ -87,7 +87,7 @@ def parse_lane_id(lid: str) -> tuple[str, str, int] | None:
 
 
 def legacy_lane_id(sink: str, run: str, partition: int) -> str:
-    """The lane's name before lane ids became unambiguous: ``rks-eo.<sink>.<run>.<partition>``.
+    """The lane's name before lane ids became unambiguous: ``rks-eo.<sink>.<run>.<lane>``.
 
     Dots are allowed in sink names and run ids, so sink ``orders`` with run
     ``eu.prod`` and sink ``orders.eu`` with run ``prod`` shared a lane.

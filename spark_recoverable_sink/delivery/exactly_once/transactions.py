@@ -3,7 +3,7 @@
 A *unit* is what one Spark task committed to the WAL for one (run, batch,
 partition): its chunks, in sequence order, and the digest of its records'
 ids (:func:`...ids.unit_digest`). A unit is published in one transaction by
-the producer of its *lane*, ``transactional.id = rks-eo.<sink>:<run>:<partition>``:
+the producer of its *lane*, ``transactional.id = rks-eo.<sink>:<run>:<lane>``:
 the same for every attempt at the unit, so a retried, speculative or adopting
 producer fences the earlier one. The same transaction commits the lane's
 marker (:mod:`.markers`): batch and digest. The driver ends a batch only once

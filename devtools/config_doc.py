@@ -1,0 +1,208 @@
+"""The reference tables of the docs, rendered from the code: the sink's options and the metric names.
+
+* ``docs/configuration.md``, between :data:`OPTIONS_BEGIN` and
+  :data:`OPTIONS_END`: one row per :class:`SinkConfig` field (its type, its
+  default, the text of its docstring's ``Attributes``), then, between
+  :data:`KEYWORDS_BEGIN` and :data:`KEYWORDS_END`, the keywords of
+  :class:`RecoverableKafkaSink` that are not ``SinkConfig`` fields (their
+  defaults from the signature, their text from its ``Args``);
+* ``docs/monitoring.md``, between :data:`METRICS_BEGIN` and :data:`METRICS_END`:
+  one row per metric family of :mod:`spark_recoverable_sink.driver.metrics`.
+
+``python -m devtools.config_doc`` writes them; ``--check`` only compares (exit 1
+when a doc differs). ``tests/unit/test_config_doc.py`` fails when they differ,
+so the reference and the code cannot drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import os
+import re
+import sys
+import typing
+from typing import Any, Callable
+
+from spark_recoverable_sink.config import SinkConfig
+from spark_recoverable_sink.driver.metrics import FAMILIES
+from spark_recoverable_sink.driver.sink import RecoverableKafkaSink
+
+__all__ = ["DOCS", "CONFIG_DOC", "METRICS_DOC", "OPTIONS_BEGIN", "OPTIONS_END", "KEYWORDS_BEGIN", "KEYWORDS_END",
+           "METRICS_BEGIN", "METRICS_END", "docstring_entries", "options_table", "keywords_table", "metrics_table",
+           "splice", "render", "main"]
+
+_DOCS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+CONFIG_DOC = os.path.join(_DOCS_DIR, "configuration.md")
+METRICS_DOC = os.path.join(_DOCS_DIR, "monitoring.md")
+OPTIONS_BEGIN, OPTIONS_END = "<!-- BEGIN sink-options -->", "<!-- END sink-options -->"
+KEYWORDS_BEGIN, KEYWORDS_END = "<!-- BEGIN sink-keywords -->", "<!-- END sink-keywords -->"
+METRICS_BEGIN, METRICS_END = "<!-- BEGIN metrics -->", "<!-- END metrics -->"
+
+#: SinkConfig fields under the name users give them (``kafka_conf`` is stored as its items).
+_USER_NAME = {"kafka_conf_items": "kafka_conf"}
+_ROLE = re.compile(r":[a-z]+:`~?\.*([^`]+)`")
+_GIB, _DAY = 1024 ** 3, 24 * 3600
+
+
+def docstring_entries(doc: str, section: str) -> dict[str, str]:
+    """The entries of a Google-style docstring ``section`` (``Attributes``, ``Args``): name -> one-line text.
+
+    An entry ``a / b: text`` gives ``text`` to both names; reST roles and double backquotes become Markdown code.
+
+    Raises:
+        ValueError: the docstring has no such section.
+    """
+    lines = inspect.cleandoc(doc).splitlines()
+    try:
+        start = lines.index(f"{section}:") + 1
+    except ValueError:
+        raise ValueError(f"no {section}: section in the docstring") from None
+    entries: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in lines[start:]:
+        if line.strip() and not line.startswith("    "):
+            break  # the next section
+        if line.startswith("    ") and not line.startswith("        "):
+            names, _, text = line.strip().partition(": ")
+            current = [text]
+            for name in names.split(" / "):
+                entries[name.strip().lstrip("*")] = current
+        elif line.strip():
+            current.append(line.strip())
+    return {name: _markdown(" ".join(parts)) for name, parts in entries.items()}
+
+
+def _markdown(text: str) -> str:
+    return _ROLE.sub(r"`\1`", text).replace("``", "`").replace("|", "\\|")
+
+
+def _type(hint: Any) -> str:
+    if isinstance(hint, str):  # an annotation kept as text (the sink's signature)
+        return "Avro \\| JsonSchema \\| None" if "RegistryFormat" in hint else hint.replace("|", "\\|")
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple:
+        return "list of str" if args and args[0] is str else "list"
+    if args:  # X | None
+        return " \\| ".join(_type(a) for a in args)
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def _default(name: str, value: Any) -> str:
+    if value is inspect.Parameter.empty or value is dataclasses.MISSING:
+        return "required"
+    if isinstance(value, int) and not isinstance(value, bool) and name.endswith("_bytes") and value % _GIB == 0:
+        return f"`{value}` ({value // _GIB} GiB)"
+    if isinstance(value, float) and name.endswith("_s") and value >= _DAY and value % _DAY == 0:
+        return f"`{value:g}` ({value / _DAY:g} days)"
+    if isinstance(value, tuple) and not value:
+        return "none"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    return f"`{value!r}`"
+
+
+def _sink_params() -> dict[str, inspect.Parameter]:
+    params = dict(inspect.signature(RecoverableKafkaSink.__init__).parameters)
+    return {n: p for n, p in params.items() if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def options_table() -> str:
+    """The options of :class:`SinkConfig`: name, type, default, meaning (the docstring's ``Attributes``).
+
+    Raises:
+        ValueError: a field has no entry in the docstring's ``Attributes``.
+    """
+    text = docstring_entries(SinkConfig.__doc__ or "", "Attributes")
+    hints = typing.get_type_hints(SinkConfig)
+    params = _sink_params()
+    rows = ["| option | type | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(SinkConfig):
+        name = _USER_NAME.get(f.name, f.name)
+        if name not in text:
+            raise ValueError(f"SinkConfig field {f.name} has no entry in the docstring's Attributes")
+        default = f.default if f.default is not dataclasses.MISSING else (
+            params[name].default if name in params else dataclasses.MISSING)
+        kind = "dict" if name == "kafka_conf" else _type(hints[f.name])
+        rows.append(f"| `{name}` | {kind} | {_default(name, default)} | {text[name]} |")
+    return "\n".join(rows) + "\n"
+
+
+def keywords_table() -> str:
+    """The keywords of :class:`RecoverableKafkaSink` that are not :class:`SinkConfig` fields.
+
+    Raises:
+        ValueError: a keyword has no entry in the class docstring's ``Args``.
+    """
+    text = docstring_entries(RecoverableKafkaSink.__doc__ or "", "Args")
+    fields = {_USER_NAME.get(f.name, f.name) for f in dataclasses.fields(SinkConfig)}
+    rows = ["| keyword | type | default | meaning |", "|---|---|---|---|"]
+    for name, p in _sink_params().items():
+        if name in fields:
+            continue
+        if name not in text:
+            raise ValueError(f"RecoverableKafkaSink keyword {name} has no entry in the docstring's Args")
+        rows.append(f"| `{name}` | {_type(p.annotation)} | {_default(name, p.default)} | {text[name]} |")
+    return "\n".join(rows) + "\n"
+
+
+def metrics_table() -> str:
+    """One row per metric family of the driver's Prometheus registry (exposed name, type, help)."""
+    rows = ["| metric | type | meaning |", "|---|---|---|"]
+    for name, kind, doc in FAMILIES:
+        shown = f"{name}_total" if kind == "counter" else name
+        suffix = " (`_bucket`, `_sum`, `_count`)" if kind == "histogram" else ""
+        rows.append(f"| `{shown}` | {kind} | {doc}{suffix} |")
+    return "\n".join(rows) + "\n"
+
+
+def splice(doc: str, begin: str, end: str, table: str) -> str:
+    """``doc`` with what stands between ``begin`` and ``end`` replaced by ``table``.
+
+    Raises:
+        ValueError: the markers are missing or out of order.
+    """
+    start, stop = doc.find(begin), doc.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the doc must hold {begin} and then {end}")
+    return doc[:start + len(begin)] + "\n" + table + doc[stop:]
+
+
+#: Each doc and the (begin, end, render) of every table it holds.
+DOCS: dict[str, tuple[tuple[str, str, Callable[[], str]], ...]] = {
+    CONFIG_DOC: ((OPTIONS_BEGIN, OPTIONS_END, options_table), (KEYWORDS_BEGIN, KEYWORDS_END, keywords_table)),
+    METRICS_DOC: ((METRICS_BEGIN, METRICS_END, metrics_table),),
+}
+
+
+def render(path: str, doc: str) -> str:
+    """``doc`` (the text of ``path``) with every table of :data:`DOCS` rendered anew."""
+    for begin, end, table in DOCS[path]:
+        doc = splice(doc, begin, end, table())
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a doc differs")
+    args = parser.parse_args(argv)
+    status = 0
+    for path in DOCS:
+        with open(path, encoding="utf-8") as f:
+            doc = f.read()
+        new = render(path, doc)
+        if new == doc:
+            continue
+        if args.check:
+            print(f"{path}: differs from the code; run python -m devtools.config_doc", file=sys.stderr)
+            status = 1
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+            print(f"{path}: tables written")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
