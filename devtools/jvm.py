@@ -10,6 +10,7 @@ manylinux wheel test keeps its tool venv there as well (``wheelenv``, set up by
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -46,14 +47,22 @@ def java() -> str:
     if not java:
         raise MavenError("Java 17 or newer is needed to run the test Kafka broker and Spark, and no `java` "
                                "is on PATH: install a JDK 17 (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless)")
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    major = _major(os.path.realpath(java))
+    if major < 17:
+        raise MavenError(f"Java 17 or newer is needed; {java} is version {major}: install a JDK 17")
+    return java
+
+
+@functools.lru_cache(maxsize=8)
+def _major(java: str) -> int:
+    """The major version of ``java`` (a JVM started once per binary and process: every broker start asks)."""
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "JDK_JAVA_OPTIONS"}).stderr
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     major = int(m.group(1)) if m else 0
     if major == 1 and m and m.group(2):
         major = int(m.group(2))
-    if major < 17:
-        raise MavenError(f"Java 17 or newer is needed; {java} is version {major}: install a JDK 17")
-    return java
+    return major
 
 
 def cache_root() -> str:
