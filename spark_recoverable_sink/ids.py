@@ -62,6 +62,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrays import binary_scalar, numeric, values
 from .fingerprint import fingerprints, mix_pairs, new_occurrences
 from .schema import BATCH_SCOPE, chunk_run, chunk_scope
 
@@ -75,8 +76,8 @@ PLACE_INPUT_COLUMN = "__rks_place"  # the place as the driver's re-split gives i
 _PLACE_MIX = np.uint64(0x9E3779B97F4A7C15)
 _RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)
-_DASH = pa.scalar(b"-", pa.binary())
-_EMPTY = pa.scalar(b"", pa.binary())
+_DASH = binary_scalar(b"-")
+_EMPTY = binary_scalar(b"")
 
 
 def valid_run_id(run: str) -> bool:
@@ -142,11 +143,11 @@ def with_ids(batch: pa.RecordBatch, occurrences: object, fps: np.ndarray | None 
         places = np.asarray(places).astype(np.uint32)
         with np.errstate(over="ignore"):
             occs = occurrences.number(fps ^ (places.astype(np.uint64) * _PLACE_MIX))  # type: ignore[attr-defined]
-    batch = batch.append_column(pa.field(FP_COLUMN, pa.uint64(), nullable=False), pa.array(fps, pa.uint64()))
-    batch = batch.append_column(pa.field(OCC_COLUMN, pa.uint32(), nullable=False), pa.array(occs, pa.uint32()))
+    batch = batch.append_column(pa.field(FP_COLUMN, pa.uint64(), nullable=False), numeric(fps, pa.uint64()))
+    batch = batch.append_column(pa.field(OCC_COLUMN, pa.uint32(), nullable=False), numeric(occs, pa.uint32()))
     if places is None:
         return batch
-    return batch.append_column(pa.field(PLACE_COLUMN, pa.uint32(), nullable=False), pa.array(places, pa.uint32()))
+    return batch.append_column(pa.field(PLACE_COLUMN, pa.uint32(), nullable=False), numeric(places, pa.uint32()))
 
 
 def has_place(batch: pa.RecordBatch) -> bool:
@@ -173,15 +174,15 @@ def _hexn(values: np.ndarray, nbytes: int) -> pa.Array:
 def record_ids(prefix: bytes, batch: pa.RecordBatch, first_seq: int) -> pa.Array:
     """The ids of a chunk's records, as one binary array built by Arrow kernels (no per-record Python work)."""
     n = batch.num_rows
-    p = pa.scalar(prefix, pa.binary())
+    p = binary_scalar(prefix)
     if has_ids(batch):
-        fps = batch.column(FP_COLUMN).to_numpy()
+        fps = values(batch.column(FP_COLUMN))
         occ = pc.cast(pc.cast(batch.column(OCC_COLUMN), pa.string()), pa.binary())
         if has_place(batch):
-            place = _hexn(batch.column(PLACE_COLUMN).to_numpy().astype(np.uint64), 4)
+            place = _hexn(values(batch.column(PLACE_COLUMN)).astype(np.uint64), 4)
             return pc.binary_join_element_wise(p, place, _hex16(fps), _DASH, occ, _EMPTY)
         return pc.binary_join_element_wise(p, _hex16(fps), _DASH, occ, _EMPTY)
-    seqs = pc.cast(pc.cast(pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)), pa.string()), pa.binary())
+    seqs = pc.cast(pc.cast(numeric(np.arange(first_seq, first_seq + n), pa.int64()), pa.string()), pa.binary())
     return pc.binary_join_element_wise(p, seqs, _EMPTY)
 
 
@@ -201,8 +202,8 @@ def unit_digest(batch: pa.RecordBatch, first_seq: int, seed: int = 0) -> int:
     without fingerprints (an older build) counts by row positions instead.
     """
     if has_ids(batch):
-        fps = batch.column(FP_COLUMN).to_numpy()
-        occs = batch.column(OCC_COLUMN).to_numpy()
+        fps = values(batch.column(FP_COLUMN))
+        occs = values(batch.column(OCC_COLUMN))
     else:
         fps = np.zeros(batch.num_rows, dtype=np.uint64)
         occs = np.arange(first_seq, first_seq + batch.num_rows, dtype=np.uint32)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..arrays import values
 from .library import column, headers_column, kafka_exception, load, module
 
 __all__ = ["Producer"]
@@ -144,6 +145,6 @@ class Producer:
 
 def _uints(a: Any, dtype: Any) -> np.ndarray:
     """A contiguous numpy array of ``dtype`` from numpy, Arrow or a sequence (no copy when it already is one)."""
-    if hasattr(a, "to_numpy") and not isinstance(a, np.ndarray):  # pyarrow Array / ChunkedArray
-        a = a.to_numpy(zero_copy_only=False)
+    if hasattr(a, "to_numpy") and not isinstance(a, np.ndarray):  # pyarrow Array / ChunkedArray (to_numpy: pandas)
+        a = values(a)
     return np.ascontiguousarray(a, dtype=dtype)

@@ -22,6 +22,7 @@ from typing import Any, Collection, Iterable, Iterator
 
 import pyarrow as pa
 
+from ..arrays import record_batch
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..delivery.exactly_once.topic import expect_marker_topic
@@ -93,5 +94,5 @@ class DrainTask:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:  # the input only places the task
             pass
-        yield pa.RecordBatch.from_pylist([drain_worker(self.config, self.timeout_s, self.confirmed,
-                                                       self.marker_topic_id)], schema=_SCHEMA)
+        yield record_batch([drain_worker(self.config, self.timeout_s, self.confirmed, self.marker_topic_id)],
+                           _SCHEMA)

@@ -19,6 +19,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from ..arrays import values
+
 __all__ = ["SOURCE_PARTITION", "split_by_partition"]
 
 #: The column the driver adds before a coalesce: the row's own Spark partition (``spark_partition_id()``).
@@ -34,7 +36,7 @@ def split_by_partition(batch: pa.RecordBatch, partition: int) -> Iterator[tuple[
     if i < 0:
         yield partition, batch
         return
-    ids = batch.column(i).to_numpy(zero_copy_only=False)
+    ids = values(batch.column(i))
     rows = batch.remove_column(i)
     starts = np.concatenate(([0], np.flatnonzero(ids[1:] != ids[:-1]) + 1)) if len(ids) else np.zeros(0, np.int64)
     for k, start in enumerate(starts):

@@ -22,6 +22,7 @@ from ..config import EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import RecoverableSinkError, WalWriteError
 from ..delivery.exactly_once.topic import expect_marker_topic
 from ..delivery.stats import latest_summary
+from ..arrays import record_batch, values
 from ..ids import PLACE_INPUT_COLUMN, id_fingerprints, new_occurrences, record_id_prefix, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
 from ..schema import BATCH_SCOPE, Columns, normalize_batch, payload_bytes
@@ -73,7 +74,7 @@ class PartitionWriter:
 
 
 def report_batch(*reports: PartitionReport) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([r.to_row() for r in reports], schema=REPORT_SCHEMA)
+    return record_batch([r.to_row() for r in reports], REPORT_SCHEMA)
 
 
 def write_partition(
@@ -214,7 +215,7 @@ def id_scope(config: SinkConfig) -> str:
 def _split(piece: pa.RecordBatch, columns: Columns | None) -> tuple[pa.RecordBatch, Any, Any]:
     """A task's rows -> (the Kafka columns, the id columns' fingerprints or ``None``, the places or ``None``)."""
     names = piece.schema.names
-    places = piece.column(PLACE_INPUT_COLUMN).to_numpy() if PLACE_INPUT_COLUMN in names else None
+    places = values(piece.column(PLACE_INPUT_COLUMN)) if PLACE_INPUT_COLUMN in names else None
     if columns is None:
         return (piece.drop_columns([PLACE_INPUT_COLUMN]) if places is not None else piece), None, places
     fps = id_fingerprints(piece.select(list(columns.ids))) if columns.ids else None

@@ -14,11 +14,14 @@ import glob
 import os
 import secrets
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pytest
 
+from devtools.cds import use_options
+from devtools.cds_make import make_spark_archive
 from devtools.processes import free_port
 from devtools.sparkenvs import build_wheel, install_wheel, release_jars, spark_env
 from devtools.sparkversions import COMPAT, SparkRelease, release
@@ -83,6 +86,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> str:
         return built[0] if built else build_wheel(out)
 
 
+def _jvm_options(python: str) -> str:
+    """The release's JVMs as the main release's (tests/conftest.py): C1 alone, and the class-data archive of its
+    own PySpark's driver (written once beside the release's cached venv, devtools/cds_make.py), when it can be."""
+    opts = ["-XX:TieredStopAtLevel=1"] if os.environ.get("RKS_TEST_JIT") != "full" else []
+    if os.environ.get("RKS_TEST_CDS") != "off":
+        try:
+            opts += use_options(make_spark_archive(python))
+        except (RuntimeError, OSError) as exc:  # it only makes them start faster
+            warnings.warn(f"no class-data archive for {python}'s Spark (its JVMs start slower): {exc}", stacklevel=1)
+    return " ".join(o for o in opts if " " not in o)
+
+
 @pytest.fixture(scope="module", params=[r.version for r in COMPAT], ids=[f"pyspark-{r.version}" for r in COMPAT])
 def release_run(request: Any, broker: Any, registry: Any, wheel: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReleaseRun]:
@@ -104,5 +119,6 @@ def release_run(request: Any, broker: Any, registry: Any, wheel: str,
             "registry": {"url": registry.url, "auth_env": "RKS_TEST_REGISTRY_AUTH"}}
     t = time.monotonic()
     results = run_app(python, [site, tests_only_path(base)], spec, hook_dir, APP_BOUND_S,
-                      {"RKS_TEST_REGISTRY_AUTH": f"{registry.user}:{registry.password}"})
+                      {"RKS_TEST_REGISTRY_AUTH": f"{registry.user}:{registry.password}",
+                       "JDK_JAVA_OPTIONS": _jvm_options(python)})
     yield ReleaseRun(r, spec, results, site, registry, time.monotonic() - t)

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from functools import partial
 from typing import Any, Callable, Iterable
 
+from ...arrays import column
 from ...config import SinkConfig
 from ...wal.format import AttemptKey
 from ..engine import open_engine
@@ -121,9 +122,8 @@ def send_marker(config: SinkConfig, lane: Lane, lid: str, marker: Marker, run: s
     p = lane.producer
     if marker.full_digest is not None:
         record = encode_record(marker.batch, marker.rows or 0, marker.full_digest, run, int(time.time() * 1000))
-        batch = pa.RecordBatch.from_pydict({"value": pa.array([record], pa.binary()),
-                                            "key": pa.array([lid.encode()], pa.binary()),
-                                            "partition": pa.array([0], pa.int32())})
+        batch = pa.RecordBatch.from_arrays([column([record], pa.binary()), column([lid.encode()], pa.binary()),
+                                            column([0], pa.int32())], names=["value", "key", "partition"])
         _n, failed = p.produce_chunk(lane.round_for(-1), partial(on_delivery, lane, -1), batch, None,
                                      config.marker_topic, config.id_header, f"{lid}:".encode(), 0, left("marker"))
         lane.failures.extend((e, j, -1) for j, e in failed)

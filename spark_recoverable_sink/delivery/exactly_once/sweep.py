@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...arrays import column
 from ...config import SinkConfig
 from ...wal.format import decode_chunk
 from ..rows import chunk_topic
@@ -107,11 +108,10 @@ def sweep(config: SinkConfig, lane: Lane, lid: str, topics: Iterable[str], left:
     # Step 2
     p.begin_transaction()
     lane.must_abort = True  # from here until the abort returns, whatever happens
-    batch = pa.RecordBatch.from_pydict({
-        "value": pa.array([None] * len(targets), pa.binary()),
-        "key": pa.array([SWEEP_KEY] * len(targets), pa.binary()),
-        "topic": pa.array([t for t, _ in targets], pa.string()),
-        "partition": pa.array([part for _, part in targets], pa.int32())})
+    batch = pa.RecordBatch.from_arrays([
+        column([None] * len(targets), pa.binary()), column([SWEEP_KEY] * len(targets), pa.binary()),
+        column([t for t, _ in targets], pa.string()), column([part for _, part in targets], pa.int32())],
+        names=["value", "key", "topic", "partition"])
     lane.failures = []
     _n, failed = p.produce_chunk(lane.round_for(_SWEEP_CHUNK), partial(on_delivery, lane, _SWEEP_CHUNK), batch,
                                  None, None, config.id_header, f"{lid}:sweep:".encode(), 0, left("sweep"))
