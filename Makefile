@@ -28,13 +28,12 @@ jars: $(STAMP)
 kafka: $(STAMP) jars
 	$(PY) -m devtools.local_kafka
 
-# On two pytest-xdist workers: the tests using the session's SparkSession on one of them, every other test on
-# whichever is free (tests/conftest.py); then the tests marked `alone` (wall-clock premises) by themselves. Every
-# tier but the compatibility tier (`make test-compat`: the other Spark releases, each from its cached venv with this
-# tree's wheel installed) and the distributions' build-and-install checks (`make test-wheels`): with them the suite
-# runs over its 30 minutes on 2 cores (docs/compatibility.md).
+# On two pytest-xdist workers: the tests using the session's SparkSession on one of them, each other Spark
+# release's compatibility tests as one group (its application runs once, from its cached venv with this tree's
+# wheel installed), every other test on whichever is free (tests/conftest.py); then the tests marked `alone`
+# (wall-clock premises) by themselves. The distributions' build-and-install checks are `make test-wheels`.
 test: $(STAMP) jars
-	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone and not compat and not wheels" tests
+	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone and not wheels" tests
 	$(PY) -m pytest -q -ra --durations=30 -m "alone and not compat and not wheels" tests
 
 # Every test that needs no Spark (pure tests and tests against the real broker): run it every few minutes
