@@ -128,9 +128,9 @@ def test_the_databricks_notebook_runs_its_cells(release_run):
     assert got["engines"] and all(e["engine"] == "native" for e in got["engines"]), got["engines"]
     assert len(got["reports"]) >= 2 and all(rows == acked == 300 for _b, rows, acked, _r in got["reports"]), got
     assert got["drained_pending"] == 0, got
-    before_41 = version.startswith(("3.", "4.0."))
-    assert got["ds_skipped"] is before_41, got
-    streamed = 300 * len(got["reports"]) + (0 if before_41 else sum(rows for _b, rows in got["ds_progress"]))
+    # Spark 3.5 has no Python data source: the section says it is skipped (its run on 4.1+: test_notebook.py)
+    assert got["ds_skipped"] is True, got
+    streamed = 300 * len(got["reports"])
     contents = read_topic(release_run.spec["bootstrap"], release_run.spec["outputs"]["notebook"], expected=streamed)
     assert len(contents.records) >= streamed, f"{len(contents.records)} of {streamed}"
     assert all(json.loads(r.value)["n"] == int(r.key) for r in contents.records)
