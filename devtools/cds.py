@@ -5,8 +5,8 @@ and verifying the same classes every time: a Spark driver that starts, runs
 two small jobs and stops used 16 CPU-s on this project's 2-core machine, 9
 with an archive of the classes an earlier run loaded (JDK 17's dynamic CDS,
 ``-XX:ArchiveClassesAtExit`` once, then ``-XX:SharedArchiveFile``); a broker's
-format, start and stop 5.3 and 3.7. ``make jars`` writes the archives once
-(:mod:`devtools.cds_make`); this module names them and gives the options that use them.
+format, start and stop 5.3 and 3.7. They are written once (:mod:`devtools.cds_make`);
+this module names them and gives the options that use them.
 
 Each archive is named after what it depends on (the ``java`` binary, the
 jars' names, sizes and times), so a new JDK, Kafka or PySpark gets a new one;

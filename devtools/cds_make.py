@@ -1,4 +1,4 @@
-"""Writing the class-data-sharing archives of :mod:`devtools.cds` (``make jars``, :mod:`devtools.fetch_jars`).
+"""Writing the class-data-sharing archives of :mod:`devtools.cds`: Kafka's by ``make jars``, Spark's by a test session.
 
 1. Kafka's, by a broker that formats, serves a transactional producer and a
    read_committed consumer, and stops cleanly (the JVM writes the archive as it exits);
@@ -6,13 +6,16 @@
    tests run (a shuffle, an Arrow and a row Python UDF, a Python data source,
    a streaming query), then stopped.
 
-Each is written to a temporary name and renamed once complete; an archive
-that exists is kept.
+Each is written to a temporary name and renamed once complete, by one process
+at a time (a lock beside it); an archive that exists is kept.
+``python -m devtools.cds_make kafka|spark`` writes one (tests/conftest.py
+starts the Spark one in the background when a venv has none).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
 import subprocess
@@ -152,8 +155,14 @@ def make_spark_archive(python: str = sys.executable, timeout_s: float = 600.0) -
     if out.returncode != 0:
         raise RuntimeError(f"cannot name the Spark archive: {out.stderr[-2000:]}")
     archive, home = out.stdout.strip().splitlines()[-2:]
-    if os.path.isfile(archive):
-        return archive
+    with open(f"{archive}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one writer; another process waits and takes its archive
+        if os.path.isfile(archive):
+            return archive
+        return _warm_up(python, archive, home, timeout_s)
+
+
+def _warm_up(python: str, archive: str, home: str, timeout_s: float) -> str:
     tmp = f"{archive}.{os.getpid()}.tmp"
     env = dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python,
                PYSPARK_SUBMIT_ARGS=f"--driver-java-options -XX:ArchiveClassesAtExit={tmp} pyspark-shell")
@@ -168,3 +177,21 @@ def make_spark_archive(python: str = sys.executable, timeout_s: float = 600.0) -
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m devtools.cds_make kafka|spark``: write that archive unless it exists; 1 (and why) if it cannot."""
+    make = {"kafka": make_kafka_archive, "spark": make_spark_archive}.get(argv[0] if argv else "")
+    if make is None:
+        print("usage: python -m devtools.cds_make kafka|spark", file=sys.stderr)
+        return 2
+    try:
+        print(make())
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        print(f"no class-data archive: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
