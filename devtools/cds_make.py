@@ -41,7 +41,8 @@ def _written(tmp: str, archive: str, what: str, source: str) -> str:
         with open(note) as f:
             gone = not os.path.isdir(f.read().strip())
         if gone:  # a venv or a jar cache deleted since: its archive can never be used again
-            for path in (note[:-len(".source")], note):
+            stem = note[:-len(".source")]
+            for path in (stem, f"{stem}.lock", f"{stem}.log", note):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
     return archive
