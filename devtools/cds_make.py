@@ -1,4 +1,4 @@
-"""Writing the class-data-sharing archives of :mod:`devtools.cds`: Kafka's by ``make jars``, Spark's by a test session.
+"""Writing the class-data-sharing archives of :mod:`devtools.cds` (``make jars``, :mod:`devtools.fetch_jars`).
 
 1. Kafka's, by a broker that formats, serves a transactional producer and a
    read_committed consumer, and stops cleanly (the JVM writes the archive as it exits);
@@ -8,8 +8,10 @@
 
 Each is written to a temporary name and renamed once complete, by one process
 at a time (a lock beside it); an archive that exists is kept.
-``python -m devtools.cds_make kafka|spark`` writes one (tests/conftest.py
-starts the Spark one in the background when a venv has none).
+``python -m devtools.cds_make kafka|spark`` writes one. The Spark archive is
+written before the tests start, not beside them: a session's SparkSession
+started without it runs the whole session without it (a make test that
+wrote it in the background took longer than one that waited for it).
 """
 
 from __future__ import annotations

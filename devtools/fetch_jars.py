@@ -3,10 +3,10 @@
 Apache Kafka's jars (devtools/kafka_broker.py), Spark's Kafka connector and
 Avro package (devtools/jvm.py) and the Schema Registry
 (devtools/schema_registry.py) go into the cache of :func:`devtools.jvm.cache_root`;
-a later run finds them there and fetches nothing. The class-data archive of
-the broker's JVM is written there too, once (devtools/cds_make.py; the Spark
-driver's by the venv's first test session): it only makes brokers start
-faster, so one that cannot be written is said and left out. Run it from the checkout's root.
+a later run finds them there and fetches nothing. The class-data archives of
+the broker's and this venv's Spark driver's JVMs are written there too, once
+(devtools/cds_make.py, 70 s for a new venv's): they only make those JVMs
+start faster, so one that cannot be written is said and left out. Run it from the checkout's root.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from devtools.cds_make import make_kafka_archive
+from devtools.cds_make import make_kafka_archive, make_spark_archive
 from devtools.jvm import MavenError, java, spark_avro_jars, spark_kafka_connector_jars
 from devtools.kafka_broker import kafka_jars, kafka_version
 from devtools.schema_registry import registry_app
@@ -36,10 +36,11 @@ def main() -> int:
         return 2
     print(f"java: {where}\nApache Kafka {kafka_version()}: {kafka}\nSpark's Kafka connector: {os.path.dirname(spark[0])}"
           f"\nSpark's Avro package: {avro[0]}\nSchema Registry (Apicurio): {registry}")
-    try:  # the Spark driver's: by the venv's first test session, in the background (tests/conftest.py)
-        print(f"class-data archive of the Kafka broker: {make_kafka_archive()}")
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        print(f"warning: no class-data archive of the Kafka broker (its JVMs start slower): {exc}", file=sys.stderr)
+    for what, make in (("Kafka broker", make_kafka_archive), ("Spark driver", make_spark_archive)):
+        try:
+            print(f"class-data archive of the {what}: {make()}")
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"warning: no class-data archive of the {what} (its JVMs start slower): {exc}", file=sys.stderr)
     return 0
 
 

@@ -27,7 +27,6 @@ its ports cannot lose one to the other worker while it is down.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,35 +59,18 @@ if REPO not in [os.path.abspath(p) for p in _pp]:
 # benchmarks (bench/) run outside pytest, with the JVM's defaults. RKS_TEST_JIT=full keeps the defaults here too.
 if os.environ.get("RKS_TEST_JIT") != "full" and "TieredStopAtLevel" not in os.environ.get("JDK_JAVA_OPTIONS", ""):
     os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} -XX:TieredStopAtLevel=1".strip()
-# ... and maps the classes an earlier Spark driver of this venv loaded (devtools/cds.py: a driver's start and
-# first jobs take about 40% less CPU). A venv's first test session writes that archive in the background
-# (pytest_configure below, 70 s here); each process takes it up before the first test that starts once it exists.
-# RKS_TEST_CDS=off leaves it out.
-_SPARK_ARCHIVE = ""
+# ... and maps the classes an earlier Spark driver of this venv loaded, archived by `make jars` (devtools/cds.py: a
+# driver's start and first jobs take about 40% less CPU); RKS_TEST_CDS=off leaves them out.
 if os.environ.get("RKS_TEST_CDS") != "off" and "SharedArchiveFile" not in os.environ.get("JDK_JAVA_OPTIONS", ""):
-    from devtools.cds import spark_archive
+    from devtools.cds import spark_archive, use_options
     from devtools.jvm import MavenError, java
 
     try:
-        _SPARK_ARCHIVE = spark_archive(java())
+        _cds = use_options(spark_archive(java()))
     except MavenError:  # no Java: the tests that need one say so themselves
-        pass
-
-
-def _take_spark_archive() -> bool:
-    """Every JVM this process starts from now on maps the Spark archive, if it exists; whether it does."""
-    from devtools.cds import use_options
-
-    if not _SPARK_ARCHIVE or "SharedArchiveFile" in os.environ.get("JDK_JAVA_OPTIONS", ""):
-        return bool(_SPARK_ARCHIVE)
-    opts = use_options(_SPARK_ARCHIVE)
-    if opts and not any(" " in o for o in opts):
-        os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} {' '.join(opts)}".strip()
-        return True
-    return False
-
-
-_take_spark_archive()
+        _cds = ()
+    if _cds and not any(" " in o for o in _cds):
+        os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} {' '.join(_cds)}".strip()
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -194,25 +176,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(SPARK_SESSION_GROUP))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """The session's main process starts writing the venv's Spark archive when there is none (in the background:
-    the tests start meanwhile, and one process writes it while another waits: devtools/cds_make.py's lock)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or not _SPARK_ARCHIVE or os.path.isfile(_SPARK_ARCHIVE):
-        return
-    with open(f"{_SPARK_ARCHIVE}.log", "ab") as log:
-        subprocess.Popen([sys.executable, "-m", "devtools.cds_make", "spark"], cwd=REPO, stdout=log,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-
-
 @pytest.hookimpl(tryfirst=True)  # before any fixture is set up (a SparkSession, a broker)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Take the Spark archive up once it exists; fail a grouped test that pytest-xdist did not put in its group
-    (pytest 9.2, see pyproject.toml's dev extra).
+    """Fail a grouped test that pytest-xdist did not put in its group (pytest 9.2, see pyproject.toml's dev extra).
 
     pytest-xdist names the group in the node id (``...@group``) to schedule it; pytest 9.2's node ids drop
     that name, and the tests of the group would then be silently spread over every worker.
     """
-    _take_spark_archive()
     if not item.config.getoption("loadgroup", default=False):  # True in xdist's workers under --dist loadgroup
         return
     if item.get_closest_marker("xdist_group") is not None and item.nodeid.rfind("@") <= item.nodeid.rfind("]"):
