@@ -27,7 +27,7 @@ import os
 __all__ = ["kafka_archive", "spark_archive", "use_options"]
 
 #: What a JVM is given with an archive: it, and silence when it does not fit that JVM's class path.
-_QUIET = ("-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+_QUIET = ("-Xshare:auto", "-Xlog:cds*=off")
 
 
 def _cds_dir() -> str:

@@ -32,20 +32,38 @@ from .processes import stop_process
 __all__ = ["make_kafka_archive", "make_spark_archive"]
 
 
+#: The first bytes of a JDK 17 dynamic archive; the JVM writes its header last, so a dump cut short lacks them.
+_DYNAMIC_MAGIC = 0xF00BABA8
+
+
 def _written(tmp: str, archive: str, what: str, source: str) -> str:
-    """``tmp`` renamed ``archive``, beside a note of the directory it maps; archives of directories gone removed."""
-    if not os.path.isfile(tmp) or os.path.getsize(tmp) == 0:
-        raise RuntimeError(f"the {what} JVM wrote no class-data archive ({tmp})")
-    os.replace(tmp, archive)
-    with open(f"{archive}.source", "w") as f:
+    """``tmp`` renamed ``archive``, beside a note of the directory it maps; archives of directories gone removed.
+
+    Raises:
+        RuntimeError: ``tmp`` is missing or not a whole dynamic archive (a dump cut short).
+    """
+    try:
+        with open(tmp, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise RuntimeError(f"the {what} JVM wrote no class-data archive ({tmp}): {exc}") from exc
+    if len(head) < 4 or int.from_bytes(head, "little") != _DYNAMIC_MAGIC:
+        raise RuntimeError(f"the {what} JVM's class-data archive {tmp} is not whole (a dump cut short?)")
+    note = f"{archive}.source"
+    with open(f"{note}.{os.getpid()}", "w") as f:
         f.write(source)
-    for note in glob.glob(os.path.join(os.path.dirname(archive), "*.jsa.source")):
-        with open(note) as f:
-            gone = not os.path.isdir(f.read().strip())
-        if gone:  # a venv or a jar cache deleted since: its archive can never be used again
-            stem = note[:-len(".source")]
-            for path in (stem, f"{stem}.lock", f"{stem}.log", note):
-                with contextlib.suppress(FileNotFoundError):
+    os.replace(f"{note}.{os.getpid()}", note)  # never seen empty by another process's pruning
+    os.replace(tmp, archive)
+    for other in glob.glob(os.path.join(os.path.dirname(archive), "*.jsa.source")):
+        try:
+            with open(other) as f:
+                gone_source = f.read().strip()
+        except OSError:  # another process pruned it meanwhile
+            continue
+        if gone_source and not os.path.isdir(gone_source):  # a venv or a jar cache deleted since: never usable
+            stem = other[:-len(".source")]
+            for path in (stem, f"{stem}.lock", other):
+                with contextlib.suppress(OSError):
                     os.unlink(path)
     return archive
 
@@ -65,8 +83,13 @@ def make_kafka_archive(timeout_s: float = 120.0) -> str:
                                       f"-XX:ArchiveClassesAtExit={tmp}"))
     try:
         broker.start()
-        _exercise_broker(broker.bootstrap)
+        try:
+            _exercise_broker(broker.bootstrap)
+        except Exception as exc:  # noqa: BLE001 - a client error of the warm-up: no archive, said by the caller
+            raise RuntimeError(f"the broker's warm-up failed: {exc}") from exc
         stop_process(broker.proc, timeout_s=timeout_s)
+        if broker.proc is not None and broker.proc.returncode not in (0, 143, -15):
+            raise RuntimeError(f"the broker did not stop cleanly (exit {broker.proc.returncode}): no whole archive")
         return _written(tmp, archive, "Kafka broker", kafka_jars())
     finally:
         broker.stop()
@@ -157,7 +180,10 @@ def make_spark_archive(python: str = sys.executable, timeout_s: float = 600.0) -
                              os.path.abspath(__file__))))
     if out.returncode != 0:
         raise RuntimeError(f"cannot name the Spark archive: {out.stderr[-2000:]}")
-    archive, home = out.stdout.strip().splitlines()[-2:]
+    lines = out.stdout.strip().splitlines()
+    if len(lines) < 2:
+        raise RuntimeError(f"cannot name the Spark archive: {out.stdout[-500:]!r}")
+    archive, home = lines[-2:]
     with open(f"{archive}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one writer; another process waits and takes its archive
         if os.path.isfile(archive):

@@ -214,11 +214,18 @@ class KafkaBroker:
             raise BrokerSetupError(str(exc)) from exc
         # The default flags map the classes an earlier broker loaded, when `make jars` archived them (devtools/cds.py)
         opts = list(self.jvm_options) if self.jvm_options is not None else [
-            "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m", *use_options(kafka_archive(jvm, kafka_jars()))]
+            "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m", *self._archive_options(jvm)]
         sysprops = {"log4j2.configurationFile": os.path.join(self.workdir, "log4j2.properties"),
                     "kafka.logs.dir": self.workdir, **self.system_properties}
         return [jvm, f"-Xmx{heap or '256m'}", *opts, *(f"-D{k}={v}" for k, v in sysprops.items()),
                 "-cp", os.path.join(kafka_jars(), "*"), main, *args]
+
+    @staticmethod
+    def _archive_options(jvm: str) -> tuple[str, ...]:
+        try:
+            return use_options(kafka_archive(jvm, kafka_jars()))
+        except OSError:  # an unreadable cache: the broker starts without the archive
+            return ()
 
     def _format(self, config: str) -> None:
         if os.path.exists(os.path.join(self.data_dir, "meta.properties")):

@@ -31,23 +31,34 @@ _OFFSETS = {pa.string(): np.int32, pa.binary(): np.int32, pa.large_string(): np.
 def numeric(values: Any, typ: pa.DataType) -> pa.Array:
     """A ``typ`` array (no nulls) of a NumPy array or sequence of numbers, sharing the array's memory when it can.
 
+    The values are cast to ``typ``'s NumPy type as NumPy casts (unchecked, unlike ``pa.array``): callers pass
+    values of that type.
+
     Raises:
         KeyError: ``typ`` is not one of the fixed-width types above.
+        ValueError: ``values`` is not one-dimensional.
     """
     a = np.ascontiguousarray(values, dtype=_NUMPY[typ])
+    if a.ndim != 1:
+        raise ValueError(f"an array's values are one-dimensional, not of shape {a.shape}")
     return pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
 
 
 def values(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A fixed-width array's values as NumPy's (a read-only view of its buffer; ``Array.to_numpy`` asks pandas).
 
-    An array with nulls, or of another type, is converted by pyarrow (which may import pandas).
+    Raises:
+        ValueError: the array holds nulls (as ``to_numpy()`` refuses them) or is not of a fixed-width type above.
     """
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
     dtype = _NUMPY.get(a.type)
-    if dtype is None or a.null_count:
-        return a.to_numpy(zero_copy_only=False)
+    if dtype is None:
+        raise ValueError(f"a {a.type} array has no fixed-width NumPy view")
+    if a.null_count:
+        raise ValueError(f"a {a.type} array with {a.null_count} null(s) has no NumPy view")
+    if len(a) == 0:
+        return np.empty(0, dtype=dtype)
     return np.frombuffer(a.buffers()[1], dtype=dtype, count=len(a), offset=a.offset * np.dtype(dtype).itemsize)
 
 
@@ -60,13 +71,17 @@ def column(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
 
     Raises:
         KeyError: ``typ`` is none of the types above.
+        TypeError: a ``string`` value is not a ``str``, a ``binary`` one not bytes.
         OverflowError: the values of a ``string``/``binary`` column exceed its 2 GiB of offsets.
     """
     n = len(values)
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
     nulls = int(n - valid.sum())
     if typ in _OFFSETS:
-        raw = [b"" if v is None else v.encode() if isinstance(v, str) else bytes(v) for v in values]
+        text = typ in (pa.string(), pa.large_string())
+        if not all(v is None or isinstance(v, str if text else (bytes, bytearray, memoryview)) for v in values):
+            raise TypeError(f"a {typ} array takes {'str' if text else 'bytes'} values (or None)")
+        raw = [b"" if v is None else v.encode() if text else bytes(v) for v in values]
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.fromiter((len(b) for b in raw), dtype=np.int64, count=n), out=offsets[1:])
         width = _OFFSETS[typ]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrays import column
 from .errors import InvalidRecordError, SchemaError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -200,14 +201,14 @@ def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix:
             topic = pc.cast(topic, pa.string())
         if topic.null_count:
             if default_topic is None:
-                first_null = pc.index(pc.is_null(topic), True).as_py()
+                first_null = pc.indices_nonzero(pc.is_null(topic))[0].as_py()
                 rid = f"{id_prefix if row_prefix is None else row_prefix}{first_seq + first_null}"
                 raise InvalidRecordError(
                     f"record {rid} (row {first_seq + first_null} of its partition) has a null topic and the "
                     "sink has no default topic; set topic= on the sink or fill the topic column",
                     record_id=rid,
                 )
-            topic = pc.fill_null(topic, default_topic)
+            topic = pc.fill_null(topic, column([default_topic], pa.string())[0])  # a str would import pandas
         arrays.append(topic)
         fields.append(pa.field("topic", pa.string()))
     if "partition" in cols:

@@ -67,7 +67,7 @@ if os.environ.get("RKS_TEST_CDS") != "off" and "SharedArchiveFile" not in os.env
 
     try:
         _cds = use_options(spark_archive(java()))
-    except MavenError:  # no Java: the tests that need one say so themselves
+    except (MavenError, OSError, ImportError):  # no Java (the tests that need one say so), no cache: no archive
         _cds = ()
     if _cds and not any(" " in o for o in _cds):
         os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} {' '.join(_cds)}".strip()

@@ -13,6 +13,7 @@ import fcntl
 import glob
 import os
 import secrets
+import subprocess
 import time
 import warnings
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def _jvm_options(python: str) -> str:
     if os.environ.get("RKS_TEST_CDS") != "off":
         try:
             opts += use_options(make_spark_archive(python))
-        except (RuntimeError, OSError) as exc:  # it only makes them start faster
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:  # only makes them faster
             warnings.warn(f"no class-data archive for {python}'s Spark (its JVMs start slower): {exc}", stacklevel=1)
     return " ".join(o for o in opts if " " not in o)
 
