@@ -25,6 +25,7 @@ import sys
 import typing
 from typing import Any, Callable
 
+from devtools.java_settings import splice_between
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.driver.metrics import FAMILIES
 from spark_recoverable_sink.driver.sink import RecoverableKafkaSink
@@ -157,18 +158,6 @@ def metrics_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def splice(doc: str, begin: str, end: str, table: str) -> str:
-    """``doc`` with what stands between ``begin`` and ``end`` replaced by ``table``.
-
-    Raises:
-        ValueError: the markers are missing or out of order.
-    """
-    start, stop = doc.find(begin), doc.find(end)
-    if start < 0 or stop < start:
-        raise ValueError(f"the doc must hold {begin} and then {end}")
-    return doc[:start + len(begin)] + "\n" + table + doc[stop:]
-
-
 #: Each doc and the (begin, end, render) of every table it holds.
 DOCS: dict[str, tuple[tuple[str, str, Callable[[], str]], ...]] = {
     CONFIG_DOC: ((OPTIONS_BEGIN, OPTIONS_END, options_table), (KEYWORDS_BEGIN, KEYWORDS_END, keywords_table)),
@@ -179,7 +168,7 @@ DOCS: dict[str, tuple[tuple[str, str, Callable[[], str]], ...]] = {
 def render(path: str, doc: str) -> str:
     """``doc`` (the text of ``path``) with every table of :data:`DOCS` rendered anew."""
     for begin, end, table in DOCS[path]:
-        doc = splice(doc, begin, end, table())
+        doc = splice_between(doc, begin, end, table())
     return doc
 
 

@@ -39,16 +39,25 @@ def render_table(table: Iterable[JavaSetting] = TABLE) -> str:
     return "\n".join(rows) + "\n"
 
 
+def splice_between(doc: str, begin: str, end: str, table: str) -> str:
+    """``doc`` with what stands between ``begin`` and ``end`` replaced by ``table`` (every generated doc table).
+
+    Raises:
+        ValueError: the markers are missing or out of order.
+    """
+    start, stop = doc.find(begin), doc.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the doc must hold {begin} and then {end}")
+    return doc[:start + len(begin)] + "\n" + table + doc[stop:]
+
+
 def splice(doc: str, table: str) -> str:
     """``doc`` with what stands between :data:`BEGIN` and :data:`END` replaced by ``table``.
 
     Raises:
         ValueError: the markers are missing or out of order.
     """
-    start, end = doc.find(BEGIN), doc.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"{DOC} must hold {BEGIN} and then {END}")
-    return doc[:start + len(BEGIN)] + "\n" + table + doc[end:]
+    return splice_between(doc, BEGIN, END, table)
 
 
 def main(argv: list[str] | None = None) -> int:
