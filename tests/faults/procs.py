@@ -40,9 +40,20 @@ def ppid(pid: int) -> int | None:
     return int(f[1]) if f else None
 
 
-def alive(pid: int) -> bool:
+def started(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22); ``None`` if it is gone.
+
+    A pid and its start time name one process: after a kill, the pid may be
+    given to another process (pids wrap around on a long run).
+    """
     f = _stat_fields(pid)
-    return bool(f) and f[0] not in ("Z", "X")
+    return int(f[19]) if f else None
+
+
+def alive(pid: int, since: int | None = None) -> bool:
+    """Whether ``pid`` runs (a zombie does not); with ``since`` (its :func:`started`), only that process counts."""
+    f = _stat_fields(pid)
+    return bool(f) and f[0] not in ("Z", "X") and (since is None or int(f[19]) == since)
 
 
 def cpu_ticks(pid: int) -> int:

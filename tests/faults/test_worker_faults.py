@@ -13,7 +13,7 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaSink
 
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
-from .procs import alive, kill9
+from .procs import alive, kill9, started
 from .readback import LiveReader, keys_of, read_back
 from .slots import explain_missing
 from .streams import BatchProbe, partition_reports, start_stream, write_source
@@ -42,12 +42,13 @@ def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario, ho
         q = start_stream(spark, src, probe, str(tmp_path / "chk"), files_per_trigger=2)
         at = parked.wait(120)
         pid = at["pid"]
+        since = started(pid)
         fault_at = kill9(pid)
         parked.release()  # nobody is left to read it: the process is gone
         scenario.figures["killed_pid"], scenario.figures["killed_at"] = pid, at["coords"]
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
-        assert not alive(pid)
+        assert not alive(pid, since)  # that process: its pid may run another one by now
         full_at = reader.wait_for(keys_of(range(n)), 90)
         t = read_back(broker.bootstrap, topic, range(n), reader)
     finally:

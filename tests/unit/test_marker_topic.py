@@ -59,3 +59,78 @@ def test_a_task_carrying_the_drivers_id_holds_the_check_to_it(checks):
     topic.expect_marker_topic(cfg, "id-2")
     assert topic.known_marker_topic_id(cfg) is None
     assert topic.marker_topic_id(cfg, 1.0) == "id-2" and made == ["id-1", "id-2"]
+
+
+class _Fut:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def result(self, _timeout=None):
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+class _LaggingAdmin:
+    """A broker whose metadata learns of a created topic ``lag`` describe requests after the controller did."""
+
+    def __init__(self, lag: int):
+        from types import SimpleNamespace
+
+        self.lag, self.created, self.describes = lag, False, 0
+        self._ns = SimpleNamespace
+
+    def list_topics(self, topic, timeout=None):
+        return self._ns(topics={})  # not known before it is created
+
+    def create_topics(self, new, request_timeout=None):
+        self.created = True
+        return {t.topic: _Fut(None) for t in new}
+
+    def _answer(self, answer):
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.describes += 1
+        if self.describes <= self.lag:
+            return _Fut(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+        return _Fut(answer)
+
+    def describe_configs(self, resources, request_timeout=None):
+        return {resources[0]: self._answer({"cleanup.policy": self._ns(value="compact")})}
+
+    def describe_topics(self, topics, request_timeout=None):
+        return {topics.topic_names[0]: self._answer(self._ns(topic_id="id-new"))}
+
+
+@pytest.mark.parametrize("lag", [1, 3])
+def test_a_topic_just_created_that_the_broker_does_not_know_yet_is_asked_for_again(monkeypatch, lag):
+    import confluent_kafka.admin
+
+    admin = _LaggingAdmin(lag)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", lambda conf: admin)
+    monkeypatch.setattr(topic, "_RETRY_S", 0.001, raising=False)
+    topic.forget_marker_topics()
+    try:
+        assert topic.marker_topic_id(_cfg(), 5.0) == "id-new"
+    finally:
+        topic.forget_marker_topics()
+    assert admin.created and admin.describes == lag + 2
+
+
+def test_a_topic_the_broker_never_knows_is_an_error_within_the_timeout(monkeypatch):
+    import time
+
+    from confluent_kafka import KafkaException
+
+    import confluent_kafka.admin
+
+    admin = _LaggingAdmin(10**9)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", lambda conf: admin)
+    topic.forget_marker_topics()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART|Unknown topic"):
+            topic.marker_topic_id(_cfg(), 0.5)
+    finally:
+        topic.forget_marker_topics()
+    assert time.monotonic() - t0 < 5.0

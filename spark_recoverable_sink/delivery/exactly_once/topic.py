@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from ...config import SinkConfig
@@ -156,6 +157,7 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
 
     topic = config.marker_topic
     admin = AdminClient(client_conf(config))
+    deadline = time.monotonic() + timeout_s
     if not _exists(admin, topic, timeout_s):
         if expect is not None:
             raise _gone(config, "was deleted (the driver checked it at the query's first batch)")
@@ -170,7 +172,7 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
                 raise KafkaException(KafkaError(err.code(), f"marker topic {topic} cannot be created ({err.str()}); "
                                                 "create it with cleanup.policy=compact and one partition, or set "
                                                 "marker_topic to one that exists")) from None
-    policy = _policy(admin, config, timeout_s)
+    policy = _policy(admin, config, timeout_s, deadline)
     if policy is not None:
         kinds = {p.strip() for p in policy.split(",")}
         if "compact" not in kinds:
@@ -186,7 +188,7 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
             log.warning("sink=%s marker topic %s has cleanup.policy=%s: marker records older than its retention.ms "
                         "are deleted; a lane idle for longer than that and offsets.retention.minutes loses its "
                         "marker", config.name, topic, policy)
-    tid = _topic_id(admin, topic, timeout_s)
+    tid = _topic_id(admin, topic, timeout_s, deadline)
     if expect and tid and tid != expect:
         raise _gone(config, f"was replaced by another topic of that name (the driver checked id {expect}, now {tid})")
     return tid
@@ -204,35 +206,79 @@ def _exists(admin: Any, topic: str, timeout_s: float) -> bool:
     return bool(t.partitions)
 
 
-def _policy(admin: Any, config: SinkConfig, timeout_s: float) -> str | None:
-    """The topic's ``cleanup.policy``; ``None`` (warned) when the broker does not let the sink read it."""
+def _not_yet_known(exc: BaseException, deadline: float | None) -> bool:
+    """Whether ``exc`` says the topic is unknown while there is time left to ask again (then waits a little).
+
+    A topic the controller just created (here, or by another process's first
+    check) reaches the broker's metadata a moment later: until then the broker
+    answers UNKNOWN_TOPIC_OR_PART to describe requests (seen on a loaded
+    machine). That is asked again until ``deadline``; any other error, or
+    the deadline passed, is the caller's.
+    """
+    from confluent_kafka import KafkaException
+
+    if deadline is None or not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    code = getattr(exc.args[0], "code", lambda: None)()
+    left = deadline - time.monotonic()
+    if code not in UNKNOWN_TOPIC_CODES or left <= 0:
+        return False
+    time.sleep(min(_RETRY_S, left))
+    return True
+
+
+#: Pause between two describe requests for a topic the broker does not know yet.
+_RETRY_S = 0.1
+
+
+def _policy(admin: Any, config: SinkConfig, timeout_s: float, deadline: float | None = None) -> str | None:
+    """The topic's ``cleanup.policy``; ``None`` (warned) when the broker does not let the sink read it.
+
+    A topic not known to the broker yet is asked for again until ``deadline``.
+
+    Raises:
+        confluent_kafka.KafkaException: the broker did not answer, or refused (still unknown at ``deadline``).
+    """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import ConfigResource
 
-    (fut,) = admin.describe_configs([ConfigResource("topic", config.marker_topic)],
-                                    request_timeout=timeout_s).values()
-    try:
-        entry = fut.result(timeout_s + 5.0).get("cleanup.policy")
-    except KafkaException as exc:
-        if exc.args[0].code() not in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
-            raise
-        log.warning("sink=%s marker topic %s: its cleanup.policy cannot be read (%s): it must be compacted; grant "
-                    "DescribeConfigs on it to have the sink check", config.name, config.marker_topic,
-                    exc.args[0].str())
-        return None
+    while True:
+        (fut,) = admin.describe_configs([ConfigResource("topic", config.marker_topic)],
+                                        request_timeout=timeout_s).values()
+        try:
+            entry = fut.result(timeout_s + 5.0).get("cleanup.policy")
+            break
+        except KafkaException as exc:
+            if _not_yet_known(exc, deadline):
+                continue
+            if exc.args[0].code() not in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                          KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                raise
+            log.warning("sink=%s marker topic %s: its cleanup.policy cannot be read (%s): it must be compacted; "
+                        "grant DescribeConfigs on it to have the sink check", config.name, config.marker_topic,
+                        exc.args[0].str())
+            return None
     return entry.value if entry is not None and entry.value is not None else "delete"
 
 
-def _topic_id(admin: Any, topic: str, timeout_s: float) -> str:
-    """The topic's id (KIP-516), ``""`` when the broker gives none (then ids are not compared)."""
-    from confluent_kafka import KafkaException, TopicCollection
+def _topic_id(admin: Any, topic: str, timeout_s: float, deadline: float | None = None) -> str:
+    """The topic's id (KIP-516), ``""`` when the broker gives none (then ids are not compared).
 
-    try:
-        desc = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic].result(timeout_s + 5.0)
-    except Exception as exc:  # KafkaException, or no answer in time: ids are then not compared
-        log.info("marker topic %s: no topic id (%s); a replaced topic is then noticed by its lanes' markers only",
-                 topic, exc)
-        return ""
+    A topic not known to the broker yet is asked for again until ``deadline``.
+    """
+    from confluent_kafka import TopicCollection
+
+    while True:
+        try:
+            desc = admin.describe_topics(TopicCollection([topic]),
+                                         request_timeout=timeout_s)[topic].result(timeout_s + 5.0)
+            break
+        except Exception as exc:  # KafkaException, or no answer in time: ids are then not compared
+            if _not_yet_known(exc, deadline):
+                continue
+            log.info("marker topic %s: no topic id (%s); a replaced topic is then noticed by its lanes' markers "
+                     "only", topic, exc)
+            return ""
     tid = str(getattr(desc, "topic_id", "") or "")
     return "" if tid.strip("A") in ("", "=") else tid  # an all-zero id: the broker has none
 
