@@ -60,6 +60,9 @@ __all__ = ["settle", "tagged_drains", "check_marker_topic"]
 log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lines, whatever module writes them
 
 _DRAIN_S = 10.0  # one drain job's wait; the loop goes on until every lane is committed or the bound
+#: One read of the lanes' markers. A lane whose offset is unstable (a transaction a dead worker left open, which
+#: only the lane's next init ends) gives no answer however long it is waited for: a drain job's round ends it.
+_READ_S = 3.0
 _DRAIN_GRACE_S = 60.0  # past the bound, how long a drain job that has not returned is still waited for
 
 
@@ -243,7 +246,7 @@ def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> l
         MarkerError: lanes still wait and the marker topic this driver checked is gone (their markers with it).
     """
     try:
-        markers = lane_markers(config, report.run, lanes)
+        markers = lane_markers(config, report.run, lanes, timeout_s=_READ_S)
     except Exception as exc:  # the broker is down: the drain jobs keep trying
         log.info("sink=%s lane markers not readable yet: %s", config.name, config.scrub(str(exc)))
         return None

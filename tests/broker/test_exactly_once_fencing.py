@@ -12,7 +12,9 @@ unit committed: it skips it. Read back read_committed, every row once.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import select
 import signal
 import subprocess
@@ -228,3 +230,27 @@ def test_a_unit_its_task_gave_up_on_frees_its_lane_once_another_worker_moved_the
     assert any("set aside" in p and "batch 5" in p for p in json.loads(later["problems"])), later["problems"]
     _assert_exactly(read_topic(own_broker.bootstrap, "eo-gaveup", expected=3000, isolation=RC), a_cfg, "r",
                     {(5, 0): 1000, (6, 0): 1000, (7, 0): 1000})
+
+
+def test_a_lane_a_killed_worker_left_in_its_commit_is_taken_over_within_one_ack_window(broker, topic, tmp_path,
+                                                                                        hooks, caplog):
+    """A worker SIGKILLed between its marker and ``commit_transaction``: the lane's group offset is unstable until
+    the transaction ends, so a marker read before the new producer's init gets no answer. The re-run must not wait
+    that read out more than once, nor for longer than a share of its window: its init aborts the dead transaction
+    (60 s from expiring on its own), and the unit commits within one 10 s window."""
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=10.0)
+    parked = hooks.park("eo.committing", batch=3, partition=2)
+    child = _spawn(cfg, 3, 2, 3000, "r", hooks.dir)
+    try:
+        pid = parked.wait()["pid"]
+        wait_for_uncommitted(broker.bootstrap, topic, 3, 2)
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        child.wait(60)
+    with caplog.at_level(logging.INFO, logger="spark_recoverable_sink.delivery.exactly_once.markers"):
+        rep = write_partition(cfg, 3, 2, 1, batches(2, 3000, 50), run="r")
+    assert (rep.acked + rep.skipped, rep.pending) == (3000, 0), rep
+    waits = [float(m.group(1)) for r in caplog.records
+             if (m := re.search(r"marker not read in ([0-9.]+)s before the lane's init", r.getMessage()))]
+    assert len(waits) == 1 and waits[0] <= cfg.ack_timeout_s / 3, f"unanswered reads waited {waits} s"
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg, "r", {(3, 2): 3000})

@@ -42,7 +42,7 @@ def _settle_in_thread(drain, cancel, call=None):
 
 
 def test_a_drain_job_that_never_returns_ends_in_a_timeout_naming_the_lane_and_is_cancelled(monkeypatch):
-    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: {})  # no lane committed, ever
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes, timeout_s=10.0: {})  # no lane committed, ever
     monkeypatch.setattr(settle_mod, "_DRAIN_GRACE_S", 1.0)
     release = threading.Event()
     cancelled = []
@@ -68,7 +68,7 @@ def test_a_drain_job_that_never_returns_ends_in_a_timeout_naming_the_lane_and_is
 
 
 def test_a_drain_job_that_fails_fails_settle_with_its_own_error(monkeypatch):
-    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: {})
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes, timeout_s=10.0: {})
 
     def drain(timeout_s):
         raise ValueError("job aborted")
@@ -79,7 +79,7 @@ def test_a_drain_job_that_fails_fails_settle_with_its_own_error(monkeypatch):
 
 
 def test_drain_jobs_that_return_go_on_until_the_bound(monkeypatch):
-    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: {})
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes, timeout_s=10.0: {})
     calls = []
 
     def drain(timeout_s):
@@ -99,7 +99,7 @@ def test_lanes_committed_while_the_drain_job_waited_for_a_core_settle_the_batch(
     from spark_recoverable_sink.delivery.exactly_once.markers import Marker
 
     committed = threading.Event()
-    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: (
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes, timeout_s=10.0: (
         {3: Marker(7, 0)} if committed.is_set() else {}))
     monkeypatch.setattr(settle_mod, "_DRAIN_GRACE_S", 1.0)
     release = threading.Event()
@@ -120,7 +120,7 @@ def test_the_sinks_drain_jobs_carry_one_tag_and_a_stuck_one_is_cancelled_by_it(m
     """The wiring in the sink: the tag is added in settle's thread, and the cancellation names the same tag."""
     from spark_recoverable_sink import RecoverableKafkaSink
 
-    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes: {})
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes, timeout_s=10.0: {})
     monkeypatch.setattr(settle_mod, "_DRAIN_GRACE_S", 1.0)
     release = threading.Event()
     calls = []
@@ -165,3 +165,23 @@ def test_the_sinks_drain_jobs_carry_one_tag_and_a_stuck_one_is_cancelled_by_it(m
     (add, tag, drain_thread), (cancel, tag2, _), (remove, tag3, _) = sorted(calls, key=lambda c: "acr".index(c[0][0]))
     assert (add, cancel, remove) == ("add", "cancel", "remove") and tag == tag2 == tag3
     assert tag.startswith("rks-settle-") and drain_thread == "rks-settle-drain"
+
+
+def test_a_lane_marker_that_gives_no_answer_is_not_waited_for_past_a_short_read_before_a_drain_round(monkeypatch):
+    """A lane whose offset is unstable (a dead worker's transaction left open) answers no read, however long: settle
+    reads briefly and runs a drain round, whose tasks' lane init ends that transaction."""
+    from spark_recoverable_sink.delivery.exactly_once.markers import Marker
+
+    reads: list[float] = []
+    drained = threading.Event()
+
+    def markers(config, run, lanes, timeout_s=10.0):
+        reads.append(timeout_s)
+        if not drained.is_set():
+            raise RuntimeError("Failed to get committed offsets: Local: Timed out")
+        return {3: Marker(7, 0)}
+
+    monkeypatch.setattr(settle_mod, "lane_markers", markers)
+    alive, out = _settle_in_thread(lambda timeout_s: drained.set(), cancel=None)
+    assert not alive and "error" not in out, out
+    assert len(reads) == 2 and max(reads) <= 3.0, reads

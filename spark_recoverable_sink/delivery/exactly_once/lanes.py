@@ -37,6 +37,8 @@ class Lane:
         self.producer = producer
         self.consumer = consumer
         self.ready = False  # init_transactions() returned
+        #: a read of its marker before its init went unanswered: the next one before init is not waited for
+        self.unanswered = False
         self.swept = False  # its sweep aborted since its last abort (.sweep): it may commit on swept_topics
         self.swept_topics: set[str] = set()
         self.need_topics: set[str] = set()  # topics its units write, met since (swept by the next sweep)

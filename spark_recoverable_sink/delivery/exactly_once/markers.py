@@ -33,13 +33,17 @@ from ...config import SinkConfig
 
 __all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
            "decode_offset", "encode_record", "decode_record", "client_conf",
-           "MarkerReader", "MAX_BATCH", "DIGEST_BITS", "PRE_INIT_READ_S",
+           "MarkerReader", "MAX_BATCH", "DIGEST_BITS", "PRE_INIT_READ_S", "PRE_INIT_SHARE",
            "UNANSWERED"]
 
 log = logging.getLogger(__name__)
 
-#: How long a lane's marker is read before its producer is initialised (:meth:`MarkerReader.read_before_init`).
-PRE_INIT_READ_S = 5.0
+#: How long a lane's marker is read before its producer is initialised (:meth:`MarkerReader.read_before_init`),
+#: at most: and no more than :data:`PRE_INIT_SHARE` of the step's time left. A read that long without an answer
+#: is an open transaction of a dead or frozen producer (its offset is unstable until the lane's init ends it) far
+#: more often than a slow broker: the lane is then initialised at once, with most of the window still left.
+PRE_INIT_READ_S = 2.0
+PRE_INIT_SHARE = 1 / 3
 
 DIGEST_BITS = 32  # of the unit digest in the offset (the record holds all 64)
 _DIGEST_MASK = (1 << DIGEST_BITS) - 1

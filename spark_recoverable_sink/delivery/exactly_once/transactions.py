@@ -49,7 +49,7 @@ from ..rows import record_index
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, on_delivery, send_marker
 from .legacy import adopt_legacy
-from .markers import PRE_INIT_READ_S, UNANSWERED, Marker, encode_offset, lane_id
+from .markers import PRE_INIT_READ_S, PRE_INIT_SHARE, UNANSWERED, Marker, encode_offset, lane_id
 from .steps import Decided, StepTimeout, left
 from .sweep import SweepFailed, lane_topics, sweep, unswept_topics
 from .topic import UNKNOWN_TOPIC_CODES, recheck_marker_topic
@@ -274,16 +274,21 @@ class Committer:
     def _marker(self, lid: str, lane: Lane, deadline: Deadline, before_init: bool = False) -> Marker | None:
         """The lane's marker; one gone back from what this producer last saw makes the marker topic checked.
 
-        ``before_init``: read for at most ``PRE_INIT_READ_S``, and :data:`UNANSWERED`
-        if the broker gave no answer (:meth:`.MarkerReader.read_before_init`).
+        ``before_init``: read for at most ``PRE_INIT_READ_S`` (and a share of
+        the time left), and :data:`UNANSWERED` if the broker gave no answer
+        (:meth:`.MarkerReader.read_before_init`), or gave none before to this
+        lane's producer, not initialised since (not waited for twice).
 
         Raises:
             MarkerError: it went back because the marker topic is gone or replaced (:mod:`.topic`).
         """
         if before_init:
-            marker = self.lanes.markers.read_before_init(lid, lane.consumer,
-                                                         min(left(deadline, "marker"), PRE_INIT_READ_S))
+            if lane.unanswered and not lane.ready:  # this producer's init ends what kept the last read unanswered
+                return UNANSWERED
+            marker = self.lanes.markers.read_before_init(
+                lid, lane.consumer, min(left(deadline, "marker") * PRE_INIT_SHARE, PRE_INIT_READ_S))
             if marker is UNANSWERED:
+                lane.unanswered = True
                 return marker
         else:
             marker = self.lanes.markers.read(lid, lane.consumer, left(deadline, "marker"))
