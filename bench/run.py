@@ -18,6 +18,10 @@ Sections (``--only`` picks some, comma-separated):
                 record (process tree and whole machine), the broker's request counts
 ``latency``     micro-batch duration p50/p95/p99 of a streaming query at a fixed
                 offered load (rate source, 1 s trigger), per writer
+``kafka-source`` a Kafka → Kafka copy as users write it: Spark's Kafka source
+                (8 partitions, 50,000 rows per 1 s trigger), a shuffle to 4 and to 200
+                partitions, then Spark's Kafka sink, sink sync or exactly-once;
+                5 interleaved rounds (bench/kafka_source.py)
 ``scaling``     how cost grows with Spark partitions: throughput (same cached rows)
                 and micro-batch p50 (same rows per batch) of the flush-writer, sink
                 sync, exactly-once and Spark's Kafka sink (+ no-op latency) at 4, 16,
@@ -64,8 +68,8 @@ from bench.run_sections import guarded, section_memory, section_profile, section
 from bench.run_spark import scaling_cluster, section_scaling_errors, section_spark  # noqa: E402
 from bench.spark_bench import log  # noqa: E402
 
-SECTIONS = ("throughput", "latency", "scaling", "wal", "memory", "recovery", "profile", "formats")
-SPARK_SECTIONS = {"throughput", "latency", "scaling"}
+SECTIONS = ("throughput", "latency", "kafka-source", "scaling", "wal", "memory", "recovery", "profile", "formats")
+SPARK_SECTIONS = {"throughput", "latency", "kafka-source", "scaling"}
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -84,6 +88,8 @@ MODES: dict[str, dict[str, Any]] = {
         "scale_lat_writers": ["noop", "spark-kafka", "sink-sync", "sink-exactly-once"],
         "cluster_master": "local-cluster[2,1,1024]", "cluster_partitions": 4, "cluster_rows": 20_000,
         "cluster_rounds": 1, "cluster_duration_s": 2, "cluster_warmup_batches": 1, "cluster_max_s": 30,
+        "ks_rows_per_trigger": 5_000, "ks_in_partitions": 8, "ks_partitions": [4], "ks_batches": 3,
+        "ks_warmup_batches": 1, "ks_rounds": 1,
     },
     "full": {
         # 13 writers (Spark's sink in two settings among them) x 2 sizes x (a warm-up round of a quarter of the
@@ -103,6 +109,10 @@ MODES: dict[str, dict[str, Any]] = {
         "scale_lat_writers": ["noop", "flush-writer", "spark-kafka", "sink-sync", "sink-exactly-once"],
         "cluster_master": "local-cluster[2,1,1024]", "cluster_partitions": 4, "cluster_rows": 1_000_000,
         "cluster_rounds": 3, "cluster_duration_s": 20, "cluster_warmup_batches": 3, "cluster_max_s": 150,
+        # a Kafka → Kafka copy: 8 input partitions, 50,000 rows a 1 s trigger, a shuffle to 4 and to 200 partitions;
+        # 3 writers x 2 widths x 5 rounds of 3 + 10 batches: about 20 min
+        "ks_rows_per_trigger": 50_000, "ks_in_partitions": 8, "ks_partitions": [4, 200], "ks_batches": 10,
+        "ks_warmup_batches": 3, "ks_rounds": 5,
     },
 }
 

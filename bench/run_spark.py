@@ -42,6 +42,15 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers"
                 spark, bootstrap, rows_per_s=p["lat_rows_per_s"], sizes=p["lat_sizes"], partitions=args.partitions,
                 topic_partitions=args.topic_partitions, duration_s=p["lat_duration_s"],
                 warmup_batches=p["lat_warmup_batches"], writers=_only(sb.LATENCY_WRITERS, args), scratch=scratch))
+        if "kafka-source" in want:
+            from bench.kafka_source import KS_WRITERS, kafka_source_latency
+
+            bootstrap = brokers.fresh("kafka-source").bootstrap
+            results["kafka_source"] = guarded(lambda: kafka_source_latency(
+                spark, bootstrap, rows_per_trigger=p["ks_rows_per_trigger"], in_partitions=p["ks_in_partitions"],
+                partitions=p["ks_partitions"], value_bytes=100, batches=p["ks_batches"],
+                warmup_batches=p["ks_warmup_batches"], rounds=p["ks_rounds"], topic_partitions=args.topic_partitions,
+                scratch=scratch, writers=_only(KS_WRITERS, args)))
         if "scaling" in want:
             bootstrap = brokers.fresh("scaling").bootstrap
             results["scaling"] = {"local": guarded(lambda: scaling_local(spark, p, bootstrap, scratch, args))}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from bench.analysis_ks import ks_targets
 from bench.rounds import CPU, DURABLE, SPEED, paired, verdict
 
 __all__ = ["evaluate_targets", "tp_row", "lat_row", "scale_row", "VERSUS_SPARK", "NATIVE", "EARLIER", "SCALE_WIDE",
@@ -230,6 +231,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     add(f"exactly-once at {SCALE_WIDE} Spark partitions: keeps up with the input rate wherever Spark's Kafka sink does",
         "keeps up", *_keeps_up_wide(results, EXACTLY, "exactly-once"))
+    for target in ks_targets(results.get("kafka_source")):  # a Kafka → Kafka copy (bench/kafka_source.py)
+        add(*target)
 
     # -- earlier targets (kept) -----------------------------------------------------------------------
     group[0] = EARLIER
