@@ -94,7 +94,10 @@ def _one_query(spark: Any, bootstrap: str, in_topic: str, writer: str, partition
         done = set(gate.written)
         progress = [d for d in (dict(p) for p in q.recentProgress) if d.get("batchId") in done]
         stop_between_triggers(q)
-        return summarize_latency(writer, value_bytes, rows_per_trigger, progress, warmup_batches)
+        got = summarize_latency(writer, value_bytes, rows_per_trigger, progress, warmup_batches)
+        got["trigger_each_ms"] = {int(d["batchId"]): float(d["durationMs"].get("triggerExecution", 0))
+                                  for d in progress}  # every batch's, warm-up included: which one was slow
+        return got
     finally:
         if q is not None and q.isActive:
             q.stop()
