@@ -29,11 +29,13 @@ def summarize(rounds: list[dict[str, Any]], partitions: list[int], writers: tupl
             row = {"partitions": n, "writer": w, "rounds": len(got), "trigger_p50_ms": _spread(p50),
                    "trigger_p95_ms": _spread(p95), "add_batch_p50_ms": _spread(add50),
                    "kept_up_rounds": sum(bool(g["kept_up"]) for g in got)}
+            row["failed_rounds"] = sum(f"{n}:{w}" in r.get("errors", {}) for r in rounds)
             if w != SPARK_KAFKA:
-                ratios = [r["results"][f"{n}:{w}"]["trigger_ms"]["p50"] / r["results"][f"{n}:{SPARK_KAFKA}"]
-                          ["trigger_ms"]["p50"] for r in rounds
-                          if f"{n}:{w}" in r["results"] and f"{n}:{SPARK_KAFKA}" in r["results"]
-                          and r["results"][f"{n}:{SPARK_KAFKA}"]["trigger_ms"]["p50"]]
+                ratios = []
+                for r in rounds:  # within each round: both writers ran in it, one after the other
+                    a, b = (r["results"].get(f"{n}:{x}", {}).get("trigger_ms", {}).get("p50") for x in (w, SPARK_KAFKA))
+                    if a is not None and b:
+                        ratios.append(a / b)
                 row["p50_vs_spark_kafka"] = _spread(ratios)
             out.append(row)
     return out
@@ -43,9 +45,10 @@ def ks_targets(section: dict[str, Any] | None) -> list[tuple[str, str, float | N
     """The section's targets, as ``bench/targets.py``'s ``add`` takes them: (name, goal, measured, text, met, note).
 
     Per partition count: exactly-once's trigger p50 over Spark's own sink's
-    (the median of the rounds' ratios, ``<= 1.5``), and exactly-once's p95
-    within the 1 s trigger where Spark's sink kept up in every round (else
-    no goal: not judged).
+    (the median of the ratios taken within each round, ``<= 1.5``), and
+    exactly-once's p95 within the 1 s trigger in each round where Spark's
+    sink kept up (the worst of those rounds; none: no goal, not judged). A
+    round where either writer failed leaves the target not judged.
     """
     if not section or "error" in section or not section.get("summary"):
         return []
@@ -56,20 +59,28 @@ def ks_targets(section: dict[str, Any] | None) -> list[tuple[str, str, float | N
         ex, sk = rows.get((n, EXACTLY)), rows.get((n, SPARK_KAFKA))
         v = (ex or {}).get("p50_vs_spark_kafka") or {}
         m = v.get("median")
-        text = "n/a"
+        text, rounds = "n/a", len(section["rounds"])
+        got = sum(1 for r in section["rounds"] if f"{n}:{EXACTLY}" in r["results"] and f"{n}:{SPARK_KAFKA}" in
+                  r["results"])
         if m is not None and ex and sk:
-            text = (f"{m:.2f} (rounds {v['min']:.2f}–{v['max']:.2f}; trigger p50 medians "
+            text = (f"{m:.2f} (rounds {v['min']:.2f}–{v['max']:.2f}, {got} of {rounds} rounds; trigger p50 medians "
                     f"{ex['trigger_p50_ms']['median']:.0f} ms vs {sk['trigger_p50_ms']['median']:.0f} ms)")
         out.append((f"exactly-once micro-batch p50 ÷ Spark's own Kafka sink ({src}, {n} Spark partitions)", "<= 1.50",
-                    m, text, None if m is None else m <= 1.5, ""))
-        if ex and sk:
-            p95 = ex["trigger_p95_ms"]["median"]
-            keeps = sk["kept_up_rounds"] == sk["rounds"] and sk["rounds"] > 0
-            met = None if p95 is None or not keeps else p95 <= 1000.0  # no goal where Spark's sink falls behind
-            out.append((f"exactly-once p95 within the 1 s trigger wherever Spark's sink keeps up ({src}, {n} Spark "
-                        "partitions)", "<= 1000 ms", p95,
-                        f"{p95:.0f} ms (rounds {ex['trigger_p95_ms']['min']:.0f}–{ex['trigger_p95_ms']['max']:.0f}); "
-                        f"Spark's sink kept up in {sk['kept_up_rounds']} of {sk['rounds']} rounds, exactly-once in "
-                        f"{ex['kept_up_rounds']} of {ex['rounds']}" if p95 is not None else "n/a", met,
-                        "" if keeps else "Spark's own sink did not keep up here: no goal"))
+                    m, text, None if m is None or got < rounds else m <= 1.5,
+                    "" if got == rounds else f"{rounds - got} rounds failed or missing: not judged"))
+        # p95 judged in each round where Spark's own sink kept up (its p95 within the trigger); none: no goal
+        pairs = [(r["results"][f"{n}:{EXACTLY}"], r["results"][f"{n}:{SPARK_KAFKA}"]) for r in section["rounds"]
+                 if f"{n}:{EXACTLY}" in r["results"] and f"{n}:{SPARK_KAFKA}" in r["results"]]
+        judged = [e["trigger_ms"]["p95"] for e, k in pairs if k["kept_up"] and e["trigger_ms"]["p95"] is not None]
+        worst = max(judged) if judged else None
+        missing = len(section["rounds"]) - len(pairs)
+        text = (f"worst {worst:.0f} ms over the {len(judged)} rounds where Spark's sink kept up"
+                if worst is not None else f"Spark's sink kept up in none of {len(pairs)} rounds")
+        if ex:
+            text += (f"; exactly-once p95 median {ex['trigger_p95_ms']['median']:.0f} ms, kept up in "
+                     f"{ex['kept_up_rounds']} of {ex['rounds']} rounds")
+        out.append((f"exactly-once p95 within the 1 s trigger wherever Spark's sink keeps up ({src}, {n} Spark "
+                     "partitions)", "<= 1000 ms", worst, text + (f"; {missing} rounds failed or missing" if missing else ""),
+                     None if worst is None or missing else worst <= 1000.0,
+                     "" if judged else "Spark's own sink did not keep up in any round: no goal"))
     return out

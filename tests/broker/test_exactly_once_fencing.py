@@ -232,13 +232,20 @@ def test_a_unit_its_task_gave_up_on_frees_its_lane_once_another_worker_moved_the
                     {(5, 0): 1000, (6, 0): 1000, (7, 0): 1000})
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh-worker", "worker-that-held-the-lane"])
 def test_a_lane_a_killed_worker_left_in_its_commit_is_taken_over_within_one_ack_window(broker, topic, tmp_path,
-                                                                                        hooks, caplog):
+                                                                                        hooks, caplog, warm):
     """A worker SIGKILLed between its marker and ``commit_transaction``: the lane's group offset is unstable until
     the transaction ends, so a marker read before the new producer's init gets no answer. The re-run must not wait
     that read out more than once, nor for longer than a share of its window: its init aborts the dead transaction
-    (60 s from expiring on its own), and the unit commits within one 10 s window."""
+    (60 s from expiring on its own), and the unit commits within one 10 s window. ``warm``: the re-running worker
+    held the lane (batch 2): its ready producer's read goes unanswered, and the lane's new producer does not wait
+    for another."""
     cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=10.0)
+    units = {(3, 2): 3000}
+    if warm:
+        assert write_partition(cfg, 2, 2, 0, batches(2, 500, 50), run="r").acked == 500
+        units[(2, 2)] = 500
     parked = hooks.park("eo.committing", batch=3, partition=2)
     child = _spawn(cfg, 3, 2, 3000, "r", hooks.dir)
     try:
@@ -253,4 +260,4 @@ def test_a_lane_a_killed_worker_left_in_its_commit_is_taken_over_within_one_ack_
     waits = [float(m.group(1)) for r in caplog.records
              if (m := re.search(r"marker not read in ([0-9.]+)s before the lane's init", r.getMessage()))]
     assert len(waits) == 1 and waits[0] <= cfg.ack_timeout_s / 3, f"unanswered reads waited {waits} s"
-    _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg, "r", {(3, 2): 3000})
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=sum(units.values()), isolation=RC), cfg, "r", units)

@@ -72,34 +72,39 @@ class _Fut:
 
 
 class _LaggingAdmin:
-    """A broker whose metadata learns of a created topic ``lag`` describe requests after the controller did."""
+    """A broker whose metadata learns of a created topic ``lag`` answers of each describe request after the
+    controller did; creating the topic takes ``create_s``."""
 
-    def __init__(self, lag: int):
+    def __init__(self, lag: int, create_s: float = 0.0):
         from types import SimpleNamespace
 
-        self.lag, self.created, self.describes = lag, False, 0
+        self.lag, self.create_s, self.created = lag, create_s, False
+        self.asked = {"configs": 0, "topics": 0}
         self._ns = SimpleNamespace
 
     def list_topics(self, topic, timeout=None):
         return self._ns(topics={})  # not known before it is created
 
     def create_topics(self, new, request_timeout=None):
+        import time
+
+        time.sleep(self.create_s)
         self.created = True
         return {t.topic: _Fut(None) for t in new}
 
-    def _answer(self, answer):
+    def _answer(self, kind, answer):
         from confluent_kafka import KafkaError, KafkaException
 
-        self.describes += 1
-        if self.describes <= self.lag:
+        self.asked[kind] += 1
+        if self.asked[kind] <= self.lag:
             return _Fut(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
         return _Fut(answer)
 
     def describe_configs(self, resources, request_timeout=None):
-        return {resources[0]: self._answer({"cleanup.policy": self._ns(value="compact")})}
+        return {resources[0]: self._answer("configs", {"cleanup.policy": self._ns(value="compact")})}
 
     def describe_topics(self, topics, request_timeout=None):
-        return {topics.topic_names[0]: self._answer(self._ns(topic_id="id-new"))}
+        return {topics.topic_names[0]: self._answer("topics", self._ns(topic_id="id-new"))}
 
 
 @pytest.mark.parametrize("lag", [1, 3])
@@ -114,7 +119,21 @@ def test_a_topic_just_created_that_the_broker_does_not_know_yet_is_asked_for_aga
         assert topic.marker_topic_id(_cfg(), 5.0) == "id-new"
     finally:
         topic.forget_marker_topics()
-    assert admin.created and admin.describes == lag + 2
+    assert admin.created and admin.asked == {"configs": lag + 1, "topics": lag + 1}  # each asked again
+
+
+def test_the_time_to_know_a_new_topic_counts_from_its_creation(monkeypatch):
+    """A creation that took most of the check's timeout still leaves the broker that long to know the topic."""
+    import confluent_kafka.admin
+
+    admin = _LaggingAdmin(1, create_s=0.6)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", lambda conf: admin)
+    monkeypatch.setattr(topic, "_RETRY_S", 0.001, raising=False)
+    topic.forget_marker_topics()
+    try:
+        assert topic.marker_topic_id(_cfg(), 0.5) == "id-new"
+    finally:
+        topic.forget_marker_topics()
 
 
 def test_a_topic_the_broker_never_knows_is_an_error_within_the_timeout(monkeypatch):

@@ -39,7 +39,7 @@ __all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LA
 log = logging.getLogger(__name__)
 
 #: How long a lane's marker is read before its producer is initialised (:meth:`MarkerReader.read_before_init`),
-#: at most: and no more than :data:`PRE_INIT_SHARE` of the step's time left. A read that long without an answer
+#: at most: and no more than :data:`PRE_INIT_SHARE` of what the step is given (``steps.left``: at least 2 s). A read that long without an answer
 #: is an open transaction of a dead or frozen producer (its offset is unstable until the lane's init ends it) far
 #: more often than a slow broker: the lane is then initialised at once, with most of the window still left.
 PRE_INIT_READ_S = 2.0

@@ -157,7 +157,6 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
 
     topic = config.marker_topic
     admin = AdminClient(client_conf(config))
-    deadline = time.monotonic() + timeout_s
     if not _exists(admin, topic, timeout_s):
         if expect is not None:
             raise _gone(config, "was deleted (the driver checked it at the query's first batch)")
@@ -172,6 +171,7 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
                 raise KafkaException(KafkaError(err.code(), f"marker topic {topic} cannot be created ({err.str()}); "
                                                 "create it with cleanup.policy=compact and one partition, or set "
                                                 "marker_topic to one that exists")) from None
+    deadline = time.monotonic() + timeout_s  # from its creation: how long the broker may take to know the topic
     policy = _policy(admin, config, timeout_s, deadline)
     if policy is not None:
         kinds = {p.strip() for p in policy.split(",")}
