@@ -40,7 +40,7 @@ from ..schema import TOPIC_META
 from .rows import produce_rows
 
 __all__ = ["Engine", "PythonEngine", "NativeEngine", "choose", "open_engine", "bounded", "Results", "BOUND_GRACE_S",
-           "SEND_OFFSETS_MAX_S"]
+           "SEND_OFFSETS_MAX_S", "WEDGED"]
 
 log = logging.getLogger(__name__)
 rdlog = logging.getLogger("spark_recoverable_sink.librdkafka")
@@ -53,6 +53,7 @@ BOUND_GRACE_S = 2.0
 #: by default) such a call cost the window and the unit went to a drain job; capped, the lane's next producer tries
 #: again in it. A coordinator loading for longer fails each try (retried until it has loaded): time, not safety.
 SEND_OFFSETS_MAX_S = 10.0
+WEDGED = "did not return within its timeout"  # the text of bounded()'s error: its producer is wedged
 
 
 def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> None:
@@ -90,7 +91,7 @@ def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
 
         log.warning("%s did not return %.1f s after its timeout: the producer is replaced", what, BOUND_GRACE_S)
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within its timeout "
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} {WEDGED} "
                                         f"({timeout_s:.1f} s) and {BOUND_GRACE_S:.0f} s more: the producer is "
                                         "replaced", fatal=True))
     if failed:

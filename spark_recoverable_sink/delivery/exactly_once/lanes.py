@@ -14,6 +14,7 @@ open (:func:`abort_lingering`).
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from functools import partial
 from typing import Any, Callable, Iterable
@@ -37,6 +38,7 @@ class Lane:
         self.producer = producer
         self.consumer = consumer
         self.ready = False  # init_transactions() returned
+        self.born = time.monotonic()  # producers born before a wedge seen in this process are replaced (LanePool)
         #: a read of its marker before its init went unanswered: the next one before init is not waited for
         self.unanswered = False
         self.swept = False  # its sweep aborted since its last abort (.sweep): it may commit on swept_topics
@@ -163,6 +165,7 @@ class LanePool:
         self._max_lanes = max_lanes
         self.markers = MarkerReader(config)
         self.adopted: set[str] = set()  # lanes whose former name was looked at in this process (.legacy)
+        self.wedged_at = 0.0  # when a lane producer of this process last wedged (drop)
 
     def get(self, lid: str, timeout_s: float = 10.0) -> Lane:
         """The lane ``lid``, created (producer and marker consumer) on first use.
@@ -172,6 +175,11 @@ class LanePool:
             ConfigError / MarkerError: the marker topic is not compacted, or was deleted (:mod:`.topic`).
         """
         lane = self._lanes.get(lid)
+        if lane is not None and lane.born < self.wedged_at and lane.open is None and not lane.must_abort:
+            log.info("sink=%s lane=%s producer predates a wedged one of this process: replaced before its unit",
+                     self.config.name, lid)
+            self.drop(lid)  # another lane's send_offsets wedged (a broker restart): this one would too
+            lane = None
         if lane is not None:
             self._lanes.move_to_end(lid)
             return lane
@@ -198,8 +206,15 @@ class LanePool:
     def known(self, lid: str) -> Lane | None:
         return self._lanes.get(lid)
 
-    def drop(self, lid: str) -> None:
-        """Forget a lane (its producer failed fatally, or was fenced): the next use builds a new one."""
+    def drop(self, lid: str, wedged: bool = False) -> None:
+        """Forget a lane (its producer failed fatally, or was fenced): the next use builds a new one.
+
+        ``wedged``: its producer wedged in a call (:func:`..engine.bounded`; librdkafka #5456 after a broker
+        restart): the lanes' producers born before now are replaced at their next unit too, instead of each
+        wedging in turn (one init each rather than the call's bound).
+        """
+        if wedged:
+            self.wedged_at = time.monotonic()
         lane = self._lanes.pop(lid, None)
         if lane is not None:
             lane.close()

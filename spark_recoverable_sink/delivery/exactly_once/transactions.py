@@ -45,6 +45,7 @@ from ...errors import ConfigError, MarkerError
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
 from ..codes import NON_RETRIABLE, PRODUCER_RESET
+from ..engine import WEDGED
 from ..rows import record_index
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, on_delivery, send_marker
@@ -150,7 +151,7 @@ class Committer:
             if getattr(err, "fatal", lambda: False)() or getattr(err, "code", lambda: None)() in PRODUCER_RESET:
                 log.warning("sink=%s lane=%s producer failed fatally (%s); a new one takes over",
                             self.config.name, lid, text)
-                self.lanes.drop(lid)
+                self.lanes.drop(lid, wedged=WEDGED in text)
             elif lane.ending and not abortable:
                 # No outcome (timed out): its request could still land on a later transaction of this epoch. A
                 # new producer fences it; its init completes or aborts the transaction; the marker tells which.
