@@ -107,33 +107,29 @@ class _LaggingAdmin:
         return {topics.topic_names[0]: self._answer("topics", self._ns(topic_id="id-new"))}
 
 
-@pytest.mark.parametrize("lag", [1, 3])
-def test_a_topic_just_created_that_the_broker_does_not_know_yet_is_asked_for_again(monkeypatch, lag):
+def _check_with(monkeypatch, admin: "_LaggingAdmin", timeout_s: float) -> str:
+    """The marker topic's check in a fresh process (nothing cached) against ``admin``; its topic id."""
     import confluent_kafka.admin
 
-    admin = _LaggingAdmin(lag)
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", lambda conf: admin)
     monkeypatch.setattr(topic, "_RETRY_S", 0.001, raising=False)
     topic.forget_marker_topics()
     try:
-        assert topic.marker_topic_id(_cfg(), 5.0) == "id-new"
+        return topic.marker_topic_id(_cfg(), timeout_s)
     finally:
         topic.forget_marker_topics()
+
+
+@pytest.mark.parametrize("lag", [1, 3])
+def test_a_topic_just_created_that_the_broker_does_not_know_yet_is_asked_for_again(monkeypatch, lag):
+    admin = _LaggingAdmin(lag)
+    assert _check_with(monkeypatch, admin, 5.0) == "id-new"
     assert admin.created and admin.asked == {"configs": lag + 1, "topics": lag + 1}  # each asked again
 
 
 def test_the_time_to_know_a_new_topic_counts_from_its_creation(monkeypatch):
     """A creation that took most of the check's timeout still leaves the broker that long to know the topic."""
-    import confluent_kafka.admin
-
-    admin = _LaggingAdmin(1, create_s=0.6)
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", lambda conf: admin)
-    monkeypatch.setattr(topic, "_RETRY_S", 0.001, raising=False)
-    topic.forget_marker_topics()
-    try:
-        assert topic.marker_topic_id(_cfg(), 0.5) == "id-new"
-    finally:
-        topic.forget_marker_topics()
+    assert _check_with(monkeypatch, _LaggingAdmin(1, create_s=0.6), 0.5) == "id-new"
 
 
 def test_a_topic_the_broker_never_knows_is_an_error_within_the_timeout(monkeypatch):
@@ -141,15 +137,7 @@ def test_a_topic_the_broker_never_knows_is_an_error_within_the_timeout(monkeypat
 
     from confluent_kafka import KafkaException
 
-    import confluent_kafka.admin
-
-    admin = _LaggingAdmin(10**9)
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", lambda conf: admin)
-    topic.forget_marker_topics()
     t0 = time.monotonic()
-    try:
-        with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART|Unknown topic"):
-            topic.marker_topic_id(_cfg(), 0.5)
-    finally:
-        topic.forget_marker_topics()
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART|Unknown topic"):
+        _check_with(monkeypatch, _LaggingAdmin(10**9), 0.5)
     assert time.monotonic() - t0 < 5.0
