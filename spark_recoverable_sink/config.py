@@ -33,23 +33,9 @@ from .errors import ConfigError
 from .jaas import options as jaas_options
 from .javaconf import to_librdkafka
 
-__all__ = [
-    "SinkConfig",
-    "AT_LEAST_ONCE",
-    "EXACTLY_ONCE",
-    "WAL_SYNC_MODES",
-    "DELIVERY_ENGINES",
-    "DEFAULT_MAX_WAL_BYTES",
-    "DEFAULT_WAL_DIR",
-    "RECORD_IDS",
-    "CONTENT_IDS",
-    "PARTITION_IDS",
-    "COLUMN_IDS",
-    "redact",
-    "scrub_secrets",
-    "is_secret_option",
-    "resolve_env_values",
-]
+__all__ = ["SinkConfig", "AT_LEAST_ONCE", "EXACTLY_ONCE", "WAL_SYNC_MODES", "DELIVERY_ENGINES", "DEFAULT_MAX_WAL_BYTES",
+           "DEFAULT_WAL_DIR", "RECORD_IDS", "CONTENT_IDS", "PARTITION_IDS", "COLUMN_IDS", "AUTO_LANES", "redact",
+           "scrub_secrets", "is_secret_option", "resolve_env_values"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +46,8 @@ DELIVERY_ENGINES = ("auto", "native", "python")
 DEFAULT_MAX_WAL_BYTES = 20 * 1024**3
 CONTENT_IDS, PARTITION_IDS, COLUMN_IDS = "content", "partition", "columns"
 RECORD_IDS = (CONTENT_IDS, PARTITION_IDS, COLUMN_IDS)
+#: ``exactly_once_lanes="auto"`` where the cluster's cores cannot be told, or dynamic allocation changes them
+AUTO_LANES = 8
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -173,10 +161,12 @@ class SinkConfig:
             partitions, one transaction each) by Spark's hash of each record's
             key (of its topic and partition column when set, of its value
             without a key; :mod:`.driver.resplit`). A key's records keep their
-            order. Pinned per run: a batch a lane committed is refused under another
-            count (``ConfigError``, nothing produced). ``0``: each Spark partition is a lane:
-            only for sources whose re-runs keep their split (files; not Spark's
-            Kafka source, whose re-run is then refused with ``ExactlyOnceMismatchError``).
+            order. ``None`` or ``"auto"`` (default): the cluster's cores at the run's first batch
+            (8 where they cannot be told or dynamic allocation is on; :data:`AUTO_LANES`).
+            Pinned per run: a batch a lane committed is refused under another explicit
+            count (``ConfigError``, nothing produced); ``"auto"`` keeps the run's. ``0``: each Spark
+            partition is a lane: only for sources whose re-runs keep their split (files; not
+            Spark's Kafka source, whose re-run is then refused with ``ExactlyOnceMismatchError``).
         coalesce_tasks: Driver only, through ``foreachBatch`` / ``write()``: a
             batch with more Spark partitions than the cluster has cores is read
             by one task per core (a coalesce, no shuffle; ids unchanged), for
@@ -215,7 +205,7 @@ class SinkConfig:
     marker_topic: str = "rks-markers"
     offsets_retention_s: float = 7 * 24 * 3600.0
     settle_timeout_s: float = field(default=600.0, compare=False)  # driver only
-    exactly_once_lanes: int = field(default=8, compare=False)  # driver only
+    exactly_once_lanes: int | None = field(default=None, compare=False)  # driver only; None: AUTO_LANES
     delivery_engine: str = "auto"
     coalesce_tasks: bool = field(default=True, compare=False)  # driver only
     write_timestamp: bool = field(default=False, compare=False)  # per write, not per worker runtime
@@ -249,6 +239,8 @@ class SinkConfig:
                 )
             # confluent-kafka accepts str/int/float/bool; keep the user's value as text.
             items.append((k, v if isinstance(v, str) else (str(v).lower() if isinstance(v, bool) else str(v))))
+        if str(options.get("exactly_once_lanes")).lower() == "auto":
+            options["exactly_once_lanes"] = None
         if isinstance(options.get("id_columns"), (list, str)):  # a list from Python, "a,b" from an option
             ids = options["id_columns"]
             options["id_columns"] = tuple(c.strip() for c in (ids.split(",") if isinstance(ids, str) else ids))
@@ -283,7 +275,8 @@ class SinkConfig:
         _positive("max_block_s", self.max_block_s, allow_zero=True)
         _positive("offsets_retention_s", self.offsets_retention_s)
         _positive("settle_timeout_s", self.settle_timeout_s)
-        _positive("exactly_once_lanes", self.exactly_once_lanes, allow_zero=True, integer=True)
+        if self.exactly_once_lanes is not None:
+            _positive("exactly_once_lanes", self.exactly_once_lanes, allow_zero=True, integer=True)
         _positive("retry_backoff_s", self.retry_backoff_s)
         _positive("retry_backoff_max_s", self.retry_backoff_max_s)
         _positive("max_wal_bytes", self.max_wal_bytes, integer=True)

@@ -61,7 +61,7 @@ from ..task.parts import SOURCE_PARTITION
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["cores_of", "session_cores", "drain_tasks", "partitions_of", "coalesce_width", "dynamic_allocation",
+__all__ = ["cores_of", "session_cores", "lane_cores", "drain_tasks", "partitions_of", "coalesce_width", "dynamic_allocation",
            "one_task_per_core", "DRAIN_TASKS_UNKNOWN"]
 
 #: A drain job's task count where the cores cannot be told (Spark Connect on a cluster manager with neither
@@ -154,6 +154,13 @@ def _dynamic_allocation(spark: Any) -> bool:
 def dynamic_allocation(df: "DataFrame") -> bool:
     """Whether ``df``'s session runs under dynamic allocation (its registered cores are not its cores)."""
     return _dynamic_allocation(df.sparkSession)
+
+
+def lane_cores(df: "DataFrame") -> int | None:
+    """The cores that size ``exactly_once_lanes="auto"``: :func:`session_cores`, ``None`` under dynamic allocation
+    (a run's lanes are pinned at its first batch; the cores registered then are not the cluster's)."""
+    spark = df.sparkSession
+    return None if _dynamic_allocation(spark) else session_cores(spark)
 
 
 def coalesce_width(df: "DataFrame") -> int | None:

@@ -1,4 +1,4 @@
-"""Exactly-once, driver: a batch re-split into ``exactly_once_lanes`` Spark partitions by each record's lane.
+"""Exactly-once, driver: a batch re-split into the run's lanes (Spark partitions) by each record's lane.
 
 A lane must hold the same records on every run of a batch, however Spark
 split them (DESIGN.md, "Units that do not depend on how Spark split the
@@ -66,8 +66,8 @@ def with_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     return df.withColumn(LANE_COLUMN, record_hash(df, config))
 
 
-def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
-    """``df`` (with :data:`LANE_COLUMN`) re-split into ``config.exactly_once_lanes`` partitions, one lane each.
+def by_lane(df: "DataFrame", config: SinkConfig, lanes: int) -> "DataFrame":
+    """``df`` (with :data:`LANE_COLUMN`) re-split into ``lanes`` partitions (the run's plan), one lane each.
 
     The stage before the shuffle is coalesced to the cores where
     :func:`.coalesce.coalesce_width` says so and ``coalesce_tasks`` is set (a
@@ -76,4 +76,4 @@ def by_lane(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     width = coalesce_width(df) if config.coalesce_tasks else None
     if width is not None:
         df = df.coalesce(width)
-    return df.repartition(config.exactly_once_lanes, LANE_COLUMN).drop(LANE_COLUMN)
+    return df.repartition(lanes, LANE_COLUMN).drop(LANE_COLUMN)

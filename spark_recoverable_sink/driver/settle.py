@@ -49,7 +49,7 @@ from ..config import SinkConfig
 from ..deadline import Deadline
 from ..delivery.exactly_once.lanes import lane_markers
 from ..delivery.exactly_once.markers import lane_id
-from ..delivery.exactly_once.plan import pin_lanes
+from ..delivery.exactly_once.plan import Plan, pin_lanes
 from ..delivery.exactly_once.topic import known_marker_topic_id, marker_topic_id, recheck_marker_topic
 from ..errors import SettleTimeoutError
 from ..report import BatchReport
@@ -213,13 +213,15 @@ def _cancel(config: SinkConfig, report: BatchReport, cancel: Callable[[], Any] |
         return False
 
 
-def check_marker_topic(config: SinkConfig, run: str, batch: int) -> str | None:
+def check_marker_topic(config: SinkConfig, run: str, batch: int,
+                       cores: Callable[[], int | None] = lambda: None) -> tuple[str | None, Plan]:
     """Driver, every exactly-once batch: the marker topic checked (once per process: compacted, created if missing),
-    then the run's lane count pinned (:func:`..delivery.exactly_once.plan.pin_lanes`).
+    then the run's lane count pinned (:func:`..delivery.exactly_once.plan.pin_lanes`; ``cores()`` sizes
+    ``exactly_once_lanes="auto"`` at the run's first batch).
 
     Returns the marker topic's id for the batch's tasks and drain jobs
-    (``""``: the broker gives none), or ``None`` when the broker did not
-    answer (the workers check it).
+    (``""``: the broker gives none; ``None`` when the broker did not answer:
+    the workers check it), and the plan the batch runs under.
 
     Raises:
         ConfigError: the marker topic is not compacted, or ``exactly_once_lanes`` differs from the lane count
@@ -235,8 +237,8 @@ def check_marker_topic(config: SinkConfig, run: str, batch: int) -> str | None:
         log.warning("sink=%s marker topic %s not checked (%s): the workers check it", config.name,
                     config.marker_topic, config.scrub(str(exc)))
         topic_id = None
-    pin_lanes(config, run, batch, config.settle_timeout_s)  # waits out an outage up to the settle's own bound
-    return topic_id
+    # waits out an outage up to the settle's own bound
+    return topic_id, pin_lanes(config, run, batch, config.settle_timeout_s, cores)
 
 
 def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> list[int] | None:

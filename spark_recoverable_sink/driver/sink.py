@@ -34,21 +34,9 @@ from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import Columns, validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
 from ..task.writer import PartitionWriter
-from .batches import (
-    conclude_batch,
-    dead_letter_error,
-    first_contact_error,
-    warn_pending,
-)
-from .query import (
-    QUERY_ID_PROPERTY,
-    RUN_LEN,
-    check_run_id,
-    claim_sink_name,
-    query_run_id,
-    streaming_query,
-)
-from .coalesce import drain_tasks
+from .batches import conclude_batch, dead_letter_error, first_contact_error, warn_pending
+from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
+from .coalesce import drain_tasks, lane_cores
 from .encode import encode_columns
 from .formats import RegistryFormat
 from .placement import place_for_ids
@@ -249,11 +237,11 @@ class RecoverableKafkaSink:
         from pyspark.sql import functions as F
 
         t0 = time.monotonic()
-        if self.config.guarantee == EXACTLY_ONCE and not 0 <= batch_id <= MAX_BATCH:
+        eo = self.config.guarantee == EXACTLY_ONCE
+        if eo and not 0 <= batch_id <= MAX_BATCH:
             raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
                                           f"got {batch_id}")
-        lanes = self.config.guarantee == EXACTLY_ONCE and self.config.exactly_once_lanes > 0
-        if lanes:  # units independent of the split: each record's lane, taken before any encoding
+        if tagged := eo and self.config.exactly_once_lanes != 0:  # units independent of the split, before encoding
             df = with_lane(df, self.config)
         if any(self.formats.values()):  # struct columns -> Confluent's wire format, in the JVM
             df = encode_columns(df, self.config.topic, self.formats)
@@ -262,11 +250,13 @@ class RecoverableKafkaSink:
         self._say_ignored(columns)
         with self._lock:
             confirmed = self._dead.confirmed()
-        marker_topic = check_marker_topic(self.config, run, batch_id) if self.config.guarantee == EXACTLY_ONCE else None
+        marker_topic, plan = check_marker_topic(self.config, run, batch_id, lambda: lane_cores(df)) if eo else \
+            (None, None)  # (the cores are asked at once, of the batch's DataFrame)
         writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic)
+        lanes = plan.lanes if plan is not None and tagged else 0  # "auto" adopts a run's 0: the tag is dropped
         df = df.select(*[F.col(f"`{c}`") for c in columns.select + ([LANE_COLUMN] if lanes else [])])
         if lanes:
-            df = by_lane(df, self.config)
+            df = by_lane(df, self.config, lanes)
         df = place_for_ids(df, self.config)  # at-least-once: ids the same in every run of the batch
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()

@@ -102,7 +102,7 @@ class SinkSettings:
     checkpoint_interval_s: float = 1.0
     dead_letter_topic: str | None = None
     guarantee: str = "at_least_once"
-    exactly_once_lanes: int = 8
+    exactly_once_lanes: int | None = None  # None: "auto" (SinkConfig.exactly_once_lanes)
     settle_timeout_s: float = 600.0
     record_ids: str = "content"
     id_columns: list = field(default_factory=list)

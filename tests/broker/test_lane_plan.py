@@ -77,3 +77,29 @@ def test_a_run_never_changes_to_or_from_spark_s_own_split(cfg):
 def test_the_plan_group_is_no_lane_s(cfg):
     assert plan_group(cfg, "r") == f"rks-eo-plan.{cfg.name}:r"
     assert plan_group(cfg, "r") not in {lane_id(cfg.name, "r", n) for n in range(8)}
+
+
+def test_auto_pins_the_cores_at_the_run_s_first_batch_and_keeps_the_run_s_plan_afterwards(cfg):
+    auto = dataclasses.replace(cfg, exactly_once_lanes=None)
+    asked: list[int] = []
+
+    def cores(n: int | None):
+        return lambda: asked.append(1) or n
+
+    assert pin_lanes(auto, "r1", 0, cores=cores(2)) == Plan(0, 2), "a new run: the cores now"
+    forget_plans()  # a restarted driver on a wider cluster keeps the run's lanes
+    assert pin_lanes(auto, "r1", 4, cores=cores(16)) == Plan(0, 2)
+    assert len(asked) == 1, "the cores are asked only for a run without a plan"
+    assert pin_lanes(auto, "r2", 0, cores=cores(None)) == Plan(0, 8), "cores not told: 8 lanes"
+    pin_lanes(cfg, "r3", 0)  # a run pinned with exactly_once_lanes=4
+    forget_plans()
+    assert pin_lanes(auto, "r3", 7, cores=cores(2)) == Plan(0, 4), "auto adopts an explicit run's count"
+
+
+def test_an_explicit_count_after_auto_is_refused_for_a_batch_a_lane_committed(cfg):
+    auto = dataclasses.replace(cfg, exactly_once_lanes=None)
+    pin_lanes(auto, "r", 0, cores=lambda: 2)
+    _commit(cfg, lane_id(cfg.name, "r", 1), encode_offset(3, 1))  # lane 1 of 2 committed batch 3
+    forget_plans()
+    with pytest.raises(ConfigError, match=r"exactly_once_lanes=2.*lanes \[1\]"):
+        pin_lanes(cfg, "r", 3)  # its re-run with exactly_once_lanes=4

@@ -43,6 +43,19 @@ def test_a_batch_rerun_split_otherwise_is_skipped_not_refused(spark, broker, tmp
     _assert_each_once(broker, topic, N)
 
 
+def test_auto_lanes_are_the_session_s_cores_pinned_for_the_run(spark, broker, tmp_path):
+    """``exactly_once_lanes`` unset ("auto"): one lane per core (local[2]: 2 lane tasks, not 8), kept by the run."""
+    topic = f"eo-resplit-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, 4)
+    sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30)
+    cores = spark.sparkContext.defaultParallelism
+    first = sink.write(spark.createDataFrame(_rows(N), SCHEMA).repartition(5), batch_id=0, run_id="auto")
+    assert first.acked == N and len(first.partition_reports) == cores == 2, first
+    again = sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=0, run_id="auto")
+    assert again.pending == 0 and again.acked == 0 and len(again.partition_reports) == 2, again  # skipped
+    _assert_each_once(broker, topic, N)
+
+
 def test_a_batch_that_failed_halfway_and_reruns_split_otherwise_ends_exactly_once(spark, broker, tmp_path, hooks):
     topic = f"eo-resplit-{uuid.uuid4().hex[:6]}"
     create_topic(broker.bootstrap, topic, 4)
@@ -143,7 +156,7 @@ def test_the_lane_pass_asks_no_broker_anything(spark, tmp_path):
     df = spark.range(0, 6000, 1, 3).select(
         (F.col("id") % 97).cast("string").alias("key"), F.col("id").cast("string").alias("value"),
         F.concat(F.lit("t"), (F.col("id") % 3).cast("string")).alias("topic"))  # a topic column, no option
-    lanes = by_lane(with_lane(df, config), config).select("topic", "key", F.spark_partition_id().alias("lane"))
+    lanes = by_lane(with_lane(df, config), config, 4).select("topic", "key", F.spark_partition_id().alias("lane"))
     rows = lanes.collect()
     assert len(rows) == 6000
     by_key: dict[tuple, set] = {}

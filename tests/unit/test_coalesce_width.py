@@ -63,10 +63,16 @@ def test_both_guarantees_passes_follow_the_one_rule(known: dict, dynamic: bool, 
     coalesced = not dynamic and partitions != 2
     eo = SinkConfig.build("c", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-coalesce", topic="t",
                           guarantee="exactly_once", exactly_once_lanes=4)
-    lane_pass = by_lane(FakeFrame(cores=2, dynamic=dynamic), eo)  # the stage before the lane shuffle
+    lane_pass = by_lane(FakeFrame(cores=2, dynamic=dynamic), eo, 4)  # the stage before the lane shuffle
     assert lane_pass.steps == (("coalesce(2)",) if coalesced else ()) + (f"repartition(4, {LANE_COLUMN})",
                                                                          f"drop({LANE_COLUMN})")
     config = SinkConfig.build("c", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-coalesce", topic="t")
     written = one_task_per_core(FakeFrame(cores=2, dynamic=dynamic), config)
     # at-least-once tags each row with its own partition before the coalesce (ids keep their partition)
     assert written.steps == ((f"withColumn({SOURCE_PARTITION})", "coalesce(2)") if coalesced else ())
+
+
+def test_auto_lanes_are_the_cores_and_not_told_under_dynamic_allocation() -> None:
+    assert coalesce.lane_cores(FakeFrame(cores=6)) == 6
+    assert coalesce.lane_cores(FakeFrame(cores=6, dynamic=True)) is None  # registered cores, not the cluster's
+    assert coalesce.lane_cores(FakeFrame(cores=None)) is None  # Connect, master not told: AUTO_LANES

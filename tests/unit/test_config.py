@@ -37,6 +37,7 @@ def _sink(**kw):
     ({"settle_timeout_s": 0}, "settle_timeout_s"),
     ({"exactly_once_lanes": -1}, "exactly_once_lanes"),
     ({"exactly_once_lanes": 2.5}, "exactly_once_lanes"),
+    ({"exactly_once_lanes": "some"}, "exactly_once_lanes"),
     ({"offsets_retention_s": -1}, "offsets_retention_s"),
     ({"guarantee": "exactly_once", "dead_letter_topic": "dlq"}, "dead_letter_topic"),
     ({"guarantee": "exactly_once", "kafka_conf": {"bootstrap.servers": "h", "acks": "1"}}, "kafka_conf['acks']"),
@@ -59,6 +60,12 @@ def test_exactly_once_is_accepted_with_a_default_topic():
     conf = _sink(guarantee="exactly_once", kafka_conf={"bootstrap.servers": "h:1", "transaction.timeout.ms": 30000})
     assert conf.config.guarantee == "exactly_once"
     assert conf.config.producer_conf()["transaction.timeout.ms"] == "30000"
+
+
+@pytest.mark.parametrize("given", [{}, {"exactly_once_lanes": "auto"}, {"exactly_once_lanes": "AUTO"},
+                                   {"exactly_once_lanes": None}])
+def test_exactly_once_lanes_are_auto_by_default_or_when_asked(given):
+    assert _sink(guarantee="exactly_once", **given).config.exactly_once_lanes is None
 
 
 def test_safe_defaults_filled_and_user_values_pass_through():

@@ -16,14 +16,21 @@ request): ``((from_batch + 1) << 24) | lanes``, "from batch ``from_batch`` on,
 2. read the plan (the broker must answer: a batch whose plan cannot be read
    does not run);
 3. none yet (the run's first exactly-once batch, or a run older than plans):
-   commit ``(batch, lanes)``;
-4. the same lane count: commit it again every half ``offsets_retention_s``
-   (a committed offset expires that long after its last commit);
-5. another lane count: allowed only from a batch no lane of the former plan
-   committed (every lane's marker before ``batch``), then committed as the
-   new plan; otherwise ``ConfigError`` naming the former count, before
-   anything of the batch is produced. ``exactly_once_lanes=0`` (Spark's own
-   split: lanes are Spark partitions, not a count) never changes within a run.
+   commit ``(batch, lanes)``, ``lanes`` being ``exactly_once_lanes`` or, for
+   ``"auto"``, the cluster's cores then (:func:`wanted_lanes`);
+4. the same lane count, or ``"auto"`` (which keeps whatever the run pinned):
+   commit it again every half ``offsets_retention_s`` (a committed offset
+   expires that long after its last commit);
+5. another explicit lane count: allowed only from a batch no lane of the
+   former plan committed (every lane's marker before ``batch``), then
+   committed as the new plan; otherwise ``ConfigError`` naming the former
+   count, before anything of the batch is produced. ``exactly_once_lanes=0``
+   (Spark's own split: lanes are Spark partitions, not a count) never changes
+   within a run.
+
+Why ``"auto"`` is the cores: a lane is one Python task and one transaction
+per batch, whatever it holds, so lanes beyond what runs at once only add
+waves of tasks and transactions to every batch (8 lanes on 2 cores: 4 waves).
 """
 
 from __future__ import annotations
@@ -32,14 +39,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from ...config import SinkConfig
+from ...config import AUTO_LANES, SinkConfig
 from ...errors import ConfigError
 from .lanes import lane_markers
 from .markers import MAX_BATCH, client_conf, lane_id
 
-__all__ = ["Plan", "encode_plan", "decode_plan", "plan_group", "pin_lanes", "forget_plans"]
+__all__ = ["Plan", "encode_plan", "decode_plan", "plan_group", "pin_lanes", "forget_plans", "wanted_lanes"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")
 
@@ -94,32 +101,42 @@ def forget_plans() -> None:
         _PINNED.clear()
 
 
-def pin_lanes(config: SinkConfig, run: str, batch: int, timeout_s: float = 30.0) -> Plan:
+def wanted_lanes(config: SinkConfig, cores: Callable[[], int | None]) -> int:
+    """``exactly_once_lanes`` when set, else (``"auto"``) ``cores()``, else :data:`.AUTO_LANES`."""
+    if config.exactly_once_lanes is not None:
+        return config.exactly_once_lanes
+    return cores() or AUTO_LANES
+
+
+def pin_lanes(config: SinkConfig, run: str, batch: int, timeout_s: float = 30.0,
+              cores: Callable[[], int | None] = lambda: None) -> Plan:
     """Check (and pin) the run's lane count before batch ``batch`` runs; returns the plan it runs under.
+
+    ``cores()`` is asked only for ``exactly_once_lanes="auto"`` when the run has no plan yet.
 
     Raises:
         ConfigError: ``exactly_once_lanes`` differs from the plan of a batch a lane already committed (or
             it changes to or from 0 within the run); nothing of the batch ran.
         confluent_kafka.KafkaException: the broker did not answer within ``timeout_s`` (nothing ran).
     """
-    lanes = config.exactly_once_lanes
+    auto = config.exactly_once_lanes is None
     key = (config.name, config.marker_topic, run)
     with _LOCK:
         # Step 1
         known = _PINNED.get(key)
-        if known is not None and known[0].lanes == lanes and \
+        if known is not None and (auto or known[0].lanes == config.exactly_once_lanes) and \
                 time.monotonic() - known[1] < config.offsets_retention_s / 2:
             return known[0]
         consumer = _group_consumer(config, run)
         try:
             plan = _read(consumer, config, timeout_s)  # Step 2
             if plan is None:  # Step 3
-                plan = Plan(batch, lanes)
-            elif plan.lanes != lanes:  # Step 5
+                plan = Plan(batch, wanted_lanes(config, cores))
+            elif not auto and plan.lanes != config.exactly_once_lanes:  # Step 5
                 _check_change(config, run, batch, plan, timeout_s)
                 log.warning("sink=%s run=%s batch_id=%d exactly_once_lanes changes from %d (since batch %d) to %d",
-                            config.name, run, batch, plan.lanes, plan.from_batch, lanes)
-                plan = Plan(batch, lanes)
+                            config.name, run, batch, plan.lanes, plan.from_batch, config.exactly_once_lanes)
+                plan = Plan(batch, config.exactly_once_lanes)
             _commit(consumer, config, plan, timeout_s)  # Steps 3 to 5: (re)committed
         finally:
             consumer.close()
