@@ -86,12 +86,12 @@ def scaling_local(spark: Any, p: dict[str, Any], bootstrap: str, scratch: str,
         log(f"scaling: {n} partitions on {master}")
         points.append(scaling_point(spark, bootstrap, partitions=n, **_scale_kw(p, "scale", args, scratch)))
     return {"master": master, "cores": args.cores, "points": points, "eo_max_lanes_per_worker": _max_lanes(),
-            "eo_lanes": _eo_lanes(args.cores)}
+            "eo_lanes": _eo_lanes(args.partitions or args.cores)}
 
 
 def _eo_lanes(cores: int) -> int | None:
     """The lanes exactly-once re-splits every batch into (``exactly_once_lanes``, the package's default; its
-    ``"auto"``, ``None``, is the session's cores: ``local[cores]`` here)."""
+    ``"auto"``, ``None``, is the session's default parallelism: ``--partitions``, else ``--cores``, here)."""
     try:
         import dataclasses
 

@@ -34,7 +34,8 @@ from .jaas import options as jaas_options
 from .javaconf import to_librdkafka
 
 __all__ = ["SinkConfig", "AT_LEAST_ONCE", "EXACTLY_ONCE", "WAL_SYNC_MODES", "DELIVERY_ENGINES", "DEFAULT_MAX_WAL_BYTES",
-           "DEFAULT_WAL_DIR", "RECORD_IDS", "CONTENT_IDS", "PARTITION_IDS", "COLUMN_IDS", "AUTO_LANES", "redact",
+           "DEFAULT_WAL_DIR", "RECORD_IDS", "CONTENT_IDS", "PARTITION_IDS", "COLUMN_IDS", "AUTO_LANES", "AUTO_OPTIONS",
+           "redact",
            "scrub_secrets", "is_secret_option", "resolve_env_values"]
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ CONTENT_IDS, PARTITION_IDS, COLUMN_IDS = "content", "partition", "columns"
 RECORD_IDS = (CONTENT_IDS, PARTITION_IDS, COLUMN_IDS)
 #: ``exactly_once_lanes="auto"`` where the cluster's cores cannot be told, or dynamic allocation changes them
 AUTO_LANES = 8
+#: Options whose ``"auto"`` (any case) is their ``None``: the sink chooses
+AUTO_OPTIONS = ("exactly_once_lanes",)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -239,8 +242,7 @@ class SinkConfig:
                 )
             # confluent-kafka accepts str/int/float/bool; keep the user's value as text.
             items.append((k, v if isinstance(v, str) else (str(v).lower() if isinstance(v, bool) else str(v))))
-        if str(options.get("exactly_once_lanes")).lower() == "auto":
-            options["exactly_once_lanes"] = None
+        options.update({k: None for k in AUTO_OPTIONS if str(options.get(k)).lower() == "auto"})
         if isinstance(options.get("id_columns"), (list, str)):  # a list from Python, "a,b" from an option
             ids = options["id_columns"]
             options["id_columns"] = tuple(c.strip() for c in (ids.split(",") if isinstance(ids, str) else ids))

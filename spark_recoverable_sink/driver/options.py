@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from ..checks import DEFAULT_WAL_DIR, check_option_names
-from ..config import CONTENT_IDS, PARTITION_IDS, SinkConfig
+from ..config import AUTO_OPTIONS, CONTENT_IDS, PARTITION_IDS, SinkConfig
 from ..errors import ConfigError
 from .query import check_run_id
 
@@ -47,6 +47,8 @@ class SinkOptions:
 
 
 def _convert(option: str, raw: str, hint: Any) -> Any:
+    if option in AUTO_OPTIONS and raw.strip().lower() == "auto":
+        return None
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))

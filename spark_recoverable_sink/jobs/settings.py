@@ -30,7 +30,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
-from ..config import is_secret_option
+from ..config import AUTO_OPTIONS, is_secret_option
 
 __all__ = [
     "SettingsError", "SparkSettings", "KafkaSettings", "SinkSettings", "QuerySettings", "JobSettings",
@@ -177,7 +177,8 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
     """``value`` if it has the type ``hint`` allows (ints pass as floats); else SettingsError."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
-        if value is None and type(None) in args:
+        if value is None and type(None) in args or key.rpartition(".")[2] in AUTO_OPTIONS and \
+                str(value).lower() == "auto":
             return None
         (hint,) = [a for a in args if a is not type(None)]
     hint = typing.get_origin(hint) or hint  # dict[str, Any] -> dict

@@ -103,3 +103,15 @@ def test_an_explicit_count_after_auto_is_refused_for_a_batch_a_lane_committed(cf
     forget_plans()
     with pytest.raises(ConfigError, match=r"exactly_once_lanes=2.*lanes \[1\]"):
         pin_lanes(cfg, "r", 3)  # its re-run with exactly_once_lanes=4
+
+
+def test_auto_refuses_a_run_without_a_plan_whose_lanes_committed(cfg):
+    """A run from before plans (8 lanes, the former default) or idle past the offsets' retention: "auto" on 2 cores
+    would re-split a batch its lanes committed otherwise (lane 1 of 2 behind would publish what lane 5 of 8 has)."""
+    auto = dataclasses.replace(cfg, exactly_once_lanes=None)
+    _commit(cfg, lane_id(cfg.name, "old", 5), encode_offset(3, 1))  # lane 5 committed batch 3; no plan
+    with pytest.raises(ConfigError, match=r"no lane plan, yet lanes \[5\] committed.*set exactly_once_lanes"):
+        pin_lanes(auto, "old", 3, cores=lambda: 2)
+    assert pin_lanes(dataclasses.replace(cfg, exactly_once_lanes=8), "old", 3) == Plan(3, 8), "told: pinned"
+    forget_plans()
+    assert pin_lanes(auto, "old", 4, cores=lambda: 2) == Plan(3, 8), "then auto adopts it"

@@ -17,6 +17,8 @@ import uuid
 
 import pytest
 
+from spark_recoverable_sink.delivery.exactly_once.plan import forget_plans
+from spark_recoverable_sink.driver import sink as sink_module
 from spark_recoverable_sink.errors import ExactlyOnceMismatchError
 
 from ..kafka_helpers import create_topic, read_topic
@@ -43,17 +45,22 @@ def test_a_batch_rerun_split_otherwise_is_skipped_not_refused(spark, broker, tmp
     _assert_each_once(broker, topic, N)
 
 
-def test_auto_lanes_are_the_session_s_cores_pinned_for_the_run(spark, broker, tmp_path):
-    """``exactly_once_lanes`` unset ("auto"): one lane per core (local[2]: 2 lane tasks, not 8), kept by the run."""
+def test_auto_lanes_are_the_session_s_cores_pinned_for_the_run(spark, broker, tmp_path, monkeypatch):
+    """``exactly_once_lanes`` unset ("auto"): one lane per core (local[2]: 2 lane tasks, not 8), kept by the run
+    when a restarted driver sees more cores."""
     topic = f"eo-resplit-{uuid.uuid4().hex[:6]}"
     create_topic(broker.bootstrap, topic, 4)
     sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30)
     cores = spark.sparkContext.defaultParallelism
     first = sink.write(spark.createDataFrame(_rows(N), SCHEMA).repartition(5), batch_id=0, run_id="auto")
     assert first.acked == N and len(first.partition_reports) == cores == 2, first
+    forget_plans()  # a new driver, on a wider cluster
+    monkeypatch.setattr(sink_module, "lane_cores", lambda df: 4)
     again = sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=0, run_id="auto")
     assert again.pending == 0 and again.acked == 0 and len(again.partition_reports) == 2, again  # skipped
     _assert_each_once(broker, topic, N)
+    fresh = sink.write(spark.createDataFrame(_rows(10), SCHEMA), batch_id=0, run_id="auto-new")
+    assert len(fresh.partition_reports) == 4, "a new run takes the cores of now"
 
 
 def test_a_batch_that_failed_halfway_and_reruns_split_otherwise_ends_exactly_once(spark, broker, tmp_path, hooks):

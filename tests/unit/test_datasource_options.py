@@ -22,6 +22,11 @@ def test_kafka_prefix_is_removed_and_sink_options_are_typed():
     assert "pw" not in repr(c)
 
 
+@pytest.mark.parametrize("given, lanes", [("auto", None), (" Auto ", None), ("4", 4)])
+def test_exactly_once_lanes_take_auto_or_a_count(given, lanes):
+    assert parse_options({**BASE, "exactly_once_lanes": given}).config.exactly_once_lanes == lanes
+
+
 def test_keys_arrive_lower_cased_and_still_match():
     parsed = parse_options({k.upper() if k.startswith("a") else k: v for k, v in {**BASE, "ACK_TIMEOUT_S": "1"}.items()})
     assert parsed.config.ack_timeout_s == 1.0

@@ -59,6 +59,16 @@ def test_minimal_conf_gets_defaults_and_ints_pass_as_floats() -> None:
     assert s.sink.dead_letter_topic is None and s.kafka.create_topic_partitions == 0
 
 
+@pytest.mark.parametrize("given, lanes", [("auto", None), ("AUTO", None), (None, None), (4, 4)])
+def test_exactly_once_lanes_take_auto_null_or_a_count(given: Any, lanes: int | None) -> None:
+    raw = _minimal()
+    raw["sink"]["exactly_once_lanes"] = given
+    assert jobs.settings_from_dict(raw, Src, environ={}).sink.exactly_once_lanes == lanes
+    raw["sink"]["exactly_once_lanes"] = "some"
+    with pytest.raises(jobs.SettingsError, match="exactly_once_lanes: must be int"):
+        jobs.settings_from_dict(raw, Src, environ={})
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda r: r["sink"].update(ack_timeout=5), "sink: unknown key"),
     (lambda r: r["kafka"].pop("topic"), "kafka.topic: required"),

@@ -17,7 +17,8 @@ request): ``((from_batch + 1) << 24) | lanes``, "from batch ``from_batch`` on,
    does not run);
 3. none yet (the run's first exactly-once batch, or a run older than plans):
    commit ``(batch, lanes)``, ``lanes`` being ``exactly_once_lanes`` or, for
-   ``"auto"``, the cluster's cores then (:func:`wanted_lanes`);
+   ``"auto"`` and a run no lane of which committed, the cluster's cores then
+   (:func:`first_lanes`);
 4. the same lane count, or ``"auto"`` (which keeps whatever the run pinned):
    commit it again every half ``offsets_retention_s`` (a committed offset
    expires that long after its last commit);
@@ -46,7 +47,7 @@ from ...errors import ConfigError
 from .lanes import lane_markers
 from .markers import MAX_BATCH, client_conf, lane_id
 
-__all__ = ["Plan", "encode_plan", "decode_plan", "plan_group", "pin_lanes", "forget_plans", "wanted_lanes"]
+__all__ = ["Plan", "encode_plan", "decode_plan", "plan_group", "pin_lanes", "forget_plans", "first_lanes"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")
 
@@ -101,11 +102,29 @@ def forget_plans() -> None:
         _PINNED.clear()
 
 
-def wanted_lanes(config: SinkConfig, cores: Callable[[], int | None]) -> int:
-    """``exactly_once_lanes`` when set, else (``"auto"``) ``cores()``, else :data:`.AUTO_LANES`."""
+def first_lanes(config: SinkConfig, run: str, cores: Callable[[], int | None], timeout_s: float) -> int:
+    """Step 3's count: ``exactly_once_lanes`` when set, else (``"auto"``) ``cores()``, else :data:`.AUTO_LANES`.
+
+    ``"auto"`` first makes sure the run is new: no lane of it (up to the
+    larger of that count and 8) committed, so that a run with no plan (one
+    from before plans, or idle past ``offsets_retention_s``) is never re-split
+    otherwise under a batch its lanes committed.
+
+    Raises:
+        ConfigError: ``"auto"``, and lanes of the run committed without a plan.
+        confluent_kafka.KafkaException: the lanes' markers not read within ``timeout_s``.
+    """
     if config.exactly_once_lanes is not None:
         return config.exactly_once_lanes
-    return cores() or AUTO_LANES
+    lanes = cores() or AUTO_LANES
+    markers = lane_markers(config, run, range(max(lanes, AUTO_LANES)), timeout_s)
+    done = sorted(n for n, m in markers.items() if m is not None)
+    if done:
+        raise ConfigError("exactly_once_lanes",
+                          f"run {run} of sink {config.name} has no lane plan, yet lanes {done[:8]} committed batches "
+                          "(a run from before lane plans, or one idle past offsets_retention_s): \"auto\" cannot tell "
+                          "how many lanes it ran with; set exactly_once_lanes to that count (8 unless it was set)")
+    return lanes
 
 
 def pin_lanes(config: SinkConfig, run: str, batch: int, timeout_s: float = 30.0,
@@ -131,7 +150,7 @@ def pin_lanes(config: SinkConfig, run: str, batch: int, timeout_s: float = 30.0,
         try:
             plan = _read(consumer, config, timeout_s)  # Step 2
             if plan is None:  # Step 3
-                plan = Plan(batch, wanted_lanes(config, cores))
+                plan = Plan(batch, first_lanes(config, run, cores, timeout_s))
             elif not auto and plan.lanes != config.exactly_once_lanes:  # Step 5
                 _check_change(config, run, batch, plan, timeout_s)
                 log.warning("sink=%s run=%s batch_id=%d exactly_once_lanes changes from %d (since batch %d) to %d",
