@@ -72,3 +72,21 @@ def test_the_targets_list_carries_the_section_s_targets():
     sec = _section([{SK: (400, 600), EO: (480, 700)}] * 5)
     names = [t["name"] for t in evaluate_targets({"kafka_source": sec})]
     assert sum("Spark's Kafka source" in n for n in names) == 2
+
+
+def test_the_page_shows_each_writer_s_medians_with_their_spread_and_the_failed_queries():
+    from bench.render_ks import kafka_source_md
+
+    sec = _section([{SK: (400, 600), SYNC: (420, 640), EO: (480, 700)},
+                    {SK: (800, 900), SYNC: (840, 950), EO: (960, 990)},
+                    {SK: (500, 700), SYNC: (520, 720), EO: (1000, 1200)}], failed=(SYNC,))
+    sec.update(in_partitions=8, value_bytes=100, trigger_s=1.0, batches=10, warmup_batches=3)
+    out: list[str] = []
+    kafka_source_md(out.append, {"kafka_source": sec})
+    page = "\n".join(out)
+    assert "| 4 | sink exactly-once (native) | 3 | 960 (480–1,000) | 990 (700–1,200) |" in page
+    assert "| 1.20 (1.20–2.00) |" in page and "2 of 3" in page  # kept up in two rounds (p95 <= 1 s)
+    assert "`4:sink-sync`: RuntimeError: stopped" in page
+    out.clear()
+    kafka_source_md(out.append, {"kafka_source": {"error": "broker down"}})
+    assert "This section failed" in "\n".join(out)

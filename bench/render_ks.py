@@ -1,0 +1,48 @@
+"""docs/PERFORMANCE.md's section 9: a Kafka → Kafka copy through Spark's Kafka source (bench/kafka_source.py).
+
+Pure: reads the section's results (and its summary, bench/analysis_ks.py), imports no Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.render_md import LABELS, _err, _f, _ok, _table
+
+__all__ = ["kafka_source_md"]
+
+
+def _spread(s: dict[str, Any] | None, fmt: str = "{:,.0f}") -> str:
+    """``median (min–max)`` of a figure over rounds."""
+    if not s or s.get("median") is None:
+        return "–"
+    return f"{_f(s['median'], fmt)} ({_f(s['min'], fmt)}–{_f(s['max'], fmt)})"
+
+
+def kafka_source_md(w: Any, results: dict[str, Any]) -> None:
+    """Section 9: per Spark partition count and writer, trigger p50 / p95 over rounds, and ÷ Spark's own sink."""
+    w("## 9. Kafka → Kafka micro-batches (Spark's Kafka source)\n")
+    ks = results.get("kafka_source")
+    if not _ok(ks):
+        w(_err(ks))
+        return
+    w(f"A copy as users write it: Spark's Kafka source over a topic of {ks['in_partitions']} partitions "
+      f"({ks['value_bytes']} B values), `maxOffsetsPerTrigger` {ks['rows_per_trigger']:,}, a "
+      f"{ks['trigger_s']:.0f} s trigger, `repartition(N)` to N Spark partitions, then each writer's "
+      f"`foreachBatch`. One query per writer and N, {ks['warmup_batches']} warm-up batches not counted, then "
+      f"{ks['batches']} measured; the writers' order rotates from round to round ({len(ks['rounds'])} rounds). "
+      "Figures are the median over rounds of each query's trigger p50 / p95 (`triggerExecution`), with the "
+      "rounds' spread; the ratio to Spark's own sink is taken within each round (both queries ran in it, one after "
+      "the other), then its median.\n")
+    rows = []
+    for r in ks.get("summary") or []:
+        rows.append([str(r["partitions"]), LABELS.get(r["writer"], r["writer"]), str(r["rounds"]),
+                     _spread(r["trigger_p50_ms"]), _spread(r["trigger_p95_ms"]), _spread(r["add_batch_p50_ms"]),
+                     f"{r['kept_up_rounds']} of {r['rounds']}", _spread(r.get("p50_vs_spark_kafka"), "{:.2f}")])
+    w(_table(["Spark partitions", "writer", "rounds", "trigger p50 ms", "trigger p95 ms", "addBatch p50 ms",
+              "kept up", "p50 ÷ Spark's sink"], rows) + "\n")
+    failed = {k: v for r in ks["rounds"] for k, v in (r.get("errors") or {}).items()}
+    if failed:
+        w("Failed queries (partitions:writer): " + "; ".join(f"`{k}`: {v}" for k, v in sorted(failed.items())) + "\n")
+    w("\"Kept up\": the query's trigger p95 within the 1 s trigger. With 10 measured batches the p95 is about the "
+      "worst batch: one slow batch in a query is enough to miss it.\n")
