@@ -238,8 +238,9 @@ def main() -> int:
     if args.merge_into:  # this run's sections replace the same sections of an earlier run's file
         with open(args.merge_into) as f:
             base = json.load(f)
-        for section in want:
-            base[section] = results.get(section)
+        for section in want:  # a section's results key is its name in Python's spelling (kafka-source: kafka_source)
+            key = section.replace("-", "_")
+            base[key] = results.get(key)
         base["meta"].setdefault("merged", []).append(
             {"sections": sorted(want), "timestamp": stamp, "commit": results["meta"]["commit"], "params": p,
              "brokers": brokers.used, "elapsed_s": results["meta"]["elapsed_s"], "file": os.path.basename(path)})
