@@ -232,12 +232,14 @@ def main() -> int:
                 json.dump(results, f, indent=1, default=str)
                 f.write("\n")
 
+    base = None
+    if args.merge_into:  # read before the first save: the file merged into may be latest.json itself
+        with open(args.merge_into) as f:
+            base = json.load(f)
     save()  # the measurements first: nothing below can lose them
     from bench import render
 
-    if args.merge_into:  # this run's sections replace the same sections of an earlier run's file
-        with open(args.merge_into) as f:
-            base = json.load(f)
+    if base is not None:  # this run's sections replace the same sections of an earlier run's file
         for section in want:  # a section's results key is its name in Python's spelling (kafka-source: kafka_source)
             key = section.replace("-", "_")
             base[key] = results.get(key)
