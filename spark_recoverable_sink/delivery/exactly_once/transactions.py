@@ -204,16 +204,20 @@ class Committer:
             lane.ready = True
         return lane
 
-    def _sweep(self, lane: Lane, lid: str, unit: Unit | None, deadline: Deadline) -> None:
-        """Step 1b: an unswept lane sweeps ``unit``'s topics; a swept one only topics its chunks met since."""
+    def _sweep(self, lane: Lane, lid: str, unit: Unit | None, deadline: Deadline) -> bool:
+        """Step 1b: an unswept lane sweeps ``unit``'s topics; a swept one only topics its chunks met since. True: it
+        swept a fresh lane and read its ``known`` marker since its init; a new producer's before the sweep (which
+        commits nothing, and whose abort leaves the offset unstable for a moment), else (unanswered) after it."""
         if lane.swept and lane.need_topics <= lane.swept_topics:
-            return
-        fresh = not lane.swept
+            return False
+        fresh, new = not lane.swept, lane.known is None and lane.open is None and not lane.must_abort
         topics = lane.need_topics | (lane_topics(self.config, unit) if fresh else set())
         lane.settle_open(None, partial(left, deadline))  # a failed sweep's transaction
+        before = self._marker(lid, lane, deadline, before_init=True) if fresh and new else UNANSWERED
         sweep(self.config, lane, lid, topics, partial(left, deadline))
         if fresh:
-            lane.known = self._marker(lid, lane, deadline)
+            lane.known = self._marker(lid, lane, deadline) if before is UNANSWERED else before
+        return fresh
 
     def begin_inline(self, wal_path: str, key: AttemptKey, run: str, deadline: Deadline) -> "InlineTransaction | None":
         """A task's unit, produced into its transaction as its chunks reach the WAL (steps 1-3 now).
@@ -230,8 +234,7 @@ class Committer:
             if not self.config.topic and not lane.swept_topics:
                 return None  # its sweep needs the unit's topics: published from the WAL once committed
             lane.settle_open(None, partial(left, deadline))
-            self._sweep(lane, lid, None, deadline)
-            marker = self._marker(lid, lane, deadline)
+            marker = lane.known if self._sweep(lane, lid, None, deadline) else self._marker(lid, lane, deadline)
             if marker is not None and marker.batch >= key.batch:
                 return None  # a re-run: the commit step decides
             lane.producer.begin_transaction()
@@ -249,8 +252,8 @@ class Committer:
         lane.settle_open(ident, partial(left, deadline))
         lid = lane_id(self.config.name, unit.run, unit.partition)
         if lane.open is None:  # Step 2
-            self._sweep(lane, lid, unit, deadline)
-            decided = self.decide(unit, self._marker(lid, lane, deadline))
+            swept = self._sweep(lane, lid, unit, deadline)
+            decided = self.decide(unit, lane.known if swept else self._marker(lid, lane, deadline))
             if decided is not None:
                 return decided
             p.begin_transaction()
@@ -324,7 +327,6 @@ class Committer:
             _points.point("eo.produced_chunk", batch=unit.batch, partition=unit.partition, rows=ck.first_seq + _n)
         if lane.failures:  # the transaction cannot commit: aborted, then the unit is tried again (or refused)
             from confluent_kafka import KafkaException
-
             lane.must_abort = True
             raise KafkaException(lane.failures[0][0])
 
@@ -334,10 +336,8 @@ class Committer:
         if lane is None:
             return None
         lane.collect(lane.producer.poll(0))  # the native engine's counts of the failed transaction
-        if not lane.failures:
-            return None
         permanent = [(e, msg, i) for e, msg, i in lane.failures if e.code() in NON_RETRIABLE and i >= 0]
-        if not permanent:
+        if not permanent:  # (no failure at all, or none for good)
             return None
         for err, where, i in permanent:  # where: the record's index (refused at produce) or its content
             ck = unit.chunks[i][0]

@@ -1,0 +1,50 @@
+"""A lane whose task lands on another worker than its last unit: what its new producer reads, on the real broker.
+
+Spark hands a task the Python worker that went idle first, so a lane's unit
+often runs in another worker than the lane's last one ("hops"). Its new
+producer is initialised and swept (:mod:`...delivery.exactly_once.sweep`:
+one aborted transaction over the lane's partitions and its group offset).
+A read of the lane's marker just after that abort waits until the aborted
+offset commit is stable (measured: 60-170 ms of each hop), so the marker is
+read once, after the init and before the sweep, which commits nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_recoverable_sink.delivery.exactly_once import transactions
+from spark_recoverable_sink.delivery.exactly_once.markers import MarkerReader
+from spark_recoverable_sink.task.writer import write_partition
+
+from ..kafka_helpers import read_topic
+from .rows import batches
+from .test_exactly_once import RC, _assert_exactly, _child, _eo
+
+pytestmark = pytest.mark.broker
+
+
+def test_a_lane_that_hopped_reads_its_marker_once_and_not_after_its_sweep(broker, topic, tmp_path, monkeypatch):
+    cfg = _eo(broker.bootstrap, str(tmp_path / "a"), topic, ack_timeout_s=30)
+    assert write_partition(cfg, 0, 0, 0, batches(0, 100, 50), run="r").acked == 100
+    other = _eo(broker.bootstrap, str(tmp_path / "b"), topic, ack_timeout_s=30, name=cfg.name)
+    assert _child(other, 1, 0, 100, "r").returncode == 0  # the lane's next unit ran in another worker
+    events: list[str] = []
+    real_sweep, real_read = transactions.sweep, MarkerReader.from_offset
+
+    def sweep(*a, **k):
+        events.append("sweep")
+        return real_sweep(*a, **k)
+
+    def read(self, *a, **k):
+        events.append("read")
+        return real_read(self, *a, **k)
+
+    monkeypatch.setattr(transactions, "sweep", sweep)
+    monkeypatch.setattr(MarkerReader, "from_offset", read)
+    assert write_partition(cfg, 2, 0, 0, batches(0, 100, 50), run="r").acked == 100  # back in this worker
+    assert "sweep" in events, events
+    after = events[events.index("sweep") + 1:]
+    assert after == [], f"the marker was read after the new producer's sweep: {events}"
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=300, isolation=RC), cfg, "r",
+                    {(b, 0): 100 for b in range(3)})
