@@ -210,10 +210,10 @@ class Committer:
         commits nothing, and whose abort leaves the offset unstable for a moment), else (unanswered) after it."""
         if lane.swept and lane.need_topics <= lane.swept_topics:
             return False
-        fresh, new = not lane.swept, lane.known is None and lane.open is None and not lane.must_abort
+        fresh = not lane.swept
         topics = lane.need_topics | (lane_topics(self.config, unit) if fresh else set())
         lane.settle_open(None, partial(left, deadline))  # a failed sweep's transaction
-        before = self._marker(lid, lane, deadline, before_init=True) if fresh and new else UNANSWERED
+        before = self._marker(lid, lane, deadline, before_init=True) if fresh and lane.known is None else UNANSWERED
         sweep(self.config, lane, lid, topics, partial(left, deadline))
         if fresh:
             lane.known = self._marker(lid, lane, deadline) if before is UNANSWERED else before
