@@ -171,11 +171,11 @@ class Engine:
         """
         raise NotImplementedError
 
-    def send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[str, int, int]], timeout_s: float) -> None:
+    def send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[Any, ...]], timeout_s: float) -> None:
         """``send_offsets_to_transaction`` for group ``group_id`` (``consumer`` is a member of it), bounded.
 
-        The call is given ``min(timeout_s, SEND_OFFSETS_MAX_S)`` and waited for
-        that plus :data:`BOUND_GRACE_S` (:func:`bounded`).
+        ``offsets``: ``(topic, partition, offset[, metadata])``. The call is given ``min(timeout_s,
+        SEND_OFFSETS_MAX_S)`` and waited for that plus :data:`BOUND_GRACE_S` (:func:`bounded`).
 
         Raises:
             confluent_kafka.KafkaException: what the call raised, or the fatal time-out of :func:`bounded`.
@@ -183,7 +183,7 @@ class Engine:
         t = min(timeout_s, SEND_OFFSETS_MAX_S) if timeout_s >= 0 else SEND_OFFSETS_MAX_S
         bounded(lambda: self._send_offsets(group_id, consumer, offsets, t), t, "send_offsets_to_transaction")
 
-    def _send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[str, int, int]],
+    def _send_offsets(self, group_id: str, consumer: Any, offsets: list[tuple[Any, ...]],
                       timeout_s: float) -> None:
         """The client's own ``send_offsets_to_transaction`` (runs in :func:`bounded`'s thread)."""
         raise NotImplementedError
@@ -226,7 +226,7 @@ class PythonEngine(Engine):
     def _send_offsets(self, group_id, consumer, offsets, timeout_s):
         from confluent_kafka import TopicPartition
 
-        tps = [TopicPartition(t, p, o) for t, p, o in offsets]
+        tps = [TopicPartition(*o[:3], **({"metadata": o[3]} if o[3:4] not in ((), (None,)) else {})) for o in offsets]
         self.producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), timeout_s)
 
     def __getattr__(self, name: str) -> Any:  # flush, purge, __len__'s target, transactions, list_topics

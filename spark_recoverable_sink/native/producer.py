@@ -134,11 +134,12 @@ class Producer:
                                     timeout_s: float = -1) -> None:
         """Commit ``offsets`` for consumer group ``group_id`` with the open transaction.
 
-        ``offsets``: ``(topic, partition, offset)`` tuples, or objects with
-        ``topic``/``partition``/``offset`` attributes (``confluent_kafka.TopicPartition``).
+        ``offsets``: ``(topic, partition, offset[, metadata])`` tuples, or objects with
+        ``topic``/``partition``/``offset``/``metadata`` attributes (``confluent_kafka.TopicPartition``).
         The offset is the next one to consume; negative (logical) offsets are ignored.
         """
-        tps = [tuple(o) if isinstance(o, (tuple, list)) else (o.topic, o.partition, o.offset)
+        tps = [tuple(o) if isinstance(o, (tuple, list)) else (o.topic, o.partition, o.offset,
+                                                               getattr(o, "metadata", None))
                for o in offsets]
         self._txn(self._p.send_offsets_to_transaction(str(group_id), tps, float(timeout_s)))
 

@@ -871,8 +871,9 @@ static const char *c_name(PyObject *o, const char *what) {
 }
 
 /*
- * send_offsets_to_transaction(group_id, [(topic, partition, offset)], timeout_s=-1): the offsets
- * are committed for the consumer group when the transaction commits, and not if it aborts.
+ * send_offsets_to_transaction(group_id, [(topic, partition, offset[, metadata])], timeout_s=-1): the
+ * offsets (each with its commit metadata, a str, when given) are committed for the consumer group when the
+ * transaction commits, and not if it aborts.
  */
 static PyObject *Producer_send_offsets_to_transaction(Producer *self, PyObject *args) {
     PyObject *gid_o, *offs_o, *t = NULL;
@@ -894,18 +895,26 @@ static PyObject *Producer_send_offsets_to_transaction(Producer *self, PyObject *
         PyObject *topic_o;
         int partition;
         long long offset;
+        const char *meta = NULL;
         if (!(t = PySequence_GetItem(offs_o, i))) goto fail;
-        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "OiL", &topic_o, &partition, &offset)) {
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "OiL|z", &topic_o, &partition, &offset, &meta)) {
             if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_TypeError, "offsets[%zd] must be (topic: str, partition: int, "
-                             "offset: int)", i);
+                             "offset: int[, metadata: str | None])", i);
             }
             goto fail;
         }
         const char *topic = c_name(topic_o, "topic");
         if (!topic) goto fail;
-        RK(rd_kafka_topic_partition_list_add)(tps, topic, partition)->offset = offset;
+        rks_topic_partition_t *tp = RK(rd_kafka_topic_partition_list_add)(tps, topic, partition);
+        tp->offset = offset;
+        if (meta) { /* freed by rd_kafka_topic_partition_list_destroy() (libc free) */
+            size_t len = strlen(meta);
+            if (!(tp->metadata = malloc(len ? len : 1))) { PyErr_NoMemory(); goto fail; }
+            memcpy(tp->metadata, meta, len);
+            tp->metadata_size = len;
+        }
         Py_CLEAR(t);
     }
     if (enter(self, 1) < 0) goto fail;
@@ -968,7 +977,7 @@ static PyMethodDef Producer_methods[] = {
     {"commit_transaction", (PyCFunction)Producer_commit_transaction, METH_VARARGS, NULL},
     {"abort_transaction", (PyCFunction)Producer_abort_transaction, METH_VARARGS, NULL},
     {"send_offsets_to_transaction", (PyCFunction)Producer_send_offsets_to_transaction, METH_VARARGS,
-     "send_offsets_to_transaction(group_id, [(topic, partition, offset)], timeout_s=-1)"},
+     "send_offsets_to_transaction(group_id, [(topic, partition, offset[, metadata])], timeout_s=-1)"},
     {"_test_fatal_error", (PyCFunction)Producer_test_fatal_error, METH_VARARGS,
      "_test_fatal_error(code, reason): librdkafka's fatal-error test hook"},
     {"native_stats", (PyCFunction)Producer_stats, METH_NOARGS,

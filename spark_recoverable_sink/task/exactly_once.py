@@ -133,7 +133,7 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
     if outcome == MISMATCH:
         units.forget(unit)
         rt.wal.abort_attempt(akey)
-        found = unit.found.batch if unit.found is not None else None
+        found = unit.found.latest if unit.found is not None else None
         raise ExactlyOnceMismatchError(
             f"sink={config.name} run={run} batch={akey.batch} partition={akey.partition}: {unit.why}. A batch "
             "re-run after a restart must bring the same records (in any split and order: read from a replayable "

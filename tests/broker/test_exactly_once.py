@@ -340,15 +340,15 @@ def test_a_request_kafka_refuses_for_a_future_timestamp_refuses_the_unit_at_once
 
 def test_a_lane_that_moved_to_another_worker_is_reinitialised_before_its_inline_transaction(
         broker, topic, tmp_path, monkeypatch, caplog):
-    from spark_recoverable_sink.delivery.exactly_once.transactions import Committer
+    from spark_recoverable_sink.delivery.exactly_once import transactions
 
     cfg = _eo(broker.bootstrap, str(tmp_path / "a"), topic, ack_timeout_s=30)
     assert write_partition(cfg, 0, 0, 0, batches(0, 100, 50), run="r").acked == 100
     other = _eo(broker.bootstrap, str(tmp_path / "b"), topic, ack_timeout_s=30, name=cfg.name)
     assert _child(other, 1, 0, 100, "r").returncode == 0  # another worker commits the lane's next batch
     from_wal = []
-    real = Committer._produce
-    monkeypatch.setattr(Committer, "_produce", lambda self, *a: (from_wal.append(1), real(self, *a))[1])
+    real = transactions.produce_unit
+    monkeypatch.setattr(transactions, "produce_unit", lambda *a: (from_wal.append(1), real(*a))[1])
     with caplog.at_level("INFO"):
         assert write_partition(cfg, 2, 0, 0, batches(0, 100, 50), run="r").acked == 100
     assert from_wal == [], "the fenced producer's inline transaction failed: the unit was produced again from the WAL"

@@ -34,8 +34,77 @@ def test_the_bucket_count_follows_the_units_size():
 
 
 def test_partial_markers_round_trip_and_anything_else_is_not_one():
-    p = Partial(2, 7, 0xFEDCBA9876543210)
+    p = Partial(41, 2, 7, 0xFEDCBA9876543210)
     assert decode_partial(encode_partial(p)) == p
-    for bad in ("", None, "x", "{}", '{"rks":2,"k":0,"K":2,"d":"0"}', '{"rks":1,"k":6,"K":7,"d":"0"}',
-                '{"rks":1,"k":"a","K":7,"d":"0"}', "[1]"):
+    for bad in ("", None, "x", "{}", '{"rks":2,"b":1,"k":0,"K":2,"d":"0"}', '{"rks":1,"b":1,"k":6,"K":7,"d":"0"}',
+                '{"rks":1,"b":1,"k":"a","K":7,"d":"0"}', '{"rks":1,"k":0,"K":2,"d":"0"}',
+                '{"rks":1,"b":-1,"k":0,"K":2,"d":"0"}', "[1]"):
         assert decode_partial(bad) is None, bad
+
+
+def test_a_partial_marker_rides_on_the_lanes_unchanged_offset_and_reads_back_with_it():
+    from spark_recoverable_sink.delivery.exactly_once.markers import decode_offset, encode_offset
+
+    p = Partial(9, 1, 4, 0x1234)
+    m = decode_offset(encode_offset(8, 77), encode_partial(p))
+    assert (m.batch, m.digest32, m.partial, m.latest) == (8, 77, p, 9)
+    assert m.proves(8, 77)  # the complete marker of batch 8 still proves batch 8
+    assert m != decode_offset(encode_offset(8, 77))  # a part committed elsewhere is a move of the lane
+    first = decode_offset(0, encode_partial(Partial(0, 0, 2, 5)))  # the run's first batch, in part
+    assert (first.batch, first.latest) == (-1, 0)
+    assert decode_offset(0) is None and decode_offset(0, "") is None and decode_offset(0, "not ours") is None
+
+
+def test_a_partial_marker_record_holds_the_lanes_last_complete_unit_and_is_checked():
+    from spark_recoverable_sink.delivery.exactly_once.markers import decode_record
+    from spark_recoverable_sink.delivery.exactly_once.subunits import encode_partial_record
+
+    p = Partial(12, 3, 9, 2**64 - 5)
+    raw = encode_partial_record((11, 0xABCDEF01), p, "run-1", 1_700_000_000_000)
+    m, ms = decode_record(raw)
+    assert (m.batch, m.digest32, m.partial, m.run, m.source, ms) == (11, 0xABCDEF01, p, "run-1", "record",
+                                                                     1_700_000_000_000)
+    none, _ = decode_record(encode_partial_record(None, p, "r", 1))
+    assert (none.batch, none.latest) == (-1, 12)
+    assert decode_record(raw[:-1] + bytes([raw[-1] ^ 1])) is None  # a bad checksum
+    assert decode_record(raw[:20]) is None
+
+
+def test_the_committer_publishes_the_rest_of_a_batch_its_lane_committed_in_part():
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.delivery.exactly_once.markers import Marker
+    from spark_recoverable_sink.delivery.exactly_once.transactions import MISMATCH, SKIPPED, Committer, Unit
+    from spark_recoverable_sink.wal.format import AttemptKey
+
+    cfg = SinkConfig.build("parts", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-parts", topic="t",
+                           guarantee="exactly_once")
+    c = Committer(cfg)
+
+    def unit(batch, own):
+        return Unit(None, AttemptKey(batch, 0, 1), "r", rows=5, chunks=[], digest=42, own=own)
+
+    in_part = Marker(4, 7, partial=Partial(5, 0, 3, 11))
+    assert c.decide(unit(5, True), in_part) is None  # the rest of batch 5 is published (.parts)
+    assert c.decide(unit(6, True), in_part) is None
+    assert c.decide(unit(4, False), Marker(4, 42, partial=Partial(5, 0, 3, 11))) == SKIPPED
+    assert c.decide(unit(3, False), in_part) == SKIPPED  # batch 5 began: batch 3 ended before it
+    mine = unit(3, True)
+    assert c.decide(mine, in_part) == MISMATCH and "later batch (5)" in mine.why
+    c.close()
+
+
+def test_a_new_lane_count_is_refused_for_a_batch_a_lane_committed_only_in_part(monkeypatch):
+    import pytest
+
+    from spark_recoverable_sink.config import SinkConfig
+    from spark_recoverable_sink.delivery.exactly_once import plan
+    from spark_recoverable_sink.delivery.exactly_once.markers import Marker
+    from spark_recoverable_sink.errors import ConfigError
+
+    cfg = SinkConfig.build("parts", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-parts", topic="t",
+                           guarantee="exactly_once", exactly_once_lanes=4)
+    monkeypatch.setattr(plan, "lane_markers", lambda *a, **k: {0: Marker(-1, 0, partial=Partial(7, 0, 2, 1)),
+                                                               1: None})
+    with pytest.raises(ConfigError, match=r"lanes \[0\] hold batch 7"):
+        plan._check_change(cfg, "r", 7, plan.Plan(0, 2), 1.0)
+    plan._check_change(cfg, "r", 8, plan.Plan(0, 2), 1.0)  # a later batch: nothing of it was produced

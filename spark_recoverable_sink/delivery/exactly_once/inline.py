@@ -4,7 +4,9 @@ Overlaps producing with writing the WAL: each chunk is committed to the WAL
 before it is produced, and the transaction is committed only after the
 attempt is (:meth:`.transactions.Committer.commit`, which resumes it). A
 failure only breaks it: the commit step then aborts it and produces the unit
-again from the WAL.
+again from the WAL. So does a unit that grows past
+:data:`.subunits.SUB_UNIT_BYTES`: too large for one transaction, it is
+committed in parts from the WAL (:mod:`.parts`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ... import _points
 from ...config import SinkConfig
 from ...ids import record_id_prefix
 from ...wal.format import AttemptKey
+from . import subunits
 from .lanes import Lane, on_delivery
 from .sweep import unswept_topics
 
@@ -33,6 +36,7 @@ class InlineTransaction:
         self._key = key = ident[1]
         self._prefix = record_id_prefix(config.name, key.batch, key.partition, run)
         self.broken = False
+        self._bytes = 0  # of the chunks produced into it
         lane.failures = []
 
     def produce(self, batch: Any, first_seq: int, block_s: float) -> None:
@@ -43,7 +47,9 @@ class InlineTransaction:
             return
         cfg = self._config
         lane = self._lane
-        if unswept_topics(lane, batch, cfg.topic):  # aborted at the commit step, then swept and produced again
+        self._bytes += batch.nbytes
+        if self._bytes > subunits.SUB_UNIT_BYTES or unswept_topics(lane, batch, cfg.topic):
+            # aborted at the commit step, then (swept and) produced again from the WAL, in parts if too large
             self.broken = True
             lane.must_abort = True
             return
@@ -63,7 +69,7 @@ class InlineTransaction:
             return
         lane.chunks_in += 1
         _points.point("eo.produced_chunk", batch=self._key.batch, partition=self._key.partition,
-                      rows=first_seq + batch.num_rows)
+                      rows=first_seq + batch.num_rows, records=batch.num_rows)
 
     def finish(self) -> None:
         """Every chunk is in: the commit step only sends the marker and commits (unless it broke)."""

@@ -54,21 +54,23 @@ class Lane:
         self.ending = False
         #: delivery failures inside the open transaction: (error, record index or (topic, key, value), chunk)
         self.failures: list[tuple[Any, Any, int]] = []
-        self._rids: dict[int, int] = {}  # the engine's round id -> chunk of the open transaction (-1: the marker)
+        self.parts: Any = None  # the open unit's plan when it is committed in parts (.parts.Parts)
+        self._rids: dict[int, tuple[int, Any]] = {}  # the engine's round id -> (chunk, rows) of the open transaction
         self._next_rid = 0
 
-    def round_for(self, chunk: int) -> int:
-        """A fresh round id for a chunk (``-1``: the marker record) of the open transaction."""
+    def round_for(self, chunk: int, rows: Any = None) -> int:
+        """A fresh round id for a chunk (``-1``: the marker record) of the open transaction; ``rows``: the chunk's
+        row of each record produced, when only some of them are (a sub-unit's)."""
         self._next_rid += 1
-        self._rids[self._next_rid] = chunk
+        self._rids[self._next_rid] = (chunk, rows)
         return self._next_rid
 
     def collect(self, results: Any) -> None:
         """Failures the native engine counted (its :meth:`.Engine.poll` results) into :attr:`failures`."""
         for rid, _acked, _reported, failed in results:
-            chunk = self._rids.get(rid)
+            chunk, rows = self._rids.get(rid, (None, None))
             if chunk is not None:
-                self.failures.extend((err, row, chunk) for row, err in failed)
+                self.failures.extend((err, row if rows is None else int(rows[row]), chunk) for row, err in failed)
 
     def mark_produced(self, ident: Any) -> None:
         """Every record of ``ident``'s unit is in the open transaction: only the marker and the commit are left."""
@@ -103,6 +105,7 @@ class Lane:
 
     def reset(self) -> None:
         self.open, self.chunks_in, self.produced, self.offsets_sent, self.must_abort = None, 0, False, False, False
+        self.parts = None
         self._rids = {}
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import SinkConfig
+from .subunits import PARTIAL_RECORD_VERSION, Partial, decode_partial, decode_partial_record
 
 __all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
            "decode_offset", "encode_record", "decode_record", "client_conf",
@@ -102,7 +103,11 @@ def legacy_lane_id(sink: str, run: str, partition: int) -> str:
 
 @dataclass(frozen=True)
 class Marker:
-    """A lane's latest committed unit: its batch and digest (``rows``/``full_digest`` only from a record)."""
+    """A lane's latest committed unit: its batch and digest (``rows``/``full_digest`` only from a record).
+
+    ``partial``: a later unit of the lane committed in part since (:mod:`.subunits`); ``batch`` -1 when the lane
+    has no complete unit yet.
+    """
 
     batch: int
     digest32: int
@@ -110,6 +115,12 @@ class Marker:
     full_digest: int | None = None
     source: str = "offset"  # or "record": the offset had expired
     run: str | None = field(default=None, compare=False)  # the run a record names (an offset names none)
+    partial: Partial | None = None
+
+    @property
+    def latest(self) -> int:
+        """The latest batch the lane committed any of: its complete marker's, or a partial one's."""
+        return max(self.batch, self.partial.batch) if self.partial is not None else self.batch
 
     def proves(self, batch: int, digest: int) -> bool:
         """Whether this marker shows that unit (``batch``, ``digest``) is the one Kafka has."""
@@ -135,11 +146,12 @@ def encode_offset(batch: int, digest: int) -> int:
     return ((batch + 1) << DIGEST_BITS) | (digest & _DIGEST_MASK)
 
 
-def decode_offset(offset: int | None) -> Marker | None:
-    """The marker an offset holds; ``None`` if the lane has none (never committed, or expired)."""
+def decode_offset(offset: int | None, metadata: str | None = None) -> Marker | None:
+    """The marker an offset (and its commit metadata: a partial marker) holds; ``None`` if the lane has none."""
+    partial = decode_partial(metadata)
     if offset is None or offset < (1 << DIGEST_BITS):
-        return None
-    return Marker((offset >> DIGEST_BITS) - 1, offset & _DIGEST_MASK)
+        return None if partial is None else Marker(-1, 0, partial=partial)
+    return Marker((offset >> DIGEST_BITS) - 1, offset & _DIGEST_MASK, partial=partial)
 
 
 def encode_record(batch: int, rows: int, digest: int, run: str, written_ms: int) -> bytes:
@@ -153,6 +165,12 @@ def decode_record(raw: bytes) -> tuple[Marker, int] | None:
     """``(marker, written_ms)`` of a marker record; ``None`` for bytes that are not one (never trusted blindly)."""
     if raw is None or len(raw) < _RECORD.size + 4 or zlib.crc32(raw[:-4]) != struct.unpack(">I", raw[-4:])[0]:
         return None
+    if raw[4:6] == PARTIAL_RECORD_VERSION.to_bytes(2, "big"):  # a partial commit's (format 2)
+        part = decode_partial_record(raw)
+        if part is None:
+            return None
+        (b, d), p = part[0] or (-1, 0), part[1]
+        return Marker(b, d, source="record", run=part[2], partial=p), part[3]
     magic, version, batch, rows, digest, written_ms, n = _RECORD.unpack_from(raw)
     if magic != _RECORD_MAGIC or version != _RECORD_VERSION or len(raw) != _RECORD.size + n + 4 or batch < 0:
         return None
@@ -205,7 +223,7 @@ class MarkerReader:
         (tp,) = consumer.committed([TopicPartition(self.config.marker_topic, 0)], timeout=timeout_s)
         if tp.error is not None:
             raise KafkaException(tp.error)
-        return decode_offset(tp.offset)
+        return decode_offset(tp.offset, getattr(tp, "metadata", None))
 
     def read_before_init(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
         """:meth:`read` for a lane whose producer may not have fenced its predecessors: :data:`UNANSWERED`

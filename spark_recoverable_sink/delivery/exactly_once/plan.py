@@ -172,7 +172,7 @@ def _check_change(config: SinkConfig, run: str, batch: int, plan: Plan, timeout_
                           f"changes to or from exactly_once_lanes=0 (set exactly_once_lanes={plan.lanes}, or "
                           "start a new checkpoint)")
     markers = lane_markers(config, run, range(plan.lanes), timeout_s)
-    ahead = sorted(n for n, m in markers.items() if m is not None and m.batch >= batch)
+    ahead = sorted(n for n, m in markers.items() if m is not None and m.latest >= batch)  # a part counts
     if ahead:
         raise ConfigError("exactly_once_lanes",
                           f"batch {batch} of run {run} of sink {config.name} was committed in part with "

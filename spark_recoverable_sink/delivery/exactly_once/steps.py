@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from ...deadline import Deadline
 
-__all__ = ["left", "StepTimeout", "Decided", "STEP_S"]
+__all__ = ["left", "StepTimeout", "Decided", "STEP_S", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "REFUSED"]
 
+#: How a try at a unit ends (:meth:`.transactions.Committer.commit`).
+COMMITTED, SKIPPED, PENDING, MISMATCH, REFUSED = "committed", "skipped", "pending", "mismatch", "refused"
 STEP_S = 2.0  # the least time one step gets: the deadline is checked between steps, a step is not cut short
 
 

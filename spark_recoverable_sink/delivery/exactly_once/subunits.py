@@ -5,20 +5,27 @@ transaction left open longer than ``transaction.timeout.ms``. A lane's unit
 of millions of records (the first batch after a long stop without
 ``maxOffsetsPerTrigger``) would be aborted on every try. Such a unit is cut
 into ``K`` *sub-units*, each committed in a transaction of its own with a
-*partial* marker; the last commits the unit's complete marker.
+*partial* marker; the last commits the unit's complete marker (:mod:`.parts`).
 
 A re-run must form the same sub-units whatever order its records come in, so
-a sub-unit is not a run of chunks but a *bucket* of records:
-:func:`buckets` gives each record ``mix(fingerprint, occurrence) mod K`` (the
-same mix the unit digest sums, :func:`...fingerprint.mix_pairs`). ``K`` comes
-from the unit's size when its first sub-unit is committed
-(:func:`bucket_count`, at most :data:`SUB_UNIT_BYTES` of WAL chunks each) and
-is written in every partial marker, so a re-run uses the marker's ``K``, not
-its own count. A partial marker holds ``(batch, k, K, digest)``: buckets
-``0..k`` are in Kafka, and ``digest`` is the sum of their records' pairs; a
-re-run proves its buckets ``0..k`` hold exactly those records (the same sum),
-then publishes buckets ``k+1..K-1``. Any unit size commits: each transaction
+a sub-unit is not a run of chunks but a *bucket* of records: :func:`terms`
+gives each record its term of the unit digest (``mix(fingerprint,
+occurrence)``, :func:`...fingerprint.mix_each`), and its bucket is that term
+mod ``K``. ``K`` comes from the unit's WAL bytes when its first sub-unit is
+committed (:func:`bucket_count`, at most :data:`SUB_UNIT_BYTES` each) and is
+written in every partial marker, so a re-run uses the marker's ``K``, not its
+own count. A partial marker holds ``(batch, k, K, digest)``: buckets ``0..k``
+are in Kafka, and ``digest`` is the sum of their records' terms; a re-run
+proves its buckets ``0..k`` hold exactly those records (the same sum), then
+publishes buckets ``k+1..K-1``. Any unit size commits: each transaction
 carries one bucket.
+
+A partial marker rides where the complete one does (:mod:`.markers`): the
+lane group's offset keeps the lane's last *complete* marker, unchanged, and
+its commit *metadata* holds the partial one (:func:`encode_partial`), so every
+reader that only asks whether a batch is complete (the driver's settle) reads
+it as before; the lane's marker record holds both (:func:`encode_partial_record`,
+record format 2), for when the offset has expired.
 
 Where it runs: the executor, in a lane's commit step. Nothing here pickles.
 """
@@ -26,56 +33,98 @@ Where it runs: the executor, in a lane's commit step. Nothing here pickles.
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...fingerprint import mix_each
 
-__all__ = ["SUB_UNIT_BYTES", "Partial", "bucket_count", "buckets", "encode_partial", "decode_partial"]
+__all__ = ["SUB_UNIT_BYTES", "Partial", "bucket_count", "buckets", "terms", "encode_partial", "decode_partial",
+           "encode_partial_record", "decode_partial_record", "PARTIAL_RECORD_VERSION"]
 
 #: The most WAL chunk bytes one sub-unit's transaction carries. 32 MiB in half the default transaction timeout
 #: (30 s) needs about 1 MB/s from the broker: a unit no larger is published in one transaction, as before.
 SUB_UNIT_BYTES = 32 << 20
+PARTIAL_RECORD_VERSION = 2
+_MASK64 = (1 << 64) - 1
+_PREC = struct.Struct(">4sHqQqIIQqH")  # magic, version, base batch, base digest32, batch, k, K, digest, ms, run length
 
 
 @dataclass(frozen=True)
 class Partial:
-    """A partial marker's plan: buckets ``0..k`` of ``count`` are committed; ``digest`` sums their records."""
+    """A partial marker: buckets ``0..k`` of ``count`` of ``batch``'s unit are committed; ``digest`` sums their terms."""
 
+    batch: int
     k: int
     count: int
     digest: int
 
 
-def bucket_count(unit_bytes: int, limit: int = SUB_UNIT_BYTES) -> int:
-    """How many sub-units a unit of ``unit_bytes`` is published in (1: one transaction, as any small unit)."""
-    return max(1, -(-int(unit_bytes) // max(1, int(limit))))
+def bucket_count(unit_bytes: int, limit: int | None = None) -> int:
+    """How many sub-units a unit of ``unit_bytes`` is published in (1: one transaction, as any small unit).
+
+    ``limit``: :data:`SUB_UNIT_BYTES` as this module holds it when called.
+    """
+    cap = SUB_UNIT_BYTES if limit is None else limit
+    return max(1, -(-int(unit_bytes) // max(1, int(cap))))
+
+
+def terms(fps: np.ndarray, occs: np.ndarray) -> np.ndarray:
+    """Each record's term of the unit digest (their sum mod 2**64 is :func:`...fingerprint.mix_pairs`)."""
+    return mix_each(fps, occs)
 
 
 def buckets(fps: np.ndarray, occs: np.ndarray, count: int) -> np.ndarray:
     """Each record's sub-unit: its (fingerprint, occurrence) mixed, modulo ``count`` (order-independent)."""
     if count <= 1:
         return np.zeros(len(fps), dtype=np.int64)
-    return (mix_each(fps, occs) % np.uint64(count)).astype(np.int64)
+    return (terms(fps, occs) % np.uint64(count)).astype(np.int64)
 
 
 def encode_partial(p: Partial) -> str:
-    """The metadata of a partial marker's offset commit (``""`` is a complete marker's)."""
-    return json.dumps({"rks": 1, "k": p.k, "K": p.count, "d": f"{p.digest:016x}"}, separators=(",", ":"))
+    """The metadata of a partial marker's offset commit (a complete marker's has none)."""
+    return json.dumps({"rks": 1, "b": p.batch, "k": p.k, "K": p.count, "d": f"{p.digest:016x}"},
+                      separators=(",", ":"))
 
 
 def decode_partial(metadata: str | None) -> Partial | None:
-    """The plan a marker's metadata holds; ``None`` for a complete marker (or metadata that is not one of ours)."""
+    """The partial marker an offset's metadata holds; ``None`` for none (or metadata that is not one of ours)."""
     if not metadata:
         return None
     try:
         m = json.loads(metadata)
         if m.get("rks") != 1:
             return None
-        k, count, digest = int(m["k"]), int(m["K"]), int(m["d"], 16)
+        batch, k, count, digest = int(m["b"]), int(m["k"]), int(m["K"]), int(m["d"], 16)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not 0 <= k < count - 1:
+    if batch < 0 or not 0 <= k < count - 1 or not 0 <= digest <= _MASK64:
         return None  # a last bucket commits the complete marker, never a partial one
-    return Partial(k, count, digest)
+    return Partial(batch, k, count, digest)
+
+
+def encode_partial_record(base: tuple[int, int] | None, p: Partial, run: str, written_ms: int) -> bytes:
+    """A marker record (format 2) of a partial commit: the lane's last complete ``(batch, digest32)`` (``None``:
+    none) and the partial marker; ``RKSM | u16 2 | ... | run | crc32``."""
+    r = run.encode()
+    b, d = base if base is not None else (-1, 0)
+    body = _PREC.pack(b"RKSM", PARTIAL_RECORD_VERSION, b, d, p.batch, p.k, p.count, p.digest, written_ms, len(r)) + r
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+def decode_partial_record(raw: bytes) -> tuple[tuple[int, int] | None, Partial, str, int] | None:
+    """``(base, partial, run, written_ms)`` of a format-2 marker record; ``None`` for bytes that are not one."""
+    if raw is None or len(raw) < _PREC.size + 4 or zlib.crc32(raw[:-4]) != struct.unpack(">I", raw[-4:])[0]:
+        return None
+    magic, version, b, d, batch, k, count, digest, ms, n = _PREC.unpack_from(raw)
+    if magic != b"RKSM" or version != PARTIAL_RECORD_VERSION or len(raw) != _PREC.size + n + 4:
+        return None
+    if batch < 0 or not 0 <= k < count - 1 or b < -1 or d >= 1 << 32:
+        return None
+    try:
+        run = raw[_PREC.size:_PREC.size + n].decode()
+    except UnicodeDecodeError:
+        return None
+    return (None if b < 0 else (b, d)), Partial(batch, k, count, digest), run, ms

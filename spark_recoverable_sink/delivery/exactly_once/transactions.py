@@ -22,7 +22,9 @@ Steps of :meth:`Committer.commit`, each resumable after a failure or a deadline:
    *mismatch* for a task's own unit (its run id was reused with new data), as
    is the same batch with another digest; else ``begin_transaction``;
 3. produce the unit's chunks from the WAL, resuming after the chunks already
-   in the open transaction (the deadline is checked between chunks only);
+   in the open transaction (the deadline is checked between chunks only); a
+   unit too large for one transaction, or one its lane committed in part, is
+   committed in parts instead, one bucket of records per transaction (:mod:`.parts`);
 4. the marker (offset and record), then ``commit_transaction``; a commit (or
    abort) that ended without an outcome drops the lane's producer: the next
    one's ``init_transactions`` completes or aborts it, and step 2 reads which.
@@ -42,24 +44,22 @@ from ... import _points
 from ...config import SinkConfig
 from ...deadline import Deadline
 from ...errors import ConfigError, MarkerError
-from ...ids import record_id_prefix
-from ...wal.format import AttemptKey, ChunkKey, decode_chunk
+from ...wal.format import AttemptKey, ChunkKey
 from ..codes import NON_RETRIABLE, PRODUCER_RESET
 from ..engine import WEDGED
 from ..rows import record_index
 from .inline import InlineTransaction
-from .lanes import Lane, LanePool, on_delivery, send_marker
+from .lanes import Lane, LanePool, send_marker
 from .legacy import adopt_legacy
 from .markers import PRE_INIT_READ_S, PRE_INIT_SHARE, UNANSWERED, Marker, encode_offset, lane_id
-from .steps import Decided, StepTimeout, left
-from .sweep import SweepFailed, lane_topics, sweep, unswept_topics
+from .parts import commit_parts, plan_parts, produce_unit
+from .steps import COMMITTED, MISMATCH, PENDING, REFUSED, SKIPPED, Decided, StepTimeout, left
+from .sweep import SweepFailed, lane_topics, sweep
 from .topic import UNKNOWN_TOPIC_CODES, recheck_marker_topic
 
 __all__ = ["Unit", "Committer", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "REFUSED", "left"]
 
 log = logging.getLogger(__name__)
-
-COMMITTED, SKIPPED, PENDING, MISMATCH, REFUSED = "committed", "skipped", "pending", "mismatch", "refused"
 
 
 @dataclass
@@ -84,6 +84,7 @@ class Unit:
     why: str = ""  # why it was skipped, or does not match
     found: Marker | None = None
     refused: list[tuple[ChunkKey, int, int, str]] = field(default_factory=list)
+    parts: tuple[int, int] | None = None  # committed in parts: (buckets, those committed) (.parts)
 
     @property
     def batch(self) -> int:
@@ -164,7 +165,7 @@ class Committer:
 
     def decide(self, unit: Unit, marker: Marker | None) -> str | None:
         """What the lane's marker says of ``unit``: ``SKIPPED``, ``MISMATCH`` (``unit.why`` says why), or ``None``: publish."""
-        if marker is None or marker.batch < unit.batch:
+        if marker is None or marker.latest < unit.batch:
             return None
         unit.found = marker
         if marker.batch == unit.batch:
@@ -174,11 +175,13 @@ class Committer:
             unit.why = (f"its lane's marker shows batch {unit.batch} committed with other records (another digest "
                         "of the record ids)")
             return MISMATCH
+        if marker.latest == unit.batch:
+            return None  # committed in part: the rest (.parts)
         if unit.own:
-            unit.why = (f"its lane already committed a later batch ({marker.batch}): run id {unit.run!r} was used "
+            unit.why = (f"its lane already committed a later batch ({marker.latest}): run id {unit.run!r} was used "
                         "before with other batches")
             return MISMATCH
-        unit.why = (f"its lane committed batch {marker.batch} > {unit.batch} since, and batches end in order: "
+        unit.why = (f"its lane committed batch {marker.latest} > {unit.batch} since, and batches end in order: "
                     f"batch {unit.batch}'s unit was committed first")
         return SKIPPED
 
@@ -235,7 +238,7 @@ class Committer:
                 return None  # its sweep needs the unit's topics: published from the WAL once committed
             lane.settle_open(None, partial(left, deadline))
             marker = lane.known if self._sweep(lane, lid, None, deadline) else self._marker(lid, lane, deadline)
-            if marker is not None and marker.batch >= key.batch:
+            if marker is not None and marker.latest >= key.batch:
                 return None  # a re-run: the commit step decides
             lane.producer.begin_transaction()
             lane.open = (wal_path, key)
@@ -252,15 +255,19 @@ class Committer:
         lane.settle_open(ident, partial(left, deadline))
         lid = lane_id(self.config.name, unit.run, unit.partition)
         if lane.open is None:  # Step 2
-            swept = self._sweep(lane, lid, unit, deadline)
-            decided = self.decide(unit, lane.known if swept else self._marker(lid, lane, deadline))
+            marker = lane.known if self._sweep(lane, lid, unit, deadline) else self._marker(lid, lane, deadline)
+            decided = self.decide(unit, marker)
             if decided is not None:
                 return decided
-            p.begin_transaction()
-            lane.open = ident
-            lane.failures = []
+            lane.parts = plan_parts(unit, marker)
+            if lane.parts is None:
+                p.begin_transaction()
+                lane.open, lane.failures = ident, []
+        if lane.parts is not None:  # too large for one transaction: one per bucket (.parts)
+            commit_parts(self.config, lane, lid, unit, deadline)
+            return COMMITTED
         if not lane.produced:  # Step 3
-            self._produce(lane, unit, deadline)
+            produce_unit(self.config, lane, unit, deadline)
             lane.produced = True
         if not lane.offsets_sent:  # Step 4
             send_marker(self.config, lane, lid, Marker(unit.batch, unit.digest & 0xFFFFFFFF, unit.rows, unit.digest),
@@ -300,35 +307,6 @@ class Committer:
             recheck_marker_topic(self.config, left(deadline, "marker topic"),
                                  f"lane {lid}'s marker went back from batch {lane.known.batch}")
         return marker
-
-    def _produce(self, lane: Lane, unit: Unit, deadline: Deadline) -> None:
-        """Step 3: the unit's chunks into the open transaction, after those already in it."""
-        prefix = record_id_prefix(self.config.name, unit.batch, unit.partition, unit.run)
-        for i in range(lane.chunks_in, len(unit.chunks)):
-            if lane.failures:
-                break
-            if deadline.expired():
-                raise StepTimeout(f"no time left to produce the unit (chunks {i}/{len(unit.chunks)} in; resumed later)")
-            ck = unit.chunks[i][0]
-            raw = unit.wal.read_chunk(ck)
-            if raw is None:
-                raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
-            batch = decode_chunk(raw)
-            if unswept_topics(lane, batch, self.config.topic):  # swept first by the next attempt
-                lane.must_abort = True
-                raise StepTimeout(f"chunk {i} writes topics {sorted(lane.need_topics)} its lane has not swept yet")
-            _n, sync_failed = lane.producer.produce_chunk(
-                lane.round_for(i), partial(on_delivery, lane, i), batch, None, self.config.topic,
-                self.config.id_header, prefix, ck.first_seq, max(0.5, deadline.cap(30.0)))
-            lane.failures.extend((e, j, i) for j, e in sync_failed)
-            lane.collect(lane.producer.poll(0))
-            if not lane.failures:
-                lane.chunks_in = i + 1
-            _points.point("eo.produced_chunk", batch=unit.batch, partition=unit.partition, rows=ck.first_seq + _n)
-        if lane.failures:  # the transaction cannot commit: aborted, then the unit is tried again (or refused)
-            from confluent_kafka import KafkaException
-            lane.must_abort = True
-            raise KafkaException(lane.failures[0][0])
 
     def _refused(self, lid: str, unit: Unit) -> str | None:
         """After a failure: ``REFUSED`` (``unit.refused`` filled) if a record of it was refused for good."""

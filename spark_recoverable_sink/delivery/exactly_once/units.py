@@ -32,6 +32,7 @@ from ...wal.format import AttemptKey, ChunkKey, decode_chunk
 from ...wal.records import AttemptState
 from ..dead_letters import DeadLetterRouter, dead_letters_from
 from .markers import lane_id
+from .parts import uncommitted_rows
 from .transactions import (
     COMMITTED,
     MISMATCH,
@@ -206,18 +207,22 @@ class UnitBook:
         first = ", ".join(named) or "(not identified)"
         reason = unit.refused[0][3] if unit.refused else "refused"
         letters = []
-        for ck, batch in dead:
+        for ck, batch in dead:  # (of a unit committed in parts, only the parts not committed before)
+            pending = uncommitted_rows(unit, batch)
             mine = [(i, *refused[(ck, i)]) for i in range(batch.num_rows) if (ck, i) in refused]
             others = [(i, UNIT_REFUSED_CODE, f"not published: the exactly-once unit (batch {unit.batch}, partition "
                        f"{unit.partition}) is published whole or not at all, and its record {first} was refused "
-                       f"for good: {reason}") for i in range(batch.num_rows) if (ck, i) not in refused]
+                       f"for good: {reason}") for i in range(batch.num_rows) if (ck, i) not in refused and pending(i)]
             letters += dead_letters_from(self.config, ck, batch, mine + others)
         letters.sort(key=lambda kd: kd[1].error_code == UNIT_REFUSED_CODE)  # the refused records first
         unit.wal.prune(chunks=unit.chunks, dead=letters, attempts_done=[unit.key])
-        self.refused_rows += unit.rows
+        self.refused_rows += len(letters)
+        done = "none was published" if not unit.parts or not unit.parts[1] else (
+            f"except its {unit.rows - len(letters)} records of the {unit.parts[1]} of its {unit.parts[0]} parts "
+            "committed before, which are in Kafka")
         log.error("sink=%s batch=%d partition=%d rows=%d exactly-once unit refused: record %s refused for good "
-                  "(%s); all its records are in the dead-letter store, none was published", self.config.name,
-                  unit.batch, unit.partition, unit.rows, first, reason)
+                  "(%s); all its records are in the dead-letter store, %s", self.config.name,
+                  unit.batch, unit.partition, unit.rows, first, reason, done)
         for dkey, d in letters:  # the refused records are announced; the rest is in the line above
             self.router.stored(unit.wal, dkey, d, announce=d.error_code != UNIT_REFUSED_CODE)
 

@@ -1,0 +1,130 @@
+"""Exactly-once units too large for one transaction, on the real broker: committed in parts (delivery/exactly_once/parts.py).
+
+A broker aborts a transaction left open longer than ``transaction.timeout.ms``.
+A lane's unit that takes longer than that to produce (the first batch after
+a long stop: millions of records per lane) was aborted on every try, until
+the settle bound stopped the query. Here producing is slowed at the sink's
+named point ``eo.produced_chunk`` (a sleep per record produced), so that a
+40,000-record unit takes 4 s against a 2 s transaction timeout, on a broker
+that looks for timed-out transactions every 500 ms. Every check reads the
+topic with ``read_committed``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spark_recoverable_sink import ExactlyOnceMismatchError, _points
+from spark_recoverable_sink.delivery.exactly_once import subunits
+from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+from spark_recoverable_sink.task.runtime import reset_runtimes
+from spark_recoverable_sink.task.writer import write_partition
+
+from ..kafka_helpers import create_topic, read_topic
+from .rows import batches
+from .test_exactly_once import RC, _assert_exactly, _eo
+
+pytestmark = pytest.mark.broker
+
+ROWS = 40_000
+PER_RECORD_S = 100e-6  # 4 s for the whole unit
+SHORT = {"transaction.timeout.ms": 2000, "message.timeout.ms": 2000}
+
+
+@pytest.fixture
+def quick_abort_broker(tmp_path):
+    """A broker that aborts a timed-out transaction within 500 ms of its timeout (Kafka's default: 10 s)."""
+    from devtools.kafka_broker import KafkaBroker
+
+    b = KafkaBroker(str(tmp_path / "kafka"),
+                    properties={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def parts_seen(monkeypatch):
+    """Units of more than 400 KiB of WAL chunks go in parts (this unit: about 8), and producing is slowed."""
+    monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", 400 << 10)
+    seen: list[dict] = []
+
+    def hook(name, coords):
+        if name == "eo.produced_chunk":  # (a chunk of 1,000 records where a build gives no count)
+            time.sleep(coords.get("records", 1000) * PER_RECORD_S)
+        elif name == "eo.committing_part":
+            seen.append(coords)
+    _points.install(hook)
+    yield seen
+    _points.install(None)
+    reset_runtimes()
+
+
+def test_a_unit_longer_to_produce_than_the_transaction_timeout_commits_in_parts(quick_abort_broker, tmp_path,
+                                                                               parts_seen):
+    create_topic(quick_abort_broker.bootstrap, "big", partitions=3)
+    cfg = _eo(quick_abort_broker.bootstrap, str(tmp_path / "w"), "big", ack_timeout_s=25, kafka_conf=SHORT)
+    rep = write_partition(cfg, 0, 0, 0, batches(0, ROWS, 50), run="r")
+    assert (rep.acked, rep.pending) == (ROWS, 0), rep.problems
+    counts = {c["parts"] for c in parts_seen}
+    assert len(counts) == 1 and counts.pop() >= 4, parts_seen
+    assert [c["part"] for c in parts_seen] == list(range(len(parts_seen)))  # one transaction per part, in order
+    _assert_exactly(read_topic(quick_abort_broker.bootstrap, "big", expected=ROWS, isolation=RC), cfg, "r",
+                    {(0, 0): ROWS})
+    marker = lane_markers(cfg, "r", [0])[0]
+    assert marker is not None and marker.batch == 0 and marker.partial is None  # the last part: the complete marker
+
+
+class _Crash(Exception):
+    pass
+
+
+def _crash_at(part: int):
+    def hook(name, coords):
+        if name == "eo.produced_chunk":
+            time.sleep(coords.get("records", 1000) * PER_RECORD_S)
+        elif name == "eo.committing_part" and coords["part"] == part:
+            raise _Crash(f"crashed before committing part {part}")
+    return hook
+
+
+def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_broker, tmp_path, parts_seen):
+    create_topic(quick_abort_broker.bootstrap, "big", partitions=3)
+    first = _eo(quick_abort_broker.bootstrap, str(tmp_path / "a"), "big", ack_timeout_s=25, kafka_conf=SHORT)
+    _points.install(_crash_at(3))
+    with pytest.raises(_Crash):
+        write_partition(first, 7, 0, 0, batches(0, ROWS, 50), run="r")
+    marker = lane_markers(first, "r", [0])[0]
+    assert marker is not None and marker.partial is not None and (marker.partial.batch, marker.partial.k) == (7, 2)
+    assert marker.batch == -1  # no complete unit yet: the settle still waits for this lane
+    reset_runtimes()  # the crashed worker is gone; its transaction of part 3 is open until the lane's next init
+    seen = []
+    _points.install(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
+    again = _eo(quick_abort_broker.bootstrap, str(tmp_path / "b"), "big", ack_timeout_s=25, kafka_conf=SHORT,
+                name=first.name)
+    reordered = reversed(list(batches(0, ROWS, 50, chunk=700)))  # the same records, split and ordered otherwise
+    rep = write_partition(again, 7, 0, 1, reordered, run="r")
+    assert (rep.acked, rep.pending) == (ROWS, 0), rep.problems
+    assert seen and seen[0] == 3 and seen == list(range(3, seen[-1] + 1)), seen  # parts 0-2 were not sent again
+    _assert_exactly(read_topic(quick_abort_broker.bootstrap, "big", expected=ROWS, isolation=RC), first, "r",
+                    {(7, 0): ROWS})
+
+
+def test_a_rerun_with_other_records_after_some_parts_committed_is_refused_and_writes_nothing(
+        quick_abort_broker, tmp_path, parts_seen):
+    create_topic(quick_abort_broker.bootstrap, "big", partitions=3)
+    first = _eo(quick_abort_broker.bootstrap, str(tmp_path / "a"), "big", ack_timeout_s=25, kafka_conf=SHORT)
+    _points.install(_crash_at(2))
+    with pytest.raises(_Crash):
+        write_partition(first, 3, 0, 0, batches(0, ROWS, 50), run="r")
+    before = len(read_topic(quick_abort_broker.bootstrap, "big", isolation=RC).records)
+    assert 0 < before < ROWS  # parts 0 and 1
+    reset_runtimes()
+    _points.install(None)
+    again = _eo(quick_abort_broker.bootstrap, str(tmp_path / "b"), "big", ack_timeout_s=25, kafka_conf=SHORT,
+                name=first.name)
+    with pytest.raises(ExactlyOnceMismatchError) as e:
+        write_partition(again, 3, 0, 1, batches(0, ROWS // 2, 50), run="r")  # half of them: some were in part 0 or 1
+    assert "buckets 0..1" in str(e.value)
+    assert len(read_topic(quick_abort_broker.bootstrap, "big", isolation=RC).records) == before
