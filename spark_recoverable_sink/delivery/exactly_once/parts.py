@@ -51,12 +51,14 @@ _MASK64 = (1 << 64) - 1
 @dataclass
 class Parts:
     """A unit's plan of parts: ``count`` buckets, ``next`` the first not committed, ``sums`` each bucket's digest,
-    ``base`` the lane's last complete marker (every partial commit keeps it in the lane's offset)."""
+    ``base`` the lane's last complete marker (every partial commit keeps it in the lane's offset); ``ident`` the
+    unit's (slot, attempt). Kept on the lane between tries while its marker stays as this producer left it."""
 
     count: int
     next: int
     sums: list[int]
     base: Marker | None
+    ident: tuple[str, Any] = ("", None)
 
     def prefix(self, n: int) -> int:
         """The digest of buckets ``0..n-1``."""
@@ -97,7 +99,7 @@ def plan_parts(unit: Any, marker: Marker | None) -> Parts | None:
         for k in np.unique(b).tolist():
             sums[k] = (sums[k] + int(t[b == k].sum(dtype=np.uint64))) & _MASK64
     base = marker if marker is not None and marker.batch >= 0 else None
-    parts = Parts(count, 0 if done is None else done.k + 1, sums, base)
+    parts = Parts(count, 0 if done is None else done.k + 1, sums, base, (unit.wal.path, unit.key))
     if done is not None and parts.prefix(parts.next) != done.digest:
         unit.why = (f"its lane committed buckets 0..{done.k} of {count} of batch {unit.batch} with other records "
                     "(another digest of their ids)")

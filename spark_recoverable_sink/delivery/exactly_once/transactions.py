@@ -259,7 +259,8 @@ class Committer:
             decided = self.decide(unit, marker)
             if decided is not None:
                 return decided
-            lane.parts = plan_parts(unit, marker)
+            if lane.parts is None or lane.parts.ident != ident or marker != lane.known:  # else: kept from a try
+                lane.parts = plan_parts(unit, marker)
             if lane.parts is None:
                 p.begin_transaction()
                 lane.open, lane.failures = ident, []
