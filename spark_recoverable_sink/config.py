@@ -157,8 +157,8 @@ class SinkConfig:
         delivery_engine: ``"auto"`` (native where the extension loads, else
             Python), ``"native"`` or ``"python"`` (see :mod:`.delivery.engine`).
         settle_timeout_s: Driver only, exactly-once: how long a batch may wait
-            for its lanes' transactions before it fails with
-            :class:`.SettleTimeoutError` naming every lane still pending.
+            for its lanes' transactions (restarted by each part of a unit committed in parts) before it
+            fails with :class:`.SettleTimeoutError` naming every lane still pending.
         exactly_once_lanes: Driver only, exactly-once through ``foreachBatch``
             / ``write()``: every batch is re-split into this many lanes (Spark
             partitions, one transaction each) by Spark's hash of each record's

@@ -16,7 +16,10 @@ It ends, at the latest, after ``settle_timeout_s``:
    raise :class:`.DeadLetterError`;
 3. past ``settle_timeout_s``: :class:`.SettleTimeoutError` names every lane
    still waiting, its unit and its last error. Nothing is dropped: the units
-   stay in the WALs, and the batch runs again after a restart.
+   stay in the WALs, and the batch runs again after a restart. A lane whose
+   unit is committed in parts (:mod:`..delivery.exactly_once.parts`) restarts
+   the bound with every part it commits: the bound is on a wait without
+   progress, and a unit of any size ends.
 
 A drain job runs in a thread of its own and is waited for until the bound
 plus ``_DRAIN_GRACE_S``: its tasks' waits are bounded, but a job whose tasks
@@ -94,11 +97,14 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     bound = Deadline(config.settle_timeout_s)
     rounds = 0
     units: list[dict[str, Any]] = []
+    parts: dict[int, int] = {}
     while True:
-        left = _uncommitted(config, report, lanes)  # Step 1
+        left = _uncommitted(config, report, lanes, parts)  # Step 1
         if left is not None and not left:
             break
         waiting = lanes if left is None else left
+        if parts.pop(-1, 0):  # a lane committed another part of its unit since the last round
+            bound = Deadline(config.settle_timeout_s)
         if bound.expired():  # Step 3
             raise _timeout(config, report, waiting, units, time.monotonic() - t0)
         rounds += 1
@@ -241,8 +247,12 @@ def check_marker_topic(config: SinkConfig, run: str, batch: int,
     return topic_id, pin_lanes(config, run, batch, config.settle_timeout_s, cores)
 
 
-def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> list[int] | None:
+def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int],
+                 parts: dict[int, int] | None = None) -> list[int] | None:
     """The lanes whose marker is still before the batch; ``None`` when the broker did not answer.
+
+    ``parts``: each lane's parts of the batch committed so far (a partial marker's), updated; key ``-1`` set to 1
+    when a lane committed more of them than this dict held.
 
     Raises:
         MarkerError: lanes still wait and the marker topic this driver checked is gone (their markers with it).
@@ -253,6 +263,10 @@ def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int]) -> l
         log.info("sink=%s lane markers not readable yet: %s", config.name, config.scrub(str(exc)))
         return None
     left = [lane for lane in lanes if markers.get(lane) is None or markers[lane].batch < report.batch_id]
+    for lane in left if parts is not None else ():
+        p = markers[lane].partial if markers.get(lane) is not None else None
+        if p is not None and p.batch == report.batch_id and p.k + 1 > parts.get(lane, 0):
+            parts[lane], parts[-1] = p.k + 1, 1
     if left and known_marker_topic_id(config) is not None:
         from confluent_kafka import KafkaException
 

@@ -185,3 +185,35 @@ def test_a_lane_marker_that_gives_no_answer_is_not_waited_for_past_a_short_read_
     alive, out = _settle_in_thread(lambda timeout_s: drained.set(), cancel=None)
     assert not alive and "error" not in out, out
     assert len(reads) == 2 and max(reads) <= 3.0, reads
+
+
+def test_a_unit_committed_in_parts_restarts_the_bound_with_each_part_and_ends(monkeypatch):
+    """A lane's unit too large for one transaction commits part after part (a partial marker each): the batch waits
+    as long as parts keep coming, past settle_timeout_s (1 s here), and ends with the last one."""
+    from spark_recoverable_sink.delivery.exactly_once.markers import Marker
+    from spark_recoverable_sink.delivery.exactly_once.subunits import Partial
+
+    reads = []
+
+    def markers(config, run, lanes, timeout_s=10.0):
+        reads.append(1)
+        k = len(reads) - 1
+        return {3: Marker(7, 0) if k >= 8 else Marker(6, 0, partial=Partial(7, k, 10, 0)) if k else Marker(6, 0)}
+
+    monkeypatch.setattr(settle_mod, "lane_markers", markers)
+    t0 = time.monotonic()
+    alive, out = _settle_in_thread(lambda timeout_s: time.sleep(0.3), cancel=None)
+    assert not alive and "error" not in out, out
+    assert time.monotonic() - t0 > 2.0 and len(reads) == 9  # 8 drain rounds of 0.3 s: past the 1 s bound
+
+
+def test_a_unit_whose_parts_stop_coming_still_ends_at_the_bound(monkeypatch):
+    from spark_recoverable_sink.delivery.exactly_once.markers import Marker
+    from spark_recoverable_sink.delivery.exactly_once.subunits import Partial
+
+    stuck = Marker(6, 0, partial=Partial(7, 2, 10, 0))
+    monkeypatch.setattr(settle_mod, "lane_markers", lambda config, run, lanes, timeout_s=10.0: {3: stuck})
+    t0 = time.monotonic()
+    alive, out = _settle_in_thread(lambda timeout_s: time.sleep(0.2), cancel=None)
+    assert not alive and isinstance(out.get("error"), SettleTimeoutError), out
+    assert time.monotonic() - t0 < 5
