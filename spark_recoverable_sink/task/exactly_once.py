@@ -56,6 +56,7 @@ class ExactlyOnceTask:
         self.digest = 0  # the unit digest so far (ids.unit_digest), recorded with the committed attempt
         self._outcome = ""
         self._rows = 0
+        self._dead = 0
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -91,20 +92,25 @@ class ExactlyOnceTask:
         abandon_unit(self.rt, self.akey)
 
     def finish(self, rows: int) -> int:
-        """The unit is committed in the WAL: commit its transaction; returns the rows it put in Kafka (all or none)."""
+        """The unit is committed in the WAL: commit its transaction; returns the rows it put in Kafka (all or none,
+        but for a refused unit committed in parts: those of the parts before the refusal)."""
         if self._inline is not None:
             self._inline.finish()
-        self._outcome = publish_unit(self.rt, self.rt.config, self.akey, self.run, rows, self.chunks, self.digest)
+        self._outcome, self._dead = publish_unit(self.rt, self.rt.config, self.akey, self.run, rows, self.chunks,
+                                                 self.digest)
         self._rows = rows
-        return rows if self._outcome == COMMITTED else 0
+        return self._acked()
+
+    def _acked(self) -> int:
+        return self._rows if self._outcome == COMMITTED else self._rows - self._dead if self._outcome == REFUSED else 0
 
     def share(self, key: AttemptKey) -> tuple[int, int, int]:
         """(acked, dead-lettered, skipped) records of the unit (after :meth:`finish`)."""
-        return self._rows if self._outcome == COMMITTED else 0, self.dead(), self.skipped()
+        return self._acked(), self.dead(), self.skipped()
 
     def dead(self) -> int:
-        """Rows of a refused unit: every one is in the dead-letter store."""
-        return self._rows if self._outcome == REFUSED else 0
+        """Rows of a refused unit in the dead-letter store: all of them, but those of parts committed before."""
+        return self._dead if self._outcome == REFUSED else 0
 
     def skipped(self) -> int:
         """Rows of a unit the lane's marker proves Kafka already has (not published again)."""
@@ -112,8 +118,9 @@ class ExactlyOnceTask:
 
 
 def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run: str, rows: int,
-                 chunks: list[tuple[ChunkKey, int]], digest: int) -> str:
-    """Publish the task's committed unit; returns its outcome (committed, skipped, refused or pending).
+                 chunks: list[tuple[ChunkKey, int]], digest: int) -> tuple[str, int]:
+    """Publish the task's committed unit; returns its outcome (committed, skipped, refused or pending) and, refused,
+    how many of its rows went to the dead-letter store.
 
     A refused unit's records are in the dead-letter store and the report
     offers them (the driver raises DeadLetterError); a pending one stays in
@@ -126,7 +133,7 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
     """
     units = rt.delivery.unit_book()
     if not chunks:
-        return COMMITTED
+        return COMMITTED, 0
     unit = Unit(rt.wal, akey, run, rows, list(chunks), digest=digest, own=True)
     _points.point("eo.before_commit", batch=akey.batch, partition=akey.partition, rows=rows)
     outcome = units.commit(unit, ContactDeadline(config.ack_timeout_s, rt.publisher.contact))
@@ -143,7 +150,7 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
             "published.", akey.batch, akey.partition, rows, found, run, unit.why)
     if outcome in (COMMITTED, SKIPPED):
         rt.publisher.contact.mark_reached()
-    return outcome
+    return outcome, unit.dead_rows
 
 
 def abandon_unit(rt: "WorkerRuntime", akey: AttemptKey) -> None:

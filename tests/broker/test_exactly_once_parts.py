@@ -5,7 +5,7 @@ A lane's unit that takes longer than that to produce (the first batch after
 a long stop: millions of records per lane) was aborted on every try, until
 the settle bound stopped the query. Here producing is slowed at the sink's
 named point ``eo.produced_chunk`` (a sleep per record produced), so that a
-40,000-record unit takes 4 s against a 2 s transaction timeout, on a broker
+40,000-record unit takes 4 s against a 2 s transaction timeout (a part: 0.25 s), on a broker
 that looks for timed-out transactions every 500 ms. Every check reads the
 topic with ``read_committed``.
 """
@@ -19,10 +19,11 @@ import pytest
 from spark_recoverable_sink import ExactlyOnceMismatchError, _points
 from spark_recoverable_sink.delivery.exactly_once import subunits
 from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
-from spark_recoverable_sink.task.runtime import reset_runtimes
+from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import create_topic, read_topic
+from ..record_ids import ids_of
 from .rows import batches
 from .test_exactly_once import RC, _assert_exactly, _eo
 
@@ -46,8 +47,8 @@ def quick_abort_broker(tmp_path):
 
 @pytest.fixture
 def parts_seen(monkeypatch):
-    """Units of more than 400 KiB of WAL chunks go in parts (this unit: about 8), and producing is slowed."""
-    monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", 400 << 10)
+    """Units of more than 200 KiB of WAL chunks go in parts (this unit: about 16, 0.25 s each), producing slowed."""
+    monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", 200 << 10)
     seen: list[dict] = []
 
     def hook(name, coords):
@@ -68,8 +69,9 @@ def test_a_unit_longer_to_produce_than_the_transaction_timeout_commits_in_parts(
     rep = write_partition(cfg, 0, 0, 0, batches(0, ROWS, 50), run="r")
     assert (rep.acked, rep.pending) == (ROWS, 0), rep.problems
     counts = {c["parts"] for c in parts_seen}
-    assert len(counts) == 1 and counts.pop() >= 4, parts_seen
-    assert [c["part"] for c in parts_seen] == list(range(len(parts_seen)))  # one transaction per part, in order
+    assert len(counts) == 1 and counts.pop() >= 8, parts_seen
+    done = [c["part"] for c in parts_seen]  # one transaction per part, in order (a part the broker aborted: again)
+    assert sorted(set(done)) == list(range(parts_seen[0]["parts"])) and done == sorted(done), done
     _assert_exactly(read_topic(quick_abort_broker.bootstrap, "big", expected=ROWS, isolation=RC), cfg, "r",
                     {(0, 0): ROWS})
     marker = lane_markers(cfg, "r", [0])[0]
@@ -128,3 +130,30 @@ def test_a_rerun_with_other_records_after_some_parts_committed_is_refused_and_wr
         write_partition(again, 3, 0, 1, batches(0, ROWS // 2, 50), run="r")  # half of them: some were in part 0 or 1
     assert "buckets 0..1" in str(e.value)
     assert len(read_topic(quick_abort_broker.bootstrap, "big", isolation=RC).records) == before
+
+
+def test_a_record_refused_for_good_in_a_part_dead_letters_that_part_and_the_rest_only(broker, topic, tmp_path,
+                                                                                   monkeypatch):
+    """The parts committed before the refusal stay in Kafka; every other record is dead-lettered; none is in both."""
+    import pyarrow as pa
+
+    monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", 40 << 10)
+    seen: list[int] = []
+    _points.install(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
+    try:
+        cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=20, kafka_conf={"message.max.bytes": 20_000})
+        # record 2778: its bucket is not 0 for any count of parts from 3 to 11 (this unit: about 7)
+        rows = [{"key": b"k%d" % i, "value": b"v" * (50_000 if i == 2778 else 20)} for i in range(4000)]
+        chunks = [pa.RecordBatch.from_pylist(rows[i:i + 500]) for i in range(0, 4000, 500)]
+        rep = write_partition(cfg, 2, 0, 0, iter(chunks), run="r")
+    finally:
+        _points.install(None)
+    assert seen and seen == list(range(len(seen))), seen  # parts 0..j-1 committed, then part j refused
+    assert rep.pending == 0 and rep.acked + rep.dead_lettered == 4000 and rep.acked > 0, rep
+    got = read_topic(broker.bootstrap, topic, expected=rep.acked, isolation=RC)
+    in_kafka = {r.rid for r in got.records}
+    assert len(in_kafka) == len(got.records) == rep.acked
+    dead = {d.record_id for _k, d in get_runtime(cfg).wal.dead_letters()}
+    assert len(dead) == rep.dead_lettered and not dead & in_kafka  # each record in one place
+    big = ids_of(cfg.name, "r", 2, 0, chunks, topic, scope="")[2778]
+    assert big in dead and any(rid == big and "too large" in err.lower() for rid, err, _t in rep.dead_letters)

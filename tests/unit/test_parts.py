@@ -1,44 +1,87 @@
-"""Tier 1: a coalesced task's Arrow batches cut into the rows of each Spark partition (task/parts.py)."""
+"""Tier 1: a lane's plan of parts belongs to one unit (delivery/exactly_once/parts.py; scripted clients, no broker).
+
+A unit's plan (its bucket count and sums) stays on its lane between tries.
+Another unit of the same lane that opened an inline transaction (a retry of
+the same task in this worker) must never be committed by that plan: its
+transaction already holds every record, and committing it as part 0 then
+producing parts 1.. again duplicated them.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
-import pytest
 
-from spark_recoverable_sink.task.parts import SOURCE_PARTITION, split_by_partition
+from spark_recoverable_sink.config import SinkConfig
+from spark_recoverable_sink.deadline import Deadline
+from spark_recoverable_sink.delivery.exactly_once import subunits
+from spark_recoverable_sink.delivery.exactly_once.lanes import Lane
+from spark_recoverable_sink.delivery.exactly_once.parts import plan_parts
+from spark_recoverable_sink.delivery.exactly_once.transactions import COMMITTED, Committer, Unit
+from spark_recoverable_sink.ids import FP_COLUMN, OCC_COLUMN, unit_digest
+from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey, encode_chunk
 
-
-def _batch(parts: list[int]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([f"v{i}" for i in range(len(parts))]), pa.array(parts, pa.int32())],
-                                      names=["value", SOURCE_PARTITION])
-
-
-def test_runs_of_one_partition_each_in_arrival_order_without_the_column():
-    got = [(p, rows.column("value").to_pylist(), rows.schema.names)
-           for p, rows in split_by_partition(_batch([3, 3, 4, 4, 4, 9]), partition=0)]
-    assert got == [(3, ["v0", "v1"], ["value"]), (4, ["v2", "v3", "v4"], ["value"]), (9, ["v5"], ["value"])]
-
-
-def test_a_batch_without_the_column_is_the_tasks_own_partition_and_an_empty_one_yields_nothing():
-    plain = pa.RecordBatch.from_arrays([pa.array(["a", "b"])], names=["value"])
-    assert [(p, rows.num_rows) for p, rows in split_by_partition(plain, partition=5)] == [(5, 2)]
-    assert list(split_by_partition(_batch([]), partition=5)) == []
-    assert [(p, r.num_rows) for p, r in split_by_partition(_batch([1, 2, 1]), 0)] == [(1, 1), (2, 1), (1, 1)]
+N = 1000
+_FPS = np.arange(1, N + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+BATCH = pa.RecordBatch.from_arrays([pa.array([b"v%d" % i for i in range(N)], pa.binary()), pa.array(_FPS, pa.uint64()),
+                                    pa.array(np.zeros(N, np.uint32), pa.uint32())], names=["value", FP_COLUMN, OCC_COLUMN])
+RAW = bytes(encode_chunk(BATCH))
 
 
-def test_a_task_holds_one_occurrence_table_at_a_time_and_refuses_a_partition_that_comes_back():
-    from types import SimpleNamespace
+class Wal:
+    def __init__(self, path: str) -> None:
+        self.path = path
 
-    from spark_recoverable_sink.errors import RecoverableSinkError
-    from spark_recoverable_sink.task.writer import _part_of
-    from spark_recoverable_sink.wal.format import AttemptKey
+    def read_chunk(self, ck):
+        return RAW
 
-    rt = SimpleNamespace(config=SimpleNamespace(name="s"), sdir=None)
-    mode = SimpleNamespace(begin=lambda p: AttemptKey(7, p, 1))
-    parts: dict = {}
-    a = _part_of(rt, mode, parts, 7, 3, "r", "")
-    assert _part_of(rt, mode, parts, 7, 3, "r", "") is a and a.occurrences is not None
-    b = _part_of(rt, mode, parts, 7, 4, "r", "")
-    assert a.occurrences is None and b.occurrences is not None and b.prefix == "s:r:7:4:"
-    with pytest.raises(RecoverableSinkError, match="partition 3 came again"):
-        _part_of(rt, mode, parts, 7, 3, "r", "")
+
+class Producer:
+    """Counts the records of the sink's topic in committed transactions."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.committed = 0
+        self.commits = 0
+
+    def begin_transaction(self):
+        self.open = 0
+
+    def produce_chunk(self, rid, cb, batch, index, topic, *a):
+        if topic == "t":
+            self.open += batch.num_rows
+        return batch.num_rows, []
+
+    def poll(self, timeout):
+        return []
+
+    def send_offsets(self, *a):
+        pass
+
+    def commit_transaction(self, timeout):
+        self.committed += self.open
+        self.commits += 1
+        self.open = 0
+
+
+def test_a_plan_of_parts_left_by_another_unit_never_commits_an_inline_transaction(monkeypatch):
+    cfg = SinkConfig.build("parts", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-parts", topic="t",
+                           guarantee="exactly_once")
+    committer = Committer(cfg)
+    monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", len(RAW) // 2 + 1)  # this unit: 2 parts
+    digest = unit_digest(BATCH, 0)
+    earlier = Unit(Wal("slot-a"), AttemptKey(5, 0, 1), "r", N, [(ChunkKey(5, 0, 0, 1), len(RAW))], digest=digest)
+    lane = Lane(Producer(), None)
+    lane.ready = lane.swept = True
+    lane.swept_topics = {"t"}
+    lane.parts = plan_parts(earlier, None)  # its try planned 2 parts, then ran out of time before part 0
+    assert lane.parts.count == 2 and lane.open is None
+    # the same batch's next attempt in this worker: its inline transaction holds every record
+    mine = Unit(Wal("slot-b"), AttemptKey(5, 0, 2), "r", N, [(ChunkKey(5, 0, 0, 2), len(RAW))], digest=digest, own=True)
+    lane.open = ("slot-b", mine.key)
+    lane.producer.begin_transaction()
+    lane.producer.produce_chunk(0, None, BATCH, None, "t")
+    lane.chunks_in, lane.produced = 1, True
+    assert committer._commit(lane, mine, Deadline(30)) == COMMITTED
+    assert (lane.producer.committed, lane.producer.commits) == (N, 1)
+    committer.close()

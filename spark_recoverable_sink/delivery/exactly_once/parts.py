@@ -146,8 +146,9 @@ def commit_parts(config: SinkConfig, lane: Lane, lid: str, unit: Any, deadline: 
         known = (decode_offset(_base_offset(parts.base), encode_partial(done)) if done is not None
                  else Marker(unit.batch, encode_offset(unit.batch, unit.digest) & 0xFFFFFFFF))
         _points.point("eo.committing_part", batch=unit.batch, partition=unit.partition, part=j, parts=parts.count)
-        lane.ending = True
-        p.commit_transaction(left(deadline, "commit_transaction"))
+        timeout = left(deadline, "commit_transaction")
+        lane.ending = True  # an error from here on: a new producer settles it (note_error)
+        p.commit_transaction(timeout)
         lane.ending = False
         lane.known = known
         lane.reset()

@@ -85,6 +85,7 @@ class Unit:
     found: Marker | None = None
     refused: list[tuple[ChunkKey, int, int, str]] = field(default_factory=list)
     parts: tuple[int, int] | None = None  # committed in parts: (buckets, those committed) (.parts)
+    dead_rows: int = 0  # refused: its records in the dead-letter store (all but the parts committed before)
 
     @property
     def batch(self) -> int:
@@ -241,7 +242,7 @@ class Committer:
             if marker is not None and marker.latest >= key.batch:
                 return None  # a re-run: the commit step decides
             lane.producer.begin_transaction()
-            lane.open = (wal_path, key)
+            lane.open, lane.parts = (wal_path, key), None  # (a plan of parts another unit left: replanned)
             return InlineTransaction(self.config, self.note_error, lid, lane, (wal_path, key), run)
         except KafkaException as exc:
             self.note_error(lid, exc.args[0])
@@ -254,6 +255,8 @@ class Committer:
         ident = (unit.wal.path, unit.key)
         lane.settle_open(ident, partial(left, deadline))
         lid = lane_id(self.config.name, unit.run, unit.partition)
+        if lane.parts is not None and lane.parts.ident != ident:  # another unit's plan: never this one's
+            lane.parts = None
         if lane.open is None:  # Step 2
             marker = lane.known if self._sweep(lane, lid, unit, deadline) else self._marker(lid, lane, deadline)
             decided = self.decide(unit, marker)

@@ -216,6 +216,7 @@ class UnitBook:
             letters += dead_letters_from(self.config, ck, batch, mine + others)
         letters.sort(key=lambda kd: kd[1].error_code == UNIT_REFUSED_CODE)  # the refused records first
         unit.wal.prune(chunks=unit.chunks, dead=letters, attempts_done=[unit.key])
+        unit.dead_rows = len(letters)
         self.refused_rows += len(letters)
         done = "none was published" if not unit.parts or not unit.parts[1] else (
             f"except its {unit.rows - len(letters)} records of the {unit.parts[1]} of its {unit.parts[0]} parts "
