@@ -9,7 +9,10 @@ start, so every batch of every writer holds the same rows.
 
 Steps of :func:`kafka_source_latency`:
 
-1. the input topic, filled once with (warm-up + measured) batches' rows;
+1. the input topic, filled once with (warm-up + measured + 1) batches' rows:
+   the last measured batch never reads to the end of the log (a read that
+   reaches it waits ``fetch.max.wait.ms`` per input partition for more:
+   every writer's last batch took 2 s more, and made every p95);
 2. for each round, each partition count, each writer (order rotated each
    round): a fresh output topic, the writer's untimed warm-up, then a query
    of ``warmup_batches`` + ``batches`` triggers; its measured batches'
@@ -117,7 +120,7 @@ def kafka_source_latency(spark: Any, bootstrap: str, *, rows_per_trigger: int, i
     """
     in_topic = f"bench-ks-in-{uuid.uuid4().hex[:6]}"
     common.create_topic(bootstrap, in_topic, in_partitions)
-    total = rows_per_trigger * (warmup_batches + batches)
+    total = rows_per_trigger * (warmup_batches + batches + 1)  # a batch beyond the measured ones: never the log end
     t = time.monotonic()
     _fill(bootstrap, in_topic, total, in_partitions, value_bytes)  # Step 1
     log(f"kafka-source: {total:,} rows in {in_topic} ({in_partitions} partitions) in {time.monotonic() - t:.1f}s")
