@@ -46,7 +46,25 @@ def quick_abort_broker(tmp_path):
 
 
 @pytest.fixture
-def parts_seen(monkeypatch):
+def own_hook():
+    """Install a hook of this test's in this process (``own_hook(fn)``); the session's own (tests/hooks.py, which
+    later tests of this process park with) still sees every point, and is alone again after the test."""
+    session = _points._hook
+
+    def install(fn):
+        def both(name, coords):
+            fn(name, coords)
+            if session is not None:
+                session(name, coords)
+        _points.install(both)
+
+    yield install
+    _points.install(session)
+    reset_runtimes()
+
+
+@pytest.fixture
+def parts_seen(monkeypatch, own_hook):
     """Units of more than 200 KiB of WAL chunks go in parts (this unit: about 16, 0.25 s each), producing slowed."""
     monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", 200 << 10)
     seen: list[dict] = []
@@ -56,10 +74,8 @@ def parts_seen(monkeypatch):
             time.sleep(coords.get("records", 1000) * PER_RECORD_S)
         elif name == "eo.committing_part":
             seen.append(coords)
-    _points.install(hook)
-    yield seen
-    _points.install(None)
-    reset_runtimes()
+    own_hook(hook)
+    return seen
 
 
 def test_a_unit_longer_to_produce_than_the_transaction_timeout_commits_in_parts(quick_abort_broker, tmp_path,
@@ -91,10 +107,11 @@ def _crash_at(part: int):
     return hook
 
 
-def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_broker, tmp_path, parts_seen):
+def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_broker, tmp_path, parts_seen,
+                                                                    own_hook):
     create_topic(quick_abort_broker.bootstrap, "big", partitions=3)
     first = _eo(quick_abort_broker.bootstrap, str(tmp_path / "a"), "big", ack_timeout_s=25, kafka_conf=SHORT)
-    _points.install(_crash_at(3))
+    own_hook(_crash_at(3))
     with pytest.raises(_Crash):
         write_partition(first, 7, 0, 0, batches(0, ROWS, 50), run="r")
     marker = lane_markers(first, "r", [0])[0]
@@ -102,7 +119,7 @@ def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_
     assert marker.batch == -1  # no complete unit yet: the settle still waits for this lane
     reset_runtimes()  # the crashed worker is gone; its transaction of part 3 is open until the lane's next init
     seen = []
-    _points.install(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
+    own_hook(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
     again = _eo(quick_abort_broker.bootstrap, str(tmp_path / "b"), "big", ack_timeout_s=25, kafka_conf=SHORT,
                 name=first.name)
     reordered = reversed(list(batches(0, ROWS, 50, chunk=700)))  # the same records, split and ordered otherwise
@@ -114,16 +131,16 @@ def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_
 
 
 def test_a_rerun_with_other_records_after_some_parts_committed_is_refused_and_writes_nothing(
-        quick_abort_broker, tmp_path, parts_seen):
+        quick_abort_broker, tmp_path, parts_seen, own_hook):
     create_topic(quick_abort_broker.bootstrap, "big", partitions=3)
     first = _eo(quick_abort_broker.bootstrap, str(tmp_path / "a"), "big", ack_timeout_s=25, kafka_conf=SHORT)
-    _points.install(_crash_at(2))
+    own_hook(_crash_at(2))
     with pytest.raises(_Crash):
         write_partition(first, 3, 0, 0, batches(0, ROWS, 50), run="r")
     before = len(read_topic(quick_abort_broker.bootstrap, "big", isolation=RC).records)
     assert 0 < before < ROWS  # parts 0 and 1
     reset_runtimes()
-    _points.install(None)
+    own_hook(lambda n, c: None)
     again = _eo(quick_abort_broker.bootstrap, str(tmp_path / "b"), "big", ack_timeout_s=25, kafka_conf=SHORT,
                 name=first.name)
     with pytest.raises(ExactlyOnceMismatchError) as e:
@@ -133,21 +150,18 @@ def test_a_rerun_with_other_records_after_some_parts_committed_is_refused_and_wr
 
 
 def test_a_record_refused_for_good_in_a_part_dead_letters_that_part_and_the_rest_only(broker, topic, tmp_path,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, own_hook):
     """The parts committed before the refusal stay in Kafka; every other record is dead-lettered; none is in both."""
     import pyarrow as pa
 
     monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", 40 << 10)
     seen: list[int] = []
-    _points.install(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
-    try:
-        cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=20, kafka_conf={"message.max.bytes": 20_000})
-        # record 2778: its bucket is not 0 for any count of parts from 3 to 11 (this unit: about 7)
-        rows = [{"key": b"k%d" % i, "value": b"v" * (50_000 if i == 2778 else 20)} for i in range(4000)]
-        chunks = [pa.RecordBatch.from_pylist(rows[i:i + 500]) for i in range(0, 4000, 500)]
-        rep = write_partition(cfg, 2, 0, 0, iter(chunks), run="r")
-    finally:
-        _points.install(None)
+    own_hook(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=20, kafka_conf={"message.max.bytes": 20_000})
+    # record 2778: its bucket is not 0 for any count of parts from 3 to 11 (this unit: about 7)
+    rows = [{"key": b"k%d" % i, "value": b"v" * (50_000 if i == 2778 else 20)} for i in range(4000)]
+    chunks = [pa.RecordBatch.from_pylist(rows[i:i + 500]) for i in range(0, 4000, 500)]
+    rep = write_partition(cfg, 2, 0, 0, iter(chunks), run="r")
     assert seen and seen == list(range(len(seen))), seen  # parts 0..j-1 committed, then part j refused
     assert rep.pending == 0 and rep.acked + rep.dead_lettered == 4000 and rep.acked > 0, rep
     got = read_topic(broker.bootstrap, topic, expected=rep.acked, isolation=RC)
