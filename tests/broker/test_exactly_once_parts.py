@@ -5,9 +5,10 @@ A lane's unit that takes longer than that to produce (the first batch after
 a long stop: millions of records per lane) was aborted on every try, until
 the settle bound stopped the query. Here producing is slowed at the sink's
 named point ``eo.produced_chunk`` (a sleep per record produced), so that a
-40,000-record unit takes 4 s against a 2 s transaction timeout (a part: 0.25 s), on a broker
-that looks for timed-out transactions every 500 ms. Every check reads the
-topic with ``read_committed``.
+40,000-record unit takes 4 s against a 2 s transaction timeout, on a broker
+that looks for timed-out transactions every 500 ms: its first try, whole, is
+aborted by the broker, and the next goes in parts of 0.25 s. Every check
+reads the topic with ``read_committed``.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def own_hook():
 
 @pytest.fixture
 def parts_seen(monkeypatch, own_hook):
-    """Units of more than 200 KiB of WAL chunks go in parts (this unit: about 16, 0.25 s each), producing slowed."""
+    """Producing slowed; a unit of more than 200 KiB of WAL chunks whose try failed goes in parts (this unit: about
+    16, 0.25 s each). Its first try is whole (it is far below what the transaction timeout takes at PARTS_RATE)."""
     monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", 200 << 10)
     seen: list[dict] = []
 
@@ -159,6 +161,7 @@ def test_a_record_refused_for_good_in_a_part_dead_letters_that_part_and_the_rest
     own_hook(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
     cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=20, kafka_conf={"message.max.bytes": 20_000})
     # record 2778: its bucket is not 0 for any count of parts from 3 to 11 (this unit: about 7)
+    monkeypatch.setattr(subunits, "PARTS_RATE", 2 << 10)  # 120 KiB in 60 s: this unit goes in parts at once
     rows = [{"key": b"k%d" % i, "value": b"v" * (50_000 if i == 2778 else 20)} for i in range(4000)]
     chunks = [pa.RecordBatch.from_pylist(rows[i:i + 500]) for i in range(0, 4000, 500)]
     rep = write_partition(cfg, 2, 0, 0, iter(chunks), run="r")

@@ -108,3 +108,16 @@ def test_a_new_lane_count_is_refused_for_a_batch_a_lane_committed_only_in_part(m
     with pytest.raises(ConfigError, match=r"lanes \[0\] hold batch 7"):
         plan._check_change(cfg, "r", 7, plan.Plan(0, 2), 1.0)
     plan._check_change(cfg, "r", 8, plan.Plan(0, 2), 1.0)  # a later batch: nothing of it was produced
+
+
+def test_a_unit_that_fits_one_transaction_stays_whole_unless_a_try_of_it_failed():
+    from spark_recoverable_sink.delivery.exactly_once.subunits import PARTS_RATE, in_parts, part_bytes, whole_limit
+
+    assert whole_limit(60000) == 60 * PARTS_RATE  # 960 MiB
+    assert not in_parts(500 << 20, 60000, False)  # a lane of 500 MiB: one transaction, as before parts
+    assert in_parts(500 << 20, 60000, True)  # its whole try failed (a slow broker): parts of SUB_UNIT_BYTES
+    assert bucket_count(500 << 20, part_bytes(500 << 20, 60000)) == 16
+    assert in_parts(2 << 30, 60000, False)  # above the limit: parts at once, of a quarter of it
+    assert bucket_count(2 << 30, part_bytes(2 << 30, 60000)) == 9
+    assert not in_parts(SUB_UNIT_BYTES, 60000, True)  # never parts of a unit no larger than one part
+    assert whole_limit(1000) == SUB_UNIT_BYTES

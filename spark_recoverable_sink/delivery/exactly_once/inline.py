@@ -5,7 +5,7 @@ before it is produced, and the transaction is committed only after the
 attempt is (:meth:`.transactions.Committer.commit`, which resumes it). A
 failure only breaks it: the commit step then aborts it and produces the unit
 again from the WAL. So does a unit that grows past
-:data:`.subunits.SUB_UNIT_BYTES`: too large for one transaction, it is
+:func:`.subunits.whole_limit`: too large for one transaction, it is
 committed in parts from the WAL (:mod:`.parts`).
 """
 
@@ -37,6 +37,7 @@ class InlineTransaction:
         self._prefix = record_id_prefix(config.name, key.batch, key.partition, run)
         self.broken = False
         self._bytes = 0  # of the chunks produced into it
+        self._limit = subunits.whole_limit(subunits.txn_timeout_ms(config.kafka_conf_items))
         lane.failures = []
 
     def produce(self, batch: Any, first_seq: int, block_s: float) -> None:
@@ -48,7 +49,7 @@ class InlineTransaction:
         cfg = self._config
         lane = self._lane
         self._bytes += batch.nbytes
-        if self._bytes > subunits.SUB_UNIT_BYTES or unswept_topics(lane, batch, cfg.topic):
+        if self._bytes > self._limit or unswept_topics(lane, batch, cfg.topic):
             # aborted at the commit step, then (swept and) produced again from the WAL, in parts if too large
             self.broken = True
             lane.must_abort = True

@@ -4,8 +4,8 @@
 every run of the batch) and how a partial marker reads. Here the commit step
 of :class:`.transactions.Committer` publishes them:
 
-1. :func:`plan_parts`, in step 2 once the lane's marker is read: a unit of at
-   most :data:`.subunits.SUB_UNIT_BYTES` of WAL chunks, with no partial marker
+1. :func:`plan_parts`, in step 2 once the lane's marker is read: a unit that
+   fits one transaction (:func:`.subunits.in_parts`), with no partial marker
    of its batch, is one transaction as before (``None``). Else its bucket
    count is the partial marker's (a re-run's) or its own size's, and the sum
    of each bucket's terms is read from the WAL; a partial marker whose
@@ -70,8 +70,9 @@ def chunk_terms(batch: pa.RecordBatch) -> np.ndarray:
     return subunits.terms(values(batch.column(FP_COLUMN)), values(batch.column(OCC_COLUMN)))
 
 
-def plan_parts(unit: Any, marker: Marker | None) -> Parts | None:
-    """Step 1: how ``unit`` is committed in parts after ``marker``; ``None``: in one transaction.
+def plan_parts(unit: Any, marker: Marker | None, txn_ms: int = 60000) -> Parts | None:
+    """Step 1: how ``unit`` is committed in parts after ``marker``; ``None``: in one transaction. ``txn_ms``: the
+    lane's ``transaction.timeout.ms``; a try of ``unit`` failed before when ``unit.last_error`` says so.
 
     Raises:
         Decided: ``MISMATCH`` (``unit.why`` says why): the buckets a partial marker shows committed hold other
@@ -80,7 +81,10 @@ def plan_parts(unit: Any, marker: Marker | None) -> Parts | None:
     done = marker.partial if marker is not None and marker.partial is not None else None
     if done is not None and done.batch != unit.batch:
         done = None
-    count = done.count if done is not None else subunits.bucket_count(sum(size for _ck, size in unit.chunks))
+    size = sum(n for _ck, n in unit.chunks)
+    if done is None and not subunits.in_parts(size, txn_ms, bool(unit.last_error)):
+        return None
+    count = done.count if done is not None else subunits.bucket_count(size, subunits.part_bytes(size, txn_ms))
     if count <= 1:
         return None
     sums = [0] * count

@@ -7,6 +7,14 @@ of millions of records (the first batch after a long stop without
 into ``K`` *sub-units*, each committed in a transaction of its own with a
 *partial* marker; the last commits the unit's complete marker (:mod:`.parts`).
 
+Which units (:func:`in_parts`): every part reads the whole unit from the WAL
+to pick its records, so a unit that fits one transaction stays whole. A unit
+goes in parts when it is larger than :func:`whole_limit` (what
+``transaction.timeout.ms`` takes at :data:`PARTS_RATE`), or larger than
+:data:`SUB_UNIT_BYTES` once a try of it failed (a whole transaction the broker
+aborted at its timeout: a slower broker than that rate), or when its lane
+already committed part of it. Its parts are :func:`part_bytes` each.
+
 A re-run must form the same sub-units whatever order its records come in, so
 a sub-unit is not a run of chunks but a *bucket* of records: :func:`terms`
 gives each record its term of the unit digest (``mix(fingerprint,
@@ -41,12 +49,16 @@ import numpy as np
 
 from ...fingerprint import mix_each
 
-__all__ = ["SUB_UNIT_BYTES", "Partial", "bucket_count", "buckets", "terms", "encode_partial", "decode_partial",
-           "encode_partial_record", "decode_partial_record", "PARTIAL_RECORD_VERSION"]
+__all__ = ["SUB_UNIT_BYTES", "PARTS_RATE", "Partial", "bucket_count", "buckets", "terms", "encode_partial",
+           "decode_partial", "encode_partial_record", "decode_partial_record", "PARTIAL_RECORD_VERSION",
+           "txn_timeout_ms", "whole_limit", "part_bytes", "in_parts"]
 
-#: The most WAL chunk bytes one sub-unit's transaction carries. 32 MiB in half the default transaction timeout
-#: (30 s) needs about 1 MB/s from the broker: a unit no larger is published in one transaction, as before.
+#: The least WAL chunk bytes of a part. 32 MiB in half the default transaction timeout (30 s) needs about 1 MB/s from
+#: the broker; a unit no larger is always published in one transaction.
 SUB_UNIT_BYTES = 32 << 20
+#: The rate (bytes/s of WAL chunks) a lane's transaction is assumed to reach at least: a unit larger than
+#: ``transaction.timeout.ms`` at this rate goes in parts from its first try (60 s: 960 MiB).
+PARTS_RATE = 16 << 20
 PARTIAL_RECORD_VERSION = 2
 _MASK64 = (1 << 64) - 1
 _PREC = struct.Struct(">4sHqQqIIQqH")  # magic, version, base batch, base digest32, batch, k, K, digest, ms, run length
@@ -69,6 +81,31 @@ def bucket_count(unit_bytes: int, limit: int | None = None) -> int:
     """
     cap = SUB_UNIT_BYTES if limit is None else limit
     return max(1, -(-int(unit_bytes) // max(1, int(cap))))
+
+
+def txn_timeout_ms(kafka_conf_items: tuple[tuple[str, str], ...]) -> int:
+    """The lanes' ``transaction.timeout.ms`` (librdkafka's default 60,000 unless set)."""
+    try:
+        return int(dict(kafka_conf_items).get("transaction.timeout.ms", 60000))
+    except (TypeError, ValueError):
+        return 60000
+
+
+def whole_limit(transaction_timeout_ms: int) -> int:
+    """The WAL bytes above which a unit goes in parts from its first try."""
+    return max(SUB_UNIT_BYTES, int(transaction_timeout_ms / 1000 * PARTS_RATE))
+
+
+def part_bytes(unit_bytes: int, transaction_timeout_ms: int) -> int:
+    """The WAL bytes of one part: a quarter of :func:`whole_limit` for a unit above it; :data:`SUB_UNIT_BYTES` for
+    one below it that went in parts because a try of it failed (the broker slower than :data:`PARTS_RATE`)."""
+    limit = whole_limit(transaction_timeout_ms)
+    return max(SUB_UNIT_BYTES, limit // 4) if unit_bytes > limit else SUB_UNIT_BYTES
+
+
+def in_parts(unit_bytes: int, transaction_timeout_ms: int, failed_before: bool) -> bool:
+    """Whether a unit with no part committed yet goes in parts (see the module)."""
+    return unit_bytes > whole_limit(transaction_timeout_ms) or (failed_before and unit_bytes > SUB_UNIT_BYTES)
 
 
 def terms(fps: np.ndarray, occs: np.ndarray) -> np.ndarray:

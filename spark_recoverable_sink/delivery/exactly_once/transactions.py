@@ -54,6 +54,7 @@ from .legacy import adopt_legacy
 from .markers import PRE_INIT_READ_S, PRE_INIT_SHARE, UNANSWERED, Marker, encode_offset, lane_id
 from .parts import commit_parts, plan_parts, produce_unit
 from .steps import COMMITTED, MISMATCH, PENDING, REFUSED, SKIPPED, Decided, StepTimeout, left
+from .subunits import txn_timeout_ms
 from .sweep import SweepFailed, lane_topics, sweep
 from .topic import UNKNOWN_TOPIC_CODES, recheck_marker_topic
 
@@ -263,7 +264,7 @@ class Committer:
             if decided is not None:
                 return decided
             if lane.parts is None or lane.parts.ident != ident or marker != lane.known:  # else: kept from a try
-                lane.parts = plan_parts(unit, marker)
+                lane.parts = plan_parts(unit, marker, txn_timeout_ms(self.config.kafka_conf_items))
             if lane.parts is None:
                 p.begin_transaction()
                 lane.open, lane.failures = ident, []
