@@ -116,9 +116,10 @@ def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_
     own_hook(_crash_at(3))
     with pytest.raises(_Crash):
         write_partition(first, 7, 0, 0, batches(0, ROWS, 50), run="r")
-    marker = lane_markers(first, "r", [0])[0]
-    assert marker is not None and marker.partial is not None and (marker.partial.batch, marker.partial.k) == (7, 2)
-    assert marker.batch == -1  # no complete unit yet: the settle still waits for this lane
+    # (not the lane's marker: part 3's transaction, its offset sent, is open until the lane's next init, and a
+    # read_committed offset read of it gives no answer meanwhile)
+    before = len(read_topic(quick_abort_broker.bootstrap, "big", isolation=RC).records)
+    assert 0 < before < ROWS // 2  # parts 0-2 of about 16
     reset_runtimes()  # the crashed worker is gone; its transaction of part 3 is open until the lane's next init
     seen = []
     own_hook(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
@@ -130,6 +131,8 @@ def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_
     assert seen and seen[0] == 3 and seen == list(range(3, seen[-1] + 1)), seen  # parts 0-2 were not sent again
     _assert_exactly(read_topic(quick_abort_broker.bootstrap, "big", expected=ROWS, isolation=RC), first, "r",
                     {(7, 0): ROWS})
+    marker = lane_markers(first, "r", [0])[0]
+    assert marker is not None and marker.batch == 7 and marker.partial is None  # complete: the settle is done
 
 
 def test_a_rerun_with_other_records_after_some_parts_committed_is_refused_and_writes_nothing(
