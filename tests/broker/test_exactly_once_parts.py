@@ -109,22 +109,28 @@ def _crash_at(part: int):
     return hook
 
 
+def _crashed_at(broker, tmp_path, own_hook, batch: int, part: int):
+    """A worker writes ``batch`` and dies before committing ``part``; returns (its config, the records visible then,
+    a config of the re-run's worker: the same sink, another WAL)."""
+    create_topic(broker.bootstrap, "big", partitions=3)
+    first = _eo(broker.bootstrap, str(tmp_path / "a"), "big", ack_timeout_s=25, kafka_conf=SHORT)
+    own_hook(_crash_at(part))
+    with pytest.raises(_Crash):
+        write_partition(first, batch, 0, 0, batches(0, ROWS, 50), run="r")
+    # (not the lane's marker: the open part's transaction, its offset sent, stays open until the lane's next init,
+    # and a read_committed offset read of it gives no answer meanwhile)
+    before = len(read_topic(broker.bootstrap, "big", isolation=RC).records)
+    reset_runtimes()  # the crashed worker is gone
+    again = _eo(broker.bootstrap, str(tmp_path / "b"), "big", ack_timeout_s=25, kafka_conf=SHORT, name=first.name)
+    return first, before, again
+
+
 def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_broker, tmp_path, parts_seen,
                                                                     own_hook):
-    create_topic(quick_abort_broker.bootstrap, "big", partitions=3)
-    first = _eo(quick_abort_broker.bootstrap, str(tmp_path / "a"), "big", ack_timeout_s=25, kafka_conf=SHORT)
-    own_hook(_crash_at(3))
-    with pytest.raises(_Crash):
-        write_partition(first, 7, 0, 0, batches(0, ROWS, 50), run="r")
-    # (not the lane's marker: part 3's transaction, its offset sent, is open until the lane's next init, and a
-    # read_committed offset read of it gives no answer meanwhile)
-    before = len(read_topic(quick_abort_broker.bootstrap, "big", isolation=RC).records)
+    first, before, again = _crashed_at(quick_abort_broker, tmp_path, own_hook, 7, 3)
     assert 0 < before < ROWS // 2  # parts 0-2 of about 16
-    reset_runtimes()  # the crashed worker is gone; its transaction of part 3 is open until the lane's next init
     seen = []
     own_hook(lambda n, c: seen.append(c["part"]) if n == "eo.committing_part" else None)
-    again = _eo(quick_abort_broker.bootstrap, str(tmp_path / "b"), "big", ack_timeout_s=25, kafka_conf=SHORT,
-                name=first.name)
     reordered = reversed(list(batches(0, ROWS, 50, chunk=700)))  # the same records, split and ordered otherwise
     rep = write_partition(again, 7, 0, 1, reordered, run="r")
     assert (rep.acked, rep.pending) == (ROWS, 0), rep.problems
@@ -137,17 +143,9 @@ def test_a_rerun_after_some_parts_committed_publishes_only_the_rest(quick_abort_
 
 def test_a_rerun_with_other_records_after_some_parts_committed_is_refused_and_writes_nothing(
         quick_abort_broker, tmp_path, parts_seen, own_hook):
-    create_topic(quick_abort_broker.bootstrap, "big", partitions=3)
-    first = _eo(quick_abort_broker.bootstrap, str(tmp_path / "a"), "big", ack_timeout_s=25, kafka_conf=SHORT)
-    own_hook(_crash_at(2))
-    with pytest.raises(_Crash):
-        write_partition(first, 3, 0, 0, batches(0, ROWS, 50), run="r")
-    before = len(read_topic(quick_abort_broker.bootstrap, "big", isolation=RC).records)
+    first, before, again = _crashed_at(quick_abort_broker, tmp_path, own_hook, 3, 2)
     assert 0 < before < ROWS  # parts 0 and 1
-    reset_runtimes()
     own_hook(lambda n, c: None)
-    again = _eo(quick_abort_broker.bootstrap, str(tmp_path / "b"), "big", ack_timeout_s=25, kafka_conf=SHORT,
-                name=first.name)
     with pytest.raises(ExactlyOnceMismatchError) as e:
         write_partition(again, 3, 0, 1, batches(0, ROWS // 2, 50), run="r")  # half of them: some were in part 0 or 1
     assert "buckets 0..1" in str(e.value)
