@@ -910,8 +910,12 @@ static PyObject *Producer_send_offsets_to_transaction(Producer *self, PyObject *
         rks_topic_partition_t *tp = RK(rd_kafka_topic_partition_list_add)(tps, topic, partition);
         tp->offset = offset;
         if (meta) { /* freed by rd_kafka_topic_partition_list_destroy() (libc free) */
-            size_t len = strlen(meta);
-            if (!(tp->metadata = malloc(len ? len : 1))) { PyErr_NoMemory(); goto fail; }
+            /* The terminating NUL is committed with the text, as confluent-kafka's own writer does: its reader
+             * (TopicPartition.metadata) copies the metadata as a C string, and rd_kafka_committed() hands it the
+             * committed bytes without adding a terminator, so a text committed without one reads back followed
+             * by whatever the heap held after it. */
+            size_t len = strlen(meta) + 1;
+            if (!(tp->metadata = malloc(len))) { PyErr_NoMemory(); goto fail; }
             memcpy(tp->metadata, meta, len);
             tp->metadata_size = len;
         }

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from spark_recoverable_sink import ExactlyOnceMismatchError, _points
+from spark_recoverable_sink import ExactlyOnceMismatchError, MarkerError, _points
 from spark_recoverable_sink.delivery.exactly_once import subunits
 from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+from spark_recoverable_sink.delivery.exactly_once.markers import client_conf, encode_offset, lane_id
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 
@@ -175,3 +176,28 @@ def test_a_record_refused_for_good_in_a_part_dead_letters_that_part_and_the_rest
     assert len(dead) == rep.dead_lettered and not dead & in_kafka  # each record in one place
     big = ids_of(cfg.name, "r", 2, 0, chunks, topic, scope="")[2778]
     assert big in dead and any(rid == big and "too large" in err.lower() for rid, err, _t in rep.dead_letters)
+
+
+def test_a_lane_offset_whose_metadata_is_not_a_partial_marker_is_refused_not_read_as_complete(broker, topic,
+                                                                                              tmp_path):
+    """The lane groups' offsets are the sink's alone: metadata another client committed there (or a newer version's)
+    stops the lane, with :class:`MarkerError`; it is never read as "no partial marker" (a complete one)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=20)
+    rep = write_partition(cfg, 4, 0, 0, batches(0, 100, 10), run="r")
+    assert (rep.acked, rep.pending) == (100, 0), rep.problems
+    complete = lane_markers(cfg, "r", [0])[0]
+    assert complete is not None and complete.batch == 4 and complete.partial is None
+    conf = client_conf(cfg)
+    conf.update({"group.id": lane_id(cfg.name, "r", 0), "enable.auto.commit": "false"})
+    c = Consumer(conf)
+    try:  # the same offset, with metadata of another client's
+        (tp,) = c.commit(offsets=[TopicPartition(cfg.marker_topic, 0, encode_offset(4, complete.digest32),
+                                                 metadata="theirs")], asynchronous=False)
+        assert tp.error is None, tp.error
+    finally:
+        c.close()
+    with pytest.raises(MarkerError, match="metadata is not a partial marker") as e:
+        lane_markers(cfg, "r", [0])
+    assert e.value.lane == lane_id(cfg.name, "r", 0)

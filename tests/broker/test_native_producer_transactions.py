@@ -94,3 +94,51 @@ def test_send_offsets_to_transaction_commits_and_aborts_with_it(broker):
     with pytest.raises(KafkaException):
         plain.begin_transaction()
     plain.close()
+
+
+def _poison_malloc_caches(fill: bytes = b"x", sizes=range(8, 257, 8), each: int = 32) -> None:
+    """Leave this thread's malloc caches full of freed chunks of ``fill`` bytes (past a freed chunk's first 16
+    bytes, which hold its links): a buffer the C code allocates next holds them wherever it does not write."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    chunks = []
+    for size in sizes:
+        for _ in range(each):
+            ptr = libc.malloc(size)
+            ctypes.memset(ptr, fill[0], size)
+            chunks.append(ptr)
+    for ptr in chunks:
+        libc.free(ptr)
+
+
+def test_offset_metadata_sent_with_a_transaction_reads_back_exactly(broker):
+    """The commit metadata (a lane's partial marker) reads back as sent through confluent-kafka's ``committed()``,
+    whatever the heap held: that reader copies the metadata as a C string, so its terminator must be committed too."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = new_topic(broker, 1)
+    p = Producer(conf(broker, **{"transactional.id": f"native-txm-{uuid.uuid4().hex}"}))
+    p.init_transactions(30)
+    c = None
+    try:
+        for n in (1, 23, 51, 66, 100, 200):
+            group, text = f"native-grpm-{uuid.uuid4().hex}", "".join(chr(ord("a") + i % 26) for i in range(n))
+            p.begin_transaction()
+            p.send_offsets_to_transaction(group, [(topic, 0, 77, text)], 30)
+            p.commit_transaction(30)
+            c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+                          "isolation.level": "read_committed"})
+            for _ in range(3):
+                _poison_malloc_caches()
+                (tp,) = c.committed([TopicPartition(topic, 0)], timeout=30)
+                assert (tp.error, tp.offset, tp.metadata) == (None, 77, text), n
+            c.close()
+            c = None
+    finally:
+        if c is not None:
+            c.close()
+        p.close()

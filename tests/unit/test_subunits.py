@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from spark_recoverable_sink.delivery.exactly_once.subunits import (
     SUB_UNIT_BYTES,
@@ -33,13 +34,30 @@ def test_the_bucket_count_follows_the_units_size():
     assert (buckets(np.zeros(3, np.uint64), np.arange(3, dtype=np.uint32), 1) == 0).all()
 
 
-def test_partial_markers_round_trip_and_anything_else_is_not_one():
+def _signed(body: str) -> str:
+    import zlib
+
+    return f'{body[:-1]},"c":"{zlib.crc32(body.encode()):08x}"}}'
+
+
+def test_partial_markers_round_trip_and_anything_else_is_refused_not_read_as_none():
     p = Partial(41, 2, 7, 0xFEDCBA9876543210)
-    assert decode_partial(encode_partial(p)) == p
-    for bad in ("", None, "x", "{}", '{"rks":2,"b":1,"k":0,"K":2,"d":"0"}', '{"rks":1,"b":1,"k":6,"K":7,"d":"0"}',
-                '{"rks":1,"b":1,"k":"a","K":7,"d":"0"}', '{"rks":1,"k":0,"K":2,"d":"0"}',
-                '{"rks":1,"b":-1,"k":0,"K":2,"d":"0"}', "[1]"):
-        assert decode_partial(bad) is None, bad
+    text = encode_partial(p)
+    assert decode_partial(text) == p
+    assert decode_partial(text + "\0") == p and decode_partial(text + "\0xx\udcff") == p  # the terminator ends it
+    assert decode_partial("") is None and decode_partial(None) is None and decode_partial("\0junk") is None
+    flipped = text.replace('"b":41', '"b":42')
+    assert flipped != text
+    for bad, why in [("x", "not a partial"), ("{}", "not a partial"), ("[1]", "not a partial"),
+                     (text + "xx", "not a partial"), (flipped, "checksum"),
+                     ('{"rks":1,"b":1,"k":0,"K":2,"d":"0"}', "not a partial"),  # no checksum
+                     (_signed('{"rks":2,"b":1,"k":0,"K":2,"d":"0"}'), "format 2"),
+                     (_signed('{"rks":1,"b":1,"k":6,"K":7,"d":"0"}'), "out of range"),
+                     (_signed('{"rks":1,"b":1,"k":"a","K":7,"d":"0"}'), "not a partial"),
+                     (_signed('{"rks":1,"k":0,"K":2,"d":"0"}'), "not a partial"),
+                     (_signed('{"rks":1,"b":-1,"k":0,"K":2,"d":"0"}'), "out of range")]:
+        with pytest.raises(ValueError, match=why):
+            decode_partial(bad)
 
 
 def test_a_partial_marker_rides_on_the_lanes_unchanged_offset_and_reads_back_with_it():
@@ -52,7 +70,9 @@ def test_a_partial_marker_rides_on_the_lanes_unchanged_offset_and_reads_back_wit
     assert m != decode_offset(encode_offset(8, 77))  # a part committed elsewhere is a move of the lane
     first = decode_offset(0, encode_partial(Partial(0, 0, 2, 5)))  # the run's first batch, in part
     assert (first.batch, first.latest) == (-1, 0)
-    assert decode_offset(0) is None and decode_offset(0, "") is None and decode_offset(0, "not ours") is None
+    assert decode_offset(0) is None and decode_offset(0, "") is None
+    with pytest.raises(ValueError):
+        decode_offset(encode_offset(8, 77), "not ours")
 
 
 def test_a_partial_marker_record_holds_the_lanes_last_complete_unit_and_is_checked():

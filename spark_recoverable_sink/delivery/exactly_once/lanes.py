@@ -250,7 +250,7 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
                      "isolation.level": "read_committed"})
         c = Consumer(conf)
         try:
-            out[lane] = reader.from_offset(c, timeout_s)
+            out[lane] = reader.from_offset(c, timeout_s, lane_id(config.name, run, lane))
         finally:
             c.close()
     return out

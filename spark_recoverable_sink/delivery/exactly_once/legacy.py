@@ -77,7 +77,7 @@ def legacy_marker(config: SinkConfig, reader: MarkerReader, run: str, partition:
     conf.update({"group.id": old, "enable.auto.commit": "false", "isolation.level": "read_committed"})
     c = Consumer(conf)
     try:
-        offset = reader.from_offset(c, timeout_s)
+        offset = reader.from_offset(c, timeout_s, old)
     finally:
         c.close()
     # The latest record is the latest commit's. Read again (to the end) only when the one read before in this

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import SinkConfig
+from ...errors import MarkerError
 from .subunits import PARTIAL_RECORD_VERSION, Partial, decode_partial, decode_partial_record
 
 __all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
-           "decode_offset", "encode_record", "decode_record", "client_conf",
-           "MarkerReader", "MAX_BATCH", "DIGEST_BITS", "PRE_INIT_READ_S", "PRE_INIT_SHARE",
-           "UNANSWERED"]
+           "decode_offset", "encode_record", "decode_record", "client_conf", "MarkerReader", "MAX_BATCH",
+           "DIGEST_BITS", "PRE_INIT_READ_S", "PRE_INIT_SHARE", "UNANSWERED"]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,6 @@ _RECORD = struct.Struct(">4sHqQQqH")
 _RECORD_MAGIC = b"RKSM"
 _RECORD_VERSION = 1
 _SCAN_S = 60.0  # the longest one read of the marker topic to its end may take (a step of its own)
-
 
 _LANE_PREFIX = "rks-eo."
 #: The longest lane id: prefix 7, sink name 100, run id 64, partition 10 (an int32) and two colons. Kafka sets no
@@ -147,7 +146,11 @@ def encode_offset(batch: int, digest: int) -> int:
 
 
 def decode_offset(offset: int | None, metadata: str | None = None) -> Marker | None:
-    """The marker an offset (and its commit metadata: a partial marker) holds; ``None`` if the lane has none."""
+    """The marker an offset (and its commit metadata: a partial marker) holds; ``None`` if the lane has none.
+
+    Raises:
+        ValueError: the metadata is not a partial marker (:func:`.subunits.decode_partial`).
+    """
     partial = decode_partial(metadata)
     if offset is None or offset < (1 << DIGEST_BITS):
         return None if partial is None else Marker(-1, 0, partial=partial)
@@ -212,18 +215,24 @@ class MarkerReader:
         self._consumer: Any = None
         self._read_at: float | None = None  # monotonic time of the last read to the end
 
-    def from_offset(self, consumer: Any, timeout_s: float) -> Marker | None:
+    def from_offset(self, consumer: Any, timeout_s: float, lane: str = "") -> Marker | None:
         """The marker the lane's group offset holds (``consumer`` is a member of the lane's group).
 
         Raises:
             confluent_kafka.KafkaException: the broker did not answer.
+            MarkerError: the offset's metadata is not a partial marker this version reads.
         """
         from confluent_kafka import KafkaException, TopicPartition
 
         (tp,) = consumer.committed([TopicPartition(self.config.marker_topic, 0)], timeout=timeout_s)
         if tp.error is not None:
             raise KafkaException(tp.error)
-        return decode_offset(tp.offset, getattr(tp, "metadata", None))
+        try:
+            return decode_offset(tp.offset, getattr(tp, "metadata", None))
+        except ValueError as exc:  # (UnicodeDecodeError included)
+            raise MarkerError(f"lane {lane or '?'}: its offset's metadata is {exc}, so nothing is published or "
+                              "skipped on it (was its group committed by another client, or a newer version of this "
+                              "sink?)", self.config.marker_topic, lane) from exc
 
     def read_before_init(self, lane: str, consumer: Any, timeout_s: float) -> Marker | None:
         """:meth:`read` for a lane whose producer may not have fenced its predecessors: :data:`UNANSWERED`
@@ -258,7 +267,7 @@ class MarkerReader:
         Raises:
             confluent_kafka.KafkaException: the broker did not answer.
         """
-        marker = self.from_offset(consumer, timeout_s)
+        marker = self.from_offset(consumer, timeout_s, lane)
         if marker is not None:
             return marker
         # Only a record older than offsets_retention_s counts, and a lane committed after the last read

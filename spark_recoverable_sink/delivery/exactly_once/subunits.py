@@ -121,24 +121,40 @@ def buckets(fps: np.ndarray, occs: np.ndarray, count: int) -> np.ndarray:
 
 
 def encode_partial(p: Partial) -> str:
-    """The metadata of a partial marker's offset commit (a complete marker's has none)."""
-    return json.dumps({"rks": 1, "b": p.batch, "k": p.k, "K": p.count, "d": f"{p.digest:016x}"},
+    """The metadata of a partial marker's offset commit (a complete marker's has none): JSON, its CRC-32 last."""
+    body = json.dumps({"rks": 1, "b": p.batch, "k": p.k, "K": p.count, "d": f"{p.digest:016x}"},
                       separators=(",", ":"))
+    return f'{body[:-1]},"c":"{zlib.crc32(body.encode()):08x}"}}'
 
 
 def decode_partial(metadata: str | None) -> Partial | None:
-    """The partial marker an offset's metadata holds; ``None`` for none (or metadata that is not one of ours)."""
-    if not metadata:
+    """The partial marker an offset's metadata holds; ``None`` for none (a complete marker's offset).
+
+    The lane group's offsets are this sink's alone, so metadata that is not a
+    partial marker this version writes is never read as none: a lane whose
+    proof cannot be read publishes and skips nothing on it. Anything after a
+    NUL is not the metadata (the terminator the commit carries, see
+    ``rks_producer.c``).
+
+    Raises:
+        ValueError: the metadata is not a partial marker (its reason).
+    """
+    text = (metadata or "").split("\0", 1)[0]
+    if not text:
         return None
     try:
-        m = json.loads(metadata)
-        if m.get("rks") != 1:
-            return None
+        m = json.loads(text)
+        crc = m.pop("c")
+        version = m.get("rks")
         batch, k, count, digest = int(m["b"]), int(m["k"]), int(m["K"]), int(m["d"], 16)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a partial marker ({type(exc).__name__}: {exc})") from exc
+    if version != 1:
+        raise ValueError(f"a partial marker of format {version!r}, which this version does not read")
+    if crc != f"{zlib.crc32(json.dumps(m, separators=(',', ':')).encode()):08x}":
+        raise ValueError("a partial marker whose checksum does not match")
     if batch < 0 or not 0 <= k < count - 1 or not 0 <= digest <= _MASK64:
-        return None  # a last bucket commits the complete marker, never a partial one
+        raise ValueError(f"a partial marker out of range (batch={batch} k={k} K={count})")  # the last part: complete
     return Partial(batch, k, count, digest)
 
 
