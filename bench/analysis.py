@@ -24,6 +24,7 @@ from bench.analysis_cost import (  # the sink's cost per record against the flus
     cores_busy,
 )
 from bench.analysis_eo import _eo_extra, _eo_split, _eo_wide, _scaling  # exactly-once
+from bench.analysis_ks import explain_ks  # a Kafka → Kafka copy
 from bench.targets import (
     ASYNC,
     EXACTLY,
@@ -102,7 +103,7 @@ def _explain(results: dict[str, Any], name: str) -> str:
         text = _cpu_split(results, 1024 if "1024" in name else 100)
     elif name.startswith("sink sync throughput, native ÷ Python"):
         text = _native_vs_python(results)
-    elif name.startswith("exactly-once micro-batch p50"):
+    elif name.startswith("exactly-once micro-batch p50") and "Spark's Kafka source" not in name:
         text = _scaling(results)
     elif name.startswith(f"exactly-once at {SCALE_WIDE} Spark partitions"):
         text = _eo_wide(results)
@@ -200,7 +201,7 @@ def why_missed(results: dict[str, Any]) -> list[tuple[str, str]]:
     missed = {t["name"]: t for t in results.get("targets", []) if t["status"] == "missed"}
     out: list[tuple[str, str]] = []
     for name in missed:
-        text = explain_vs_spark(results, name) or _explain(results, name)
+        text = explain_ks(results, name) or explain_vs_spark(results, name) or _explain(results, name)
         if text:
             out.append((name, text))
     return out

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import common
-from .spark_bench import EXACTLY, SPARK_KAFKA
+from .spark_bench import EXACTLY, SPARK_KAFKA, SYNC
 
-__all__ = ["summarize", "ks_targets"]
+__all__ = ["summarize", "ks_targets", "explain_ks"]
 
 
 def _spread(xs: list[float]) -> dict[str, float | None]:
@@ -84,3 +84,85 @@ def ks_targets(section: dict[str, Any] | None) -> list[tuple[str, str, float | N
                      None if worst is None or missing else worst <= 1000.0,
                      "" if judged else "Spark's own sink did not keep up in any round: no goal"))
     return out
+
+
+def _measured(section: dict[str, Any], n: int, w: str) -> list[dict[str, float]]:
+    """Every measured batch of the ``n``-partition query of ``w``, over the rounds: Spark's trigger and addBatch,
+    and for the sink the seconds of its ``write()`` and tasks; ``hops``: tasks in another worker than their
+    partition's (lane's) task of the batch before."""
+    out = []
+    for r in section["rounds"]:
+        g = r["results"].get(f"{n}:{w}")
+        if not g:
+            continue
+        phases = {int(k): v for k, v in (g.get("phases_each_ms") or {}).items()}
+        sink = {int(k): v for k, v in (g.get("sink_each") or {}).items()}
+        last: dict[int, int] = {}
+        hops: dict[int, int] = {}
+        for b in sorted(sink):  # warm-up batches included: a measured batch's hop is against the batch before
+            hops[b] = sum(1 for part, pid, _rows, _s in sink[b]["tasks"] if last.get(part, pid) != pid)
+            last.update({part: pid for part, pid, _rows, _s in sink[b]["tasks"]})
+        for b in g.get("batch_ids") or []:
+            ph = phases.get(b)
+            if not ph or "triggerExecution" not in ph:
+                continue
+            row = {"trigger": ph["triggerExecution"], "add": ph.get("addBatch", 0.0)}
+            if b in sink:
+                tasks = sink[b]["tasks"]
+                busy = [s for _p, _pid, rows, s in tasks if rows > 0]
+                row.update({"sink": sink[b]["s"] * 1000, "tasks": len(tasks), "busy": len(busy),
+                            "task": (common.median(busy) or 0.0) * 1000, "task_sum": sum(busy) * 1000,
+                            "hops": hops.get(b, 0)})
+            out.append(row)
+    return out
+
+
+def _med(rows: list[dict[str, float]], key: str) -> float:
+    return common.median([r[key] for r in rows if key in r]) or 0.0
+
+
+def explain_ks(results: dict[str, Any], name: str) -> str:
+    """Why a missed target of the kafka-source section is missed, from the section's own figures ('' if none)."""
+    section = results.get("kafka_source")
+    if not section or not section.get("rounds") or "Spark's Kafka source" not in name:
+        return ""
+    n = next((p for p in section["partitions"] if f", {p} Spark partitions" in name), None)
+    ex, sk = _measured(section, n, EXACTLY), _measured(section, n, SPARK_KAFKA)
+    sy = _measured(section, n, SYNC)
+    if n is None or not ex or not sk or "sink" not in ex[0]:
+        return ""  # (a run from before the section recorded the sink's reports)
+    cores = int((results.get("settings") or {}).get("cores") or 2)
+    t_e, a_e, t_s, a_s = (_med(ex, "trigger"), _med(ex, "add"), _med(sk, "trigger"), _med(sk, "add"))
+    text = (f"From this section's {len(ex)} measured batches of each query at {n} Spark partitions (medians): "
+            f"Spark's sink's trigger {t_s:.0f} ms = its write job (addBatch) {a_s:.0f} + Spark's steps around it "
+            f"(offsets, planning, the commit log) {t_s - a_s:.0f}; exactly-once's {t_e:.0f} = {a_e:.0f} + "
+            f"{t_e - a_e:.0f}. ")
+    lanes, busy, task, tsum, sink = (_med(ex, k) for k in ("tasks", "busy", "task", "task_sum", "sink"))
+    text += (f"Exactly-once's `write()` took {sink:.0f} ms: {lanes:.0f} lane tasks ({busy:.0f} with records, "
+             f"{task:.0f} ms each: produce, the transaction's commit with its marker), {tsum:.0f} ms of task time, "
+             f"{tsum / cores:.0f} ms on {cores} cores; the other {sink - tsum / cores:.0f} ms are Spark's: the "
+             "Kafka read and the repartition shuffle (Spark's sink runs them too, inside its "
+             f"{a_s:.0f} ms), the lane shuffle, scheduling the lane stage and the driver's wait. ")
+    if sy and "sink" in sy[0]:
+        text += (f"At-least-once sync, in the same rounds: trigger {_med(sy, 'trigger'):.0f} ms, `write()` "
+                 f"{_med(sy, 'sink'):.0f} ms, {_med(sy, 'tasks'):.0f} tasks of {_med(sy, 'task'):.0f} ms. ")
+    if "p95" in name:
+        slow = [r for r in ex if r["trigger"] > 1000.0]
+        fast = [r for r in ex if r["trigger"] <= 1000.0]
+        text += (f"{len(slow)} of exactly-once's {len(ex)} batches took longer than the 1 s trigger (Spark's sink: "
+                 f"{sum(r['trigger'] > 1000.0 for r in sk)} of {len(sk)}). ")
+        if slow:
+            hopped = [r for r in ex if r.get("hops")]
+            text += (f"Those took {_med(slow, 'trigger'):.0f} ms (trigger p50), their `write()` {_med(slow, 'sink'):.0f} "
+                     f"ms and lane tasks {_med(slow, 'task'):.0f} ms, against {_med(fast, 'trigger'):.0f}, "
+                     f"{_med(fast, 'sink'):.0f} and {_med(fast, 'task'):.0f} ms for the others; "
+                     f"{sum(1 for r in slow if r.get('hops'))} of the slow and "
+                     f"{sum(1 for r in fast if r.get('hops'))} of the others had a lane task in another Python worker "
+                     "than its lane's task the batch before (a new producer, `init_transactions`, a marker read)")
+            text += (f": batches with such a hop {_med(hopped, 'trigger'):.0f} ms, without "
+                     f"{_med([r for r in ex if not r.get('hops')], 'trigger'):.0f} ms. " if hopped else ". ")
+    else:
+        goal = 1.5 * t_s
+        text += (f"At 1.5 × Spark's sink, exactly-once's trigger would be at most {goal:.0f} ms: {t_e - goal:.0f} ms "
+                 "less than it took.")
+    return text.strip()

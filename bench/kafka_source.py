@@ -16,7 +16,9 @@ Steps of :func:`kafka_source_latency`:
 2. for each round, each partition count, each writer (order rotated each
    round): a fresh output topic, the writer's untimed warm-up, then a query
    of ``warmup_batches`` + ``batches`` triggers; its measured batches'
-   ``triggerExecution`` and ``addBatch`` durations from Spark's progress;
+   ``triggerExecution`` and ``addBatch`` durations from Spark's progress,
+   every step of each trigger, and the sink's own reports (its time in
+   ``write()``, each task's time and worker);
 3. per (partition count, writer): the median over rounds of each round's
    p50 and p95, with their spread; exactly-once's p50 over Spark's own
    sink's, taken round by round (both in the same round), median and spread.
@@ -64,6 +66,14 @@ def _fill(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes: i
         raise RuntimeError(f"input topic {topic}: {left} records not acked, {len(failed)} failed ({failed[:1]})")
 
 
+def _sink_each(reports: Any, done: set[int]) -> dict[int, dict[str, Any]]:
+    """Per batch the writer ran: the sink's seconds in ``write()`` and each task's (partition, worker pid, rows,
+    seconds): for exactly-once, a lane task each."""
+    return {r.batch_id: {"s": r.seconds, "tasks": [[p.partition, p.pid, p.rows, round(p.seconds, 4)]
+                                                   for p in r.partition_reports]}
+            for r in list(reports) if r.batch_id in done}
+
+
 def _one_query(spark: Any, bootstrap: str, in_topic: str, writer: str, partitions: int, rows_per_trigger: int,
                value_bytes: int, batches: int, warmup_batches: int, topic_partitions: int, scratch: str,
                max_s: float) -> dict[str, Any]:
@@ -100,6 +110,10 @@ def _one_query(spark: Any, bootstrap: str, in_topic: str, writer: str, partition
         got = summarize_latency(writer, value_bytes, rows_per_trigger, progress, warmup_batches)
         got["trigger_each_ms"] = {int(d["batchId"]): float(d["durationMs"].get("triggerExecution", 0))
                                   for d in progress}  # every batch's, warm-up included: which one was slow
+        got["phases_each_ms"] = {int(d["batchId"]): {k: float(v) for k, v in dict(d["durationMs"]).items()}
+                                 for d in progress}  # Spark's steps of each trigger (latestOffset, addBatch, ...)
+        if tg.sink is not None:  # the sink's own reports: its time in write() and each task's
+            got["sink_each"] = _sink_each(tg.sink.reports, done)
         return got
     finally:
         if q is not None and q.isActive:

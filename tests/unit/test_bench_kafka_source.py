@@ -106,3 +106,42 @@ def test_the_input_topic_holds_more_rows_than_the_measured_batches_read(monkeypa
                                       value_bytes=100, batches=10, warmup_batches=3, rounds=1, topic_partitions=4,
                                       scratch="/tmp/unused-ks")
     assert filled and filled[0] > 50_000 * (3 + 10)
+
+
+def _with_phases(q: dict, triggers: list[float], tasks_each=None) -> dict:
+    """A query's measured batches 3.. with Spark's steps and, for the sink, its reports (batch 2: a warm-up one)."""
+    ids = list(range(3, 3 + len(triggers)))
+    q = dict(q, batch_ids=ids, phases_each_ms={str(b): {"triggerExecution": t, "addBatch": t - 100}
+                                               for b, t in zip(ids, triggers)})
+    if tasks_each is not None:
+        q["sink_each"] = {str(b): {"s": (t - 110) / 1000, "tasks": tasks_each(b)}
+                          for b, t in zip([2] + ids, [triggers[0]] + triggers)}
+    return q
+
+
+def test_a_missed_kafka_source_target_is_explained_from_the_section_s_own_figures():
+    from bench.analysis import why_missed
+    from bench.analysis_ks import explain_ks
+
+    def lanes(b):  # two lanes; lane 1's task moves to another worker at batches 5 and 9
+        return [[0, 100, 25_000, 0.120], [1, 200 + (b >= 5) + (b >= 9), 25_000, 0.120]]
+
+    sk = _with_phases(_q(400, 450), [400.0] * 10)
+    eo = _with_phases(_q(750, 1200), [700.0, 720, 1200, 740, 760, 730, 1250, 710, 700, 750], lanes)
+    sec = _section([{SK: (400, 450), EO: (750, 1200)}] * 5)
+    for r in sec["rounds"]:
+        r["results"].update({f"4:{SK}": sk, f"4:{EO}": eo})
+    results = {"kafka_source": sec, "settings": {"cores": 2}}
+    ratio, p95 = ks_targets(sec)
+    text = explain_ks(results, ratio[0])
+    assert "50 measured batches" in text and "Spark's sink's trigger 400 ms = its write job (addBatch) 300" in text
+    assert "2 lane tasks (2 with records, 120 ms each" in text and "240 ms of task time, 120 ms on 2 cores" in text
+    assert "at most 600 ms: 135 ms less" in text  # exactly-once's p50: 735 ms
+    slow = explain_ks(results, p95[0])
+    assert "10 of exactly-once's 50 batches took longer than the 1 s trigger (Spark's sink: 0 of 50)" in slow
+    assert "10 of the slow and 0 of the others had a lane task in another Python worker" in slow
+    # why_missed takes this text for both targets, not the scaling section's
+    results["targets"] = evaluate_targets(results)
+    got = dict(why_missed(results))
+    assert got[ratio[0]] == text and got[p95[0]] == slow
+    assert explain_ks({"kafka_source": _section([{SK: (400, 450), EO: (750, 1200)}])}, ratio[0]) == ""  # no reports
