@@ -254,7 +254,6 @@ class NativeEngine(Engine):
         conf = {k: v for k, v in conf.items() if not callable(v)}
         self.producer = Producer(conf, error_cb=self._on_error if error_cb else None, stats_cb=stats_cb,
                                  log_cb=self._on_log, oauth_cb=oauth_cb)
-        self._admin: Any = None
         self._side: Any = None  # a confluent-kafka producer for single records (dead letters), created on need
 
     def _on_error(self, code: int, _name: str, text: str, fatal: bool) -> None:
@@ -311,13 +310,9 @@ class NativeEngine(Engine):
         self._side.produce(topic, value, key, partition, on_delivery, None, 0, headers)
 
     def list_topics(self, topic: str, timeout: float) -> Any:
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
+        from .exactly_once.topic import shared_admin  # (the C producer has no metadata call of its own)
 
-            from .exactly_once.markers import client_conf
-
-            self._admin = AdminClient(client_conf(self.config))
-        return self._admin.list_topics(topic, timeout=timeout)
+        return shared_admin(self.config).list_topics(topic, timeout=timeout)
 
     def flush(self, timeout_s: float = -1) -> int:
         left = self.producer.flush(timeout_s)

@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from ...config import SinkConfig
@@ -34,7 +35,7 @@ from ...errors import ConfigError, MarkerError
 from .markers import client_conf
 
 __all__ = ["marker_topic_id", "known_marker_topic_id", "expect_marker_topic", "recheck_marker_topic",
-           "forget_marker_topics", "forget_marker_topic", "MARKER_TOPIC_CONFIG", "UNKNOWN_TOPIC_CODES"]
+           "forget_marker_topics", "forget_marker_topic", "MARKER_TOPIC_CONFIG", "UNKNOWN_TOPIC_CODES", "shared_admin"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ _lock = threading.Lock()
 _pid = os.getpid()
 _seen: dict[tuple[str, str], str] = {}  # (bootstrap, topic) -> its id as checked here ("": the broker gives none)
 _expected: dict[tuple[str, str], str] = {}  # the id the driver checked, as a task or drain job carried it
+_admins: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # (sink, client options) -> admin client (shared_admin)
+_ADMINS_KEPT = 4  # the least recently used beyond these are dropped (their clients end when collected)
 
 
 def _key(config: SinkConfig) -> tuple[str, str]:
@@ -52,6 +55,7 @@ def _key(config: SinkConfig) -> tuple[str, str]:
     if _pid != os.getpid():  # a forked child checks for itself
         _seen.clear()
         _expected.clear()
+        _admins.clear()
         _pid = os.getpid()
     return str(config.producer_conf().get("bootstrap.servers", "")), config.marker_topic
 
@@ -192,6 +196,28 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
     if expect and tid and tid != expect:
         raise _gone(config, f"was replaced by another topic of that name (the driver checked id {expect}, now {tid})")
     return tid
+
+
+def shared_admin(config: SinkConfig) -> Any:
+    """This process's admin client of the sink (:func:`.markers.client_conf`: metadata requests never create a
+    topic), made once and kept: a lane's new producer reads partitions with it instead of starting a client of its
+    own (a librdkafka instance and its connection: about 50 ms of every lane that moved to this worker).
+
+    Where it runs: executors (Python workers) and the driver. Never pickled.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    conf = client_conf(config)
+    key = (config.name, *sorted(conf.items(), key=lambda kv: kv[0]))  # another broker or login: another client
+    with _lock:
+        _key(config)  # (a forked child makes its own)
+        admin = _admins.get(key)
+        if admin is None:
+            admin = _admins[key] = AdminClient(conf)
+            while len(_admins) > _ADMINS_KEPT:
+                _admins.popitem(last=False)
+        _admins.move_to_end(key)
+        return admin
 
 
 def _exists(admin: Any, topic: str, timeout_s: float) -> bool:
