@@ -21,7 +21,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-__all__ = ["SparkRelease", "RELEASES", "MAIN", "COMPAT", "release", "versions_table", "render_doc", "DOC", "DOCS",
+__all__ = ["SparkRelease", "RELEASES", "MAIN", "COMPAT", "NOTEBOOK", "release", "versions_table", "render_doc", "DOC", "DOCS",
            "BEGIN", "END"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +76,10 @@ RELEASES: tuple[SparkRelease, ...] = (
 MAIN = next(r for r in RELEASES if r.main)
 #: The releases the compatibility tier runs, each in its own virtual environment.
 COMPAT = tuple(r for r in RELEASES if not r.main)
+#: The compatibility releases whose application also runs jobs/databricks_notebook.py's cells, as a script with
+#: ``dbutils`` stood in for: a Spark 3.5 environment here; the 4.x one is the main release's
+#: (tests/spark/test_notebook.py).
+NOTEBOOK = tuple(r.version for r in COMPAT if r.version.startswith("3."))
 
 
 def release(version: str) -> SparkRelease:

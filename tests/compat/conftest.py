@@ -25,18 +25,13 @@ from devtools.cds import use_options
 from devtools.cds_make import make_spark_archive
 from devtools.processes import free_port
 from devtools.sparkenvs import build_wheel, install_wheel, release_jars, spark_env
-from devtools.sparkversions import COMPAT, SparkRelease, release
+from devtools.sparkversions import COMPAT, NOTEBOOK, SparkRelease, release
 
 from .harness import file_input, kafka_input, output_topics, run_app, tests_only_path
 
 #: The output topics of one run (compat_app's and compat_client's scenarios).
 OUTPUTS = ["write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", "notebook", "cx_write", "cx_eo"]
 APP_BOUND_S = 1200.0
-
-
-#: The releases whose application also runs jobs/databricks_notebook.py's cells: the notebook runs on a Spark 3.5
-#: environment here and on the main release's in tests/spark/test_notebook.py (one 3.5, one 4.x).
-NOTEBOOK_RELEASES = tuple(r.version for r in COMPAT if r.version.startswith("3."))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups (as tests/conftest.py's)
@@ -111,7 +106,7 @@ def release_run(request: Any, broker: Any, registry: Any, wheel: str,
     source = kafka_input(broker.bootstrap) if r.kafka_connector else file_input(os.path.join(base, "src"))
     hook_dir = os.path.join(base, "hooks")
     os.makedirs(hook_dir)
-    notebook = ["notebook"] if r.version in NOTEBOOK_RELEASES else []
+    notebook = ["notebook"] if r.version in NOTEBOOK else []
     scenarios = ["installed", "write", "write_eo", "fb_alo", "fb_eo", "ds", "avro", *notebook, "connect"]
     spec = {"version": r.version, "bootstrap": broker.bootstrap, "work": os.path.join(base, "work"),
             "tag": secrets.token_hex(3), "rows": 2000, "jars": jars["kafka"] + jars["avro"] + jars["connect"],

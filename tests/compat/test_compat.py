@@ -13,10 +13,11 @@ import json
 
 import pytest
 
+from devtools.sparkversions import NOTEBOOK
+
 from ..faults.readback import read_back
 from ..kafka_helpers import read_topic
 from ..registry_reads import decode_values
-from .conftest import NOTEBOOK_RELEASES
 from .harness import ROWS, check_forced_drain
 
 # The first test of a release also builds its environment on a fresh machine (minutes) and runs its application.
@@ -116,14 +117,11 @@ def test_spark_connect_write_exactly_once_forced_drain_and_drain(release_run):
     assert client["cx_drain"]["workers"] >= 1
 
 
+# Only the releases of NOTEBOOK (the fixture's own params narrowed: the same module-scoped run, not another one)
+@pytest.mark.parametrize("release_run", NOTEBOOK, ids=[f"pyspark-{v}" for v in NOTEBOOK], indirect=True)
 def test_the_databricks_notebook_runs_its_cells(release_run):
     """jobs/databricks_notebook.py on the release (dbutils stood in for): foreachBatch, the engine check, the drain;
     the data source section where the release has it, else skipped with its sentence."""
-    version = release_run.release.version
-    if version not in NOTEBOOK_RELEASES:
-        pytest.skip(f"the notebook runs on Spark {', '.join(NOTEBOOK_RELEASES)} here and on the main release in "
-                    "tests/spark/test_notebook.py (a 3.5 and a 4.x environment); "
-                    f"not again on {version}")
     got = release_run.result("notebook")
     assert got["engines"] and all(e["engine"] == "native" for e in got["engines"]), got["engines"]
     assert len(got["reports"]) >= 2 and all(rows == acked == 300 for _b, rows, acked, _r in got["reports"]), got
