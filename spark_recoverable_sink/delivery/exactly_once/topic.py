@@ -141,9 +141,7 @@ def recheck_marker_topic(config: SinkConfig, timeout_s: float, why: str, ids: bo
         MarkerError: it is gone, or its topic id differs from the one checked here or by the driver.
         confluent_kafka.KafkaException: the broker did not answer.
     """
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(client_conf(config))
+    admin = shared_admin(config)
     if not _exists(admin, config.marker_topic, timeout_s):
         raise _gone(config, f"was deleted ({why})")
     with _lock:
@@ -157,10 +155,10 @@ def recheck_marker_topic(config: SinkConfig, timeout_s: float, why: str, ids: bo
 
 def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     topic = config.marker_topic
-    admin = AdminClient(client_conf(config))
+    admin = shared_admin(config)
     if not _exists(admin, topic, timeout_s):
         if expect is not None:
             raise _gone(config, "was deleted (the driver checked it at the query's first batch)")
