@@ -97,7 +97,7 @@ MODES: dict[str, dict[str, Any]] = {
         "tp_rows": {"100": 2_000_000, "1024": 1_000_000}, "tp_rounds": 5, "tp_warm_rows": 500_000, "sizes": [100, 1024],
         "verify": True,
         "lat_rows_per_s": 50_000, "lat_duration_s": 60, "lat_warmup_batches": 10, "lat_sizes": [100],
-        "wal_rows": 1_000_000, "wal_repeat": 3, "produce_rows": 1_000_000, "produce_repeat": 3,
+        "wal_rows": 1_000_000, "wal_repeat": 3, "produce_rows": 1_000_000, "produce_repeat": 5,
         "mem_rows": [1_000_000, 100_000_000], "recovery_rows": 1_000_000, "profile_rows": 1_000_000,
         "formats_rows": 1_000_000, "formats_rounds": 3,
         # scale_rows_per_s: rows in every micro-batch (rate-micro-batch source, 1 s trigger);

@@ -109,3 +109,12 @@ def test_the_whole_machine_counts_at_least_this_process():
     tree = m.stop()
     assert tree > 0.05
     assert m.machine["busy"] >= tree - 0.05  # one tick of rounding on each side
+
+
+def test_the_sink_against_the_plain_loop_outside_spark_is_read_round_by_round():
+    from bench.render_sections import _ratio_spread
+
+    # rounds where the sink was as fast as the loop beside it, and one slow round of both
+    row = {"sink_vs_alone": 1.0, "sink_vs_alone_each": [1.02, 0.98, 1.0, 0.97, 1.03]}
+    assert _ratio_spread(row) == "1.00 (0.97–1.03 over 5 rounds)"
+    assert _ratio_spread({"sink_vs_alone": 0.85}) == "0.85"  # a run from before the rounds were kept
