@@ -249,6 +249,7 @@ make bench         # .venv/bin/python bench/run.py           (the measured run, 
 python bench/render.py [bench/results/<timestamp>.json] [--docs-dir DIR]   # re-render this page and the charts
 python bench/wal_cost.py --rows 1000000                      # the WAL cost alone
 python bench/commits.py --version a=<commit> --version b=installed   # versions of the package side by side
+python bench/instructions.py --modes sink,alone                    # instructions per record (callgrind): CPU work steal time does not move
 ```
 
 `bench/run.py --only throughput,latency,scaling,wal,memory,recovery,profile` runs a subset; `--rows`,
