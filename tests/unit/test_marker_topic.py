@@ -7,8 +7,6 @@ recording one, to pin down the caching rules.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
@@ -114,7 +112,6 @@ def _check_with(monkeypatch, admin: "_LaggingAdmin", timeout_s: float) -> str:
     import confluent_kafka.admin
 
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", lambda conf: admin)
-    monkeypatch.setattr(topic, "_admins", OrderedDict())  # no admin client kept from an earlier test (shared_admin)
     monkeypatch.setattr(topic, "_RETRY_S", 0.001, raising=False)
     topic.forget_marker_topics()
     try:

@@ -71,10 +71,12 @@ def known_marker_topic_id(config: SinkConfig) -> str | None:
 
 
 def forget_marker_topics() -> None:
-    """Forget every check (tests and tools: the next use checks again, as a new process would)."""
+    """Forget every check, and drop the kept admin clients (tests and tools: the next use checks again with a client
+    of its own, as a new process would)."""
     with _lock:
         _seen.clear()
         _expected.clear()
+        _admins.clear()
 
 
 def forget_marker_topic(config: SinkConfig) -> None:
@@ -198,8 +200,9 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
 
 def shared_admin(config: SinkConfig) -> Any:
     """This process's admin client of the sink (:func:`.markers.client_conf`: metadata requests never create a
-    topic), made once and kept: a lane's new producer reads partitions with it instead of starting a client of its
-    own (a librdkafka instance and its connection: about 50 ms of every lane that moved to this worker).
+    topic), made once and kept until :func:`forget_marker_topics`: a lane's new producer reads partitions with it,
+    and the marker topic's checks use it, instead of starting a client of their own (a librdkafka instance and its
+    connection: about 50 ms of every lane that moved to this worker).
 
     Where it runs: executors (Python workers) and the driver. Never pickled.
     """
