@@ -112,6 +112,7 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
                     "executors' WALs for their transactions; the batch ends once they are committed (at most "
                     "settle_timeout_s=%.0f)", config.name, report.batch_id, ",".join(map(str, waiting)), rounds,
                     time.monotonic() - t0, config.settle_timeout_s)
+        _points.point("eo.settle_drain", batch=report.batch_id, round=rounds)
         done = _drain_bounded(config, report, drain, max(1.0, bound.cap(_DRAIN_S)),
                               (bound.remaining() or 0.0) + _DRAIN_GRACE_S, cancel, thread)
         if isinstance(done, _StuckDrain):  # live workers may have committed the lanes meanwhile: look once more

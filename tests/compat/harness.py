@@ -101,10 +101,10 @@ def check_forced_drain(streamed: dict[str, Any], log_path: str, sink_prefix: str
     """Assert that tests/compat/scenarios.py's ``ForcedDrain`` happened and its batch settled through a drain.
 
     ``streamed`` is ``stream_twice``'s result: no run failed, the fault
-    thread's steps all happened (the owner SIGKILLed with the driver parked as
-    its settle began). The driver's log (``log_path``) has the settle's
-    warning that the batch waited for its lane, which it writes only when a
-    marker read found the lane uncommitted and a drain job was run.
+    thread's steps all happened (the owner SIGKILLed with the driver parked
+    before its settle's first drain job). The driver's log (``log_path``) has
+    the settle's warning that the batch waited for its lane, which it writes
+    only when a marker read found the lane uncommitted, before a drain job.
     """
     assert streamed["run1_error"] is None and streamed["run2_error"] is None, streamed
     assert streamed["faults"]["errors"] == [], streamed["faults"]

@@ -12,9 +12,9 @@ the pytest process: only PySpark, the installed package and tests/hooks.py.
   mid-batch (Spark re-runs the task);
 * :class:`ForcedDrain` -- an exactly-once unit left to the settle's drain job:
   its task parked before its commit until its ``ack_timeout_s`` has passed
-  (it returns with the unit pending), then its worker, parked again at the
-  commit's retry, SIGKILLed: only a drain task adopting the dead worker's
-  slot can commit the unit, so the batch settles only through a drain job.
+  (it returns with the unit pending), its worker parked again at the commit's
+  retry, and that worker SIGKILLed only once the driver's settle has found the
+  lane uncommitted and is about to run its first drain job.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class WorkerKill:
 
 
 class ForcedDrain:
-    """An exactly-once unit of batch ``batch`` that only the settle's drain job can commit (module doc).
+    """An exactly-once unit of batch ``batch`` that the settle's drain job is run for (module doc).
 
     Run with two lanes on two cores, so that the parked task is its worker's
     only task of the batch. Steps, each at a named point:
@@ -184,34 +184,40 @@ class ForcedDrain:
        commit (``eo.committing``) until its ``ack_timeout_s`` has passed;
        released, it finds no time left and returns with the unit pending;
     2. its worker's background thread of this sink parks before retrying the
-       unit (``eo.idle_retry`` of that pid and sink), and the driver parks as its settle
-       begins (``eo.settle``: the batch's job is done, the task returned);
-    3. the worker is SIGKILLed, then both are released: the unit's owner is
-       dead, so the settle's drain job (its tasks adopt the dead worker's
-       slot) is what commits it.
+       unit (``eo.idle_retry`` of that pid and sink): the unit stays pending
+       and, its owner alive, no other worker may adopt its slot;
+    3. the driver's settle reads the lane's marker (uncommitted), logs that
+       the batch waits and parks before its first drain job (``eo.settle_drain``);
+    4. the worker is SIGKILLed, then both are released: the drain job, or a
+       live worker's background adoption while it runs, commits the unit.
+
+    The kill waits for step 3: killed earlier, another worker's adoption
+    could commit the unit while the settle's first marker read waits, and the
+    batch would settle without a drain job.
     """
 
     def __init__(self, hooks: Hooks, sink: str, batch: int, ack_timeout_s: float) -> None:
         self.hooks = hooks
         self.sink = sink  # a worker holds a runtime per sink: only this one's background retry is parked
         self.ack_timeout_s = ack_timeout_s
-        self.parks = [hooks.park("eo.committing", batch=batch), hooks.park("eo.settle", batch=batch)]
+        self.parks = [hooks.park("eo.committing", batch=batch), hooks.park("eo.settle_drain", batch=batch, round=1)]
         self.what: dict[str, Any] = {"kind": "forced_drain", "batch": batch}
 
     def run(self) -> None:
         committing, settle = self.parks
-        at = committing.wait(QUERY_BOUND_S)
+        at = committing.wait(QUERY_BOUND_S)  # Step 1
         pid, coords = at["pid"], at["coords"]
         self.parks.append(self.hooks.park("eo.idle_retry", pid=pid, sink=self.sink))
         # the unit's commit deadline (ack_timeout_s, started just before this point) passes while it is parked
         time.sleep(self.ack_timeout_s + 1.0)  # the deadline's length, not a synchronisation
         committing.release()
-        driver = settle.wait(QUERY_BOUND_S)
-        idle = self.parks[2].wait(QUERY_BOUND_S)
-        _kill9(pid)
+        idle = self.parks[2].wait(QUERY_BOUND_S)  # Step 2
+        driver = settle.wait(QUERY_BOUND_S)  # Step 3
+        _kill9(pid)  # Step 4
         self.what.update(owner_pid=pid, partition=coords["partition"], rows=coords["rows"],
                          driver_pid=driver["pid"], killed_at=time.time(),
-                         parked_at={"committing": at["time"], "settle": driver["time"], "idle_retry": idle["time"]})
+                         parked_at={"committing": at["time"], "idle_retry": idle["time"],
+                                    "settle_drain": driver["time"]})
         self.release()
 
     def release(self) -> None:
