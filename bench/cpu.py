@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["tree_cpu_s", "tree_cpu_by_kind", "machine_cpu_s", "CpuMeter", "KINDS"]
+__all__ = ["tree_cpu_s", "tree_cpu_by_kind", "machine_cpu_s", "process_kind", "CpuMeter", "KINDS"]
 
 #: What a process of the tree is: the broker's JVM, Spark's JVM (driver and, in local mode, the executors),
 #: or Python (the bench driver, Spark's Python daemon and workers, with their librdkafka threads).
@@ -47,7 +47,8 @@ def tree_cpu_s(root: int | None = None) -> float:
     return sum(tree_cpu_by_kind(root).values())
 
 
-def _kind(pid: int) -> str:
+def process_kind(pid: int) -> str:
+    """What process ``pid`` is, of :data:`KINDS` (its command line; a process gone counts as Python)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             cmd = fh.read()
@@ -90,7 +91,7 @@ def tree_cpu_by_kind(root: int | None = None) -> dict[str, float]:
     while todo:
         pid = todo.pop()
         if pid in stats:
-            out[_kind(pid)] += stats[pid][1]
+            out[process_kind(pid)] += stats[pid][1]
         todo.extend(children.get(pid, ()))
     return out
 

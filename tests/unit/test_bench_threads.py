@@ -1,0 +1,52 @@
+"""Tier 1: bench/threads.py groups threads by name, diffs CPU snapshots and counts JFR samples by component.
+
+Pure: snapshots and a JFR JSON shaped like ``jfr print --json`` of JDK 17 (its
+frames' classes named with slashes); the tool itself reads /proc and runs Spark.
+"""
+
+from __future__ import annotations
+
+from bench.threads import classify, jfr_components, thread_cpu, thread_group
+
+
+def _sample(thread: str, *classes: str) -> dict:
+    frames = [{"method": {"type": {"name": c.rsplit(".", 1)[0].replace(".", "/")}, "name": c.rsplit(".", 1)[1]}}
+              for c in classes]
+    return {"type": "jdk.ExecutionSample",
+            "values": {"sampledThread": {"javaName": thread}, "stackTrace": {"frames": frames}}}
+
+
+def test_threads_of_one_pool_share_a_group():
+    assert thread_group("GC Thread#0") == thread_group("GC Thread#12") == "GC Thread#"
+    assert thread_group("rdk:broker1") == "rdk:broker"
+    assert thread_group("1234") == "?"
+
+
+def test_cpu_is_the_difference_per_group_and_a_new_thread_counts_from_zero():
+    before = {(1, 1): ("spark_jvm", "GC Thread#", 2.0), (1, 2): ("spark_jvm", "GC Thread#", 1.0),
+              (7, 7): ("python", "python", 5.0)}
+    after = {(1, 1): ("spark_jvm", "GC Thread#", 2.5), (1, 2): ("spark_jvm", "GC Thread#", 1.25),
+             (7, 7): ("python", "python", 5.0), (7, 8): ("python", "rdk:broker", 0.5)}
+    assert thread_cpu(before, after) == {"spark_jvm/GC Thread#": 0.75, "python/rdk:broker": 0.5}
+
+
+def test_a_sample_belongs_to_the_first_known_component_from_the_leaf_up():
+    assert classify(["java.util.HashMap.get", "org.apache.kafka.clients.producer.KafkaProducer.send",
+                     "org.apache.spark.sql.kafka010.KafkaWriteTask.execute"]) == "kafka client"
+    assert classify(["org.apache.spark.sql.execution.python.PythonArrowInput.writeNextInputToStream",
+                     "org.apache.spark.sql.catalyst.expressions.GeneratedClass.processNext"]) == \
+        "arrow and python runner"
+    assert classify(["java.lang.Thread.run"]) == "jdk"
+
+
+def test_jfr_samples_are_counted_per_thread_group_and_component():
+    js = {"recording": {"events": [
+        _sample("Executor task launch worker for task 1", "java.util.HashMap.get",
+                "org.apache.kafka.clients.producer.KafkaProducer.send"),
+        _sample("Executor task launch worker for task 2", "org.apache.spark.unsafe.Platform.getLong"),
+        _sample("kafka-producer-network-thread | producer-1", "sun.nio.ch.SocketDispatcher.write"),
+        {"type": "jdk.NativeMethodSample", "values": {}},
+    ]}}
+    assert jfr_components(js) == {"Executor task launch worker for task": {"kafka client": 1,
+                                                                            "rows and generated code": 1},
+                                  "kafka-producer-network-thread | producer-": {"jdk": 1}}
