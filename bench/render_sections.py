@@ -250,6 +250,7 @@ python bench/render.py [bench/results/<timestamp>.json] [--docs-dir DIR]   # re-
 python bench/wal_cost.py --rows 1000000                      # the WAL cost alone
 python bench/commits.py --version a=<commit> --version b=installed   # versions of the package side by side
 python bench/instructions.py --modes sink,alone                    # instructions per record (callgrind): CPU work steal time does not move
+python bench/threads.py --rows 2000000 --rounds 5 --jfr            # both sinks thread by thread (section 10 alone)
 ```
 
 `bench/run.py --only throughput,latency,scaling,wal,memory,recovery,profile` runs a subset; `--rows`,

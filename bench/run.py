@@ -35,6 +35,9 @@ Sections (``--only`` picks some, comma-separated):
 ``formats``     Schema Registry Avro: the sink with value_format=Avro against the sink
                 sending the same bytes and against the hand-written row-by-row
                 serializer route (bench/formats.py, its own Spark app and registry)
+``threads``     both sinks thread by thread: CPU per record per process and thread of
+                Spark's sink, sink sync and the raw loop (5 interleaved rounds), and
+                Spark's JVM by method (Java Flight Recorder) (bench/threads.py)
 
 Results go to ``bench/results/<timestamp>.json`` and ``bench/results/latest.json``;
 then ``bench/render.py`` writes docs/PERFORMANCE.md, docs/performance.png and
@@ -68,8 +71,9 @@ from bench.run_sections import guarded, section_memory, section_profile, section
 from bench.run_spark import scaling_cluster, section_scaling_errors, section_spark  # noqa: E402
 from bench.spark_bench import log  # noqa: E402
 
-SECTIONS = ("throughput", "latency", "kafka-source", "scaling", "wal", "memory", "recovery", "profile", "formats")
-SPARK_SECTIONS = {"throughput", "latency", "kafka-source", "scaling"}
+SECTIONS = ("throughput", "latency", "kafka-source", "scaling", "wal", "memory", "recovery", "profile", "formats",
+            "threads")
+SPARK_SECTIONS = {"throughput", "latency", "kafka-source", "scaling", "threads"}
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -90,6 +94,7 @@ MODES: dict[str, dict[str, Any]] = {
         "cluster_rounds": 1, "cluster_duration_s": 2, "cluster_warmup_batches": 1, "cluster_max_s": 30,
         "ks_rows_per_trigger": 5_000, "ks_in_partitions": 8, "ks_partitions": [4], "ks_batches": 3,
         "ks_warmup_batches": 1, "ks_rounds": 1,
+        "th_rows": 100_000, "th_rounds": 2,
     },
     "full": {
         # 13 writers (Spark's sink in two settings among them) x 2 sizes x (a warm-up round of a quarter of the
@@ -113,6 +118,8 @@ MODES: dict[str, dict[str, Any]] = {
         # 3 writers x 2 widths x 5 rounds of 3 + 10 batches: about 20 min
         "ks_rows_per_trigger": 50_000, "ks_in_partitions": 8, "ks_partitions": [4, 200], "ks_batches": 10,
         "ks_warmup_batches": 3, "ks_rounds": 5,
+        # both sinks thread by thread (bench/threads.py): 3 writers x 5 rounds of 2,000,000 rows, JFR: about 5 min
+        "th_rows": 2_000_000, "th_rounds": 5,
     },
 }
 

@@ -51,6 +51,13 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers"
                 partitions=p["ks_partitions"], value_bytes=100, batches=p["ks_batches"],
                 warmup_batches=p["ks_warmup_batches"], rounds=p["ks_rounds"], topic_partitions=args.topic_partitions,
                 scratch=scratch, writers=_only(KS_WRITERS, args)))
+        if "threads" in want:
+            from bench.threads import WRITERS as TH_WRITERS, measure
+
+            bootstrap = brokers.fresh("threads").bootstrap
+            results["threads"] = guarded(lambda: measure(
+                spark, bootstrap, list(_only(TH_WRITERS, args)), p["th_rows"], 100, p["th_rounds"], scratch, jfr=True,
+                partitions=args.partitions, topic_partitions=args.topic_partitions))
         if "scaling" in want:
             bootstrap = brokers.fresh("scaling").bootstrap
             results["scaling"] = {"local": guarded(lambda: scaling_local(spark, p, bootstrap, scratch, args))}

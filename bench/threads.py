@@ -27,6 +27,7 @@ Steps (one broker of its own, started as the benchmark's are: bench/run_brokers.
 Usage::
 
     python bench/threads.py --rows 2000000 --rounds 5 --jfr --json /tmp/threads.json
+    python bench/run.py --only threads --merge-into bench/results/latest.json   # section 10 of docs/PERFORMANCE.md
 
 Per record figures are medians over the rounds, with the lowest and highest.
 """
@@ -53,13 +54,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 
 from bench import common  # noqa: E402
 from bench.cpu import process_kind, tree_cpu_s  # noqa: E402
-from bench.rounds import spread, spread_text  # noqa: E402
-from bench.spark_bench import SPARK_KAFKA, SYNC, build_spark, kafka_columns, log  # noqa: E402
+from bench.render_threads import threads_md  # noqa: E402
+from bench.spark_bench import RAW, SPARK_KAFKA, SYNC, build_spark, kafka_columns, log  # noqa: E402
 from bench.spark_target import make_target  # noqa: E402
 from bench.spark_throughput import rotated  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 JFR_BOUND_S = 120.0  # one jcmd or jfr call
+WRITERS = (SPARK_KAFKA, SYNC, RAW)  # Spark's sink, this one, and the raw confluent-kafka loop beside them
 #: Java components by class-name prefix, looked for from a sample's leaf frame upwards; the first match names it.
 COMPONENTS = (
     ("kafka client", ("org.apache.kafka.",)),
@@ -172,29 +174,34 @@ def _jfc(scratch: str) -> str:
     return path
 
 
-def _target(spark: Any, writer: str, bootstrap: str, scratch: str, size: int, tag: str) -> Any:
-    """``writer`` bound to a new topic of 4 partitions, warmed up (bench/spark_target.py)."""
+def _target(spark: Any, writer: str, bootstrap: str, scratch: str, size: int, tag: str, partitions: int,
+            topic_partitions: int) -> Any:
+    """``writer`` bound to a new topic, warmed up (bench/spark_target.py)."""
     topic = f"bench-threads-{writer}-{tag}-{uuid.uuid4().hex[:6]}"
-    common.create_topic(bootstrap, topic, 4)
+    common.create_topic(bootstrap, topic, topic_partitions)
     tg = make_target(writer, bootstrap, topic, os.path.join(scratch, "wal"), topic)
-    tg.warm_up(spark, 2, size)
+    tg.warm_up(spark, partitions, size)
     return tg, topic
 
 
 def measure(spark: Any, bootstrap: str, writers: list[str], rows: int, size: int, rounds: int, scratch: str,
-            jfr: bool) -> dict[str, Any]:
-    """Steps 1-4 of the module doc: per writer, its rounds' per-thread CPU and its JVM's JFR components."""
+            jfr: bool, partitions: int = 2, topic_partitions: int = 4) -> dict[str, Any]:
+    """Steps 1-4 of the module doc: per writer, its rounds' per-thread CPU and its JVM's JFR components.
+
+    Runs in the process of ``spark`` (local mode: its JVM runs the tasks); ``bootstrap``'s broker is a
+    child of this process (bench/run_brokers.py), so that its threads are in the tree measured.
+    """
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     root = os.getpid()
 
     def cached(n: int) -> Any:
-        df = kafka_columns(spark.range(0, n, 1, 2), "id", size).cache()
+        df = kafka_columns(spark.range(0, n, 1, partitions), "id", size).cache()
         assert df.count() == n
         return df
 
     warm = cached(max(10_000, rows // 4))  # Step 2
     for writer in writers:
-        tg, topic = _target(spark, writer, bootstrap, scratch, size, "w")
+        tg, topic = _target(spark, writer, bootstrap, scratch, size, "w", partitions, topic_partitions)
         tg.write(warm, batch_id=1)
         common.delete_topic(bootstrap, topic)
     warm.unpersist()
@@ -202,7 +209,7 @@ def measure(spark: Any, bootstrap: str, writers: list[str], rows: int, size: int
     runs: list[dict[str, Any]] = []
     for rnd in range(rounds):  # Step 3
         for writer in rotated(tuple(writers), rnd, rounds):
-            tg, topic = _target(spark, writer, bootstrap, scratch, size, str(rnd))
+            tg, topic = _target(spark, writer, bootstrap, scratch, size, str(rnd), partitions, topic_partitions)
             s0, p0 = snapshot(root), tree_cpu_s(root)
             t0 = time.monotonic()
             tg.write(df, batch_id=1)
@@ -216,7 +223,7 @@ def measure(spark: Any, bootstrap: str, writers: list[str], rows: int, size: int
     if jfr:  # Step 4
         jfc = _jfc(scratch)
         for writer in writers:
-            tg, topic = _target(spark, writer, bootstrap, scratch, size, "jfr")
+            tg, topic = _target(spark, writer, bootstrap, scratch, size, "jfr", partitions, topic_partitions)
             path = os.path.join(scratch, f"{writer}.jfr")
             _jcmd(jvm, "JFR.start", f"name=rks-{writer}", f"settings={jfc}")
             tg.write(df, batch_id=1)
@@ -226,7 +233,8 @@ def measure(spark: Any, bootstrap: str, writers: list[str], rows: int, size: int
                                 capture_output=True, text=True, timeout=JFR_BOUND_S).stdout
             profiles[writer] = jfr_components(json.loads(js))
     df.unpersist()
-    return {"rows": rows, "value_bytes": size, "rounds": rounds, "writers": writers, "runs": runs,
+    return {"rows": rows, "value_bytes": size, "rounds": rounds, "writers": writers, "partitions": partitions,
+            "topic_partitions": topic_partitions, "runs": runs,
             "jfr": profiles, "summary": summarize(runs, writers, rows)}
 
 
@@ -249,32 +257,9 @@ def _stats(xs: list[float]) -> dict[str, float]:
     return {"median": common.median(xs) or 0.0, "low": min(xs), "high": max(xs)}
 
 
-def render(result: dict[str, Any], floor_us: float = 0.02) -> str:
-    """Markdown: a table per writer (thread groups of at least ``floor_us`` µs per record), then the JFR shares."""
-    lines = [f"{result['rows']:,} rows of {result['value_bytes']} B, {result['rounds']} rounds; "
-             "CPU µs per record, median (lowest–highest)."]
-    for w, s in result["summary"].items():
-        rps = s["rows_per_s"]
-        lines += ["", f"**{w}**: rows/s {spread_text(spread(rps), '{:,.0f}')}; threads' sum "
-                      f"{s['threads_sum']['median']:.2f} µs, processes' total {s['process_total']['median']:.2f} µs",
-                  "", "| process / thread | µs per record |", "|---|---|"]
-        for g, st in sorted(s["us_per_record"].items(), key=lambda kv: -kv[1]["median"]):
-            if st["median"] >= floor_us:
-                lines.append(f"| {g} | {st['median']:.2f} ({st['low']:.2f}–{st['high']:.2f}) |")
-    for w, groups in result.get("jfr", {}).items():
-        lines += ["", f"**{w}**, Spark's JVM, Java samples by component (share of the thread group's samples):", ""]
-        for g, comps in sorted(groups.items(), key=lambda kv: -sum(kv[1].values())):
-            n = sum(comps.values())
-            if n < 20:
-                continue
-            parts = ", ".join(f"{c} {k / n:.0%}" for c, k in sorted(comps.items(), key=lambda kv: -kv[1]))
-            lines.append(f"* {g} ({n} samples): {parts}")
-    return "\n".join(lines)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--writers", default=f"{SPARK_KAFKA},{SYNC}")
+    ap.add_argument("--writers", default=",".join(WRITERS))
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
@@ -296,7 +281,7 @@ def main() -> None:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)
-    print(render(result))
+    print(threads_md(result))
 
 
 if __name__ == "__main__":

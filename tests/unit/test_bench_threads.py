@@ -50,3 +50,21 @@ def test_jfr_samples_are_counted_per_thread_group_and_component():
     assert jfr_components(js) == {"Executor task launch worker for task": {"kafka client": 1,
                                                                             "rows and generated code": 1},
                                   "kafka-producer-network-thread | producer-": {"jdk": 1}}
+
+
+def test_the_section_has_a_column_per_writer_and_sums_the_small_threads():
+    from bench.render_threads import threads_md
+    from bench.threads import summarize
+
+    runs = [{"writer": w, "round": r, "seconds": 2.0, "process_total": 6.0 + r,
+             "threads": {"spark_jvm/Executor task": 2.0 + r, "python/python": 3.0 if w == "sink-sync" else 0.0,
+                         "broker/VM Thread": 0.01}}
+            for r in range(3) for w in ("spark-kafka", "sink-sync")]
+    section = {"rows": 1_000_000, "value_bytes": 100, "rounds": 3, "writers": ["spark-kafka", "sink-sync"],
+               "runs": runs, "summary": summarize(runs, ["spark-kafka", "sink-sync"], 1_000_000), "jfr": {}}
+    text = threads_md(section)
+    assert "| process / thread | Spark's Kafka sink | sink sync (native) |" in text
+    assert "| spark_jvm/Executor task | 3.00 (2.00–4.00) | 3.00 (2.00–4.00) |" in text
+    assert "| python/python | 0.00 (0.00–0.00) | 3.00 (3.00–3.00) |" in text
+    assert "| other threads (each under 0.03) | 0.01 | 0.01 |" in text  # the VM thread's 0.01 µs
+    assert "| rows/s (median) | 500,000 | 500,000 |" in text
