@@ -68,3 +68,26 @@ def test_the_section_has_a_column_per_writer_and_sums_the_small_threads():
     assert "| python/python | 0.00 (0.00–0.00) | 3.00 (3.00–3.00) |" in text
     assert "| other threads (each under 0.03) | 0.01 | 0.01 |" in text  # the VM thread's 0.01 µs
     assert "| rows/s (median) | 500,000 | 500,000 |" in text
+
+
+def test_the_parts_line_up_for_both_writers_and_the_sentence_names_what_the_sink_spends_more_in():
+    from bench.analysis_threads import parts_of, threads_sentence
+
+    def st(x: float) -> dict:
+        return {"median": x, "low": x, "high": x}
+
+    spark = {"spark_jvm/Executor task i": st(1.0), "spark_jvm/kafka-producer-": st(0.5),
+             "spark_jvm/GC Thread#": st(0.1), "broker/data-plane-kafk": st(0.5)}
+    sink = {"spark_jvm/Executor task i": st(1.0), "spark_jvm/Thread-": st(0.2), "python/python": st(1.5),
+            "python/rdk:broker": st(0.7), "broker/data-plane-kafk": st(0.5), "python/bench-x": st(0.05)}
+    parts = parts_of(sink)
+    assert parts["the Python workers' own threads"] == 1.5 and parts["librdkafka's threads"] == 0.7
+    assert parts["Spark's other threads (those feeding the Python workers among them)"] == 0.2
+    assert parts["other"] == 0.05 and parts["the broker"] == 0.5
+    results = {"threads": {"rows": 2_000_000, "value_bytes": 100, "rounds": 5,
+                           "summary": {"spark-kafka": {"us_per_record": spark}, "sink-sync": {"us_per_record": sink}}}}
+    text = threads_sentence(results, "sink-sync", "spark-kafka")
+    assert "Spark's Kafka sink: Spark's task threads 1.00, the Java producer's network thread 0.50" in text
+    assert text.endswith("The sink spends more in the Python workers' own threads (+1.50), librdkafka's threads "
+                         "(+0.70), Spark's other threads (those feeding the Python workers among them) (+0.20).")
+    assert threads_sentence({}, "sink-sync", "spark-kafka") == ""
