@@ -118,3 +118,30 @@ def test_the_sink_against_the_plain_loop_outside_spark_is_read_round_by_round():
     row = {"sink_vs_alone": 1.0, "sink_vs_alone_each": [1.02, 0.98, 1.0, 0.97, 1.03]}
     assert _ratio_spread(row) == "1.00 (0.97–1.03 over 5 rounds)"
     assert _ratio_spread({"sink_vs_alone": 0.85}) == "0.85"  # a run from before the rounds were kept
+
+
+def test_the_targets_at_sparks_pace_carry_the_issues_goals_and_are_explained_once():
+    from bench.analysis import why_missed
+    from bench.targets import PACE, PACE_PREFIX
+
+    runs = _runs({"spark-kafka": [1.0] * 5, "sink-sync": [2.0] * 5, "raw": [1.1] * 5})
+    results = {"throughput": {"runs": runs, "summary": summarize_throughput(runs, ("spark-kafka", "sink-sync", "raw"),
+                                                                            [100])},
+               "meta": {"machine": {"cores": 2}}, "settings": {"cores": 2}}
+    results["targets"] = evaluate_targets(results)
+    pace = {t["name"][len(PACE_PREFIX):]: t for t in results["targets"] if t["group"] == PACE}
+    assert {n: t["goal"] for n, t in pace.items()} == {
+        "sink sync ÷ Spark's Kafka sink at its defaults, throughput (100 B)": ">= 1.00",
+        "sink sync ÷ Spark's Kafka sink at its defaults, throughput (1024 B)": ">= 1.10",
+        "CPU seconds per record, sink sync ÷ Spark's Kafka sink at its defaults (100 B, all processes)": "<= 1.00",
+        "sink sync ÷ the raw confluent-kafka produce loop (no WAL, no header), throughput (100 B)": ">= 0.90"}
+    assert pace["sink sync ÷ Spark's Kafka sink at its defaults, throughput (100 B)"]["measured"] == pytest.approx(0.5)
+    assert pace["sink sync ÷ the raw confluent-kafka produce loop (no WAL, no header), throughput (100 B)"][
+        "status"] == "missed"
+    reasons = dict(why_missed(results))
+    full = reasons[f"{PACE_PREFIX}sink sync ÷ Spark's Kafka sink at its defaults, throughput (100 B)"]
+    assert full.startswith("Wall time per record: Spark's Kafka sink 1000.00 µs, sink sync 2000.00 µs")
+    # the same comparison in the group against Spark's sink points to it instead of saying it again
+    short = reasons["sink sync (WAL, id header) ÷ Spark's Kafka sink, throughput (100 B, each client's defaults)"]
+    assert short.startswith(f"The figures of \"{PACE_PREFIX}sink sync ÷ Spark's Kafka sink at its defaults")
+    assert "Wall time per record" not in short
