@@ -30,9 +30,14 @@ def _lat(results: dict[str, Any]) -> dict[tuple[str, int], float]:
     return out
 
 
-def _targets(results: dict[str, Any]) -> dict[str, float]:
-    return {t["name"]: float(t["measured"]) for t in results.get("targets") or []
-            if isinstance(t.get("measured"), (int, float))}
+def _targets(results: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """Each measured target's figure and verdict (``met``, ``missed``; ``, not settled`` where rounds straddle)."""
+    out = {}
+    for t in results.get("targets") or []:
+        if isinstance(t.get("measured"), (int, float)):
+            settled = "" if not (t.get("rounds") or {}).get("straddles") else ", not settled"
+            out[t["name"]] = (float(t["measured"]), t["status"] + settled)
+    return out
 
 
 def _broker(results: dict[str, Any]) -> str:
@@ -58,7 +63,11 @@ def versus_md(new: dict[str, Any], old: dict[str, Any], old_path: str) -> str:
     gn, go = _targets(new), _targets(old)
     rows3 = [(n, go[n], gn[n]) for n in gn if n in go]
     if rows3:
-        out.append("| target (measured ratio or figure) | then | now |\n|---|---:|---:|")
-        out += [f"| {n} | {a:.3g} | {b:.3g} |" for n, a, b in rows3]
+        same = sum(1 for _, a, b in rows3 if a[1].split(",")[0] == b[1].split(",")[0])
+        out.append(f"The verdict (met or missed) is the same in both runs for {same} of the {len(rows3)} targets "
+                   "both measured.\n")
+        out.append("| target (measured ratio or figure) | then | now | verdict then | verdict now |\n"
+                   "|---|---:|---:|---|---|")
+        out += [f"| {n} | {a[0]:.3g} | {b[0]:.3g} | {a[1]} | {b[1]} |" for n, a, b in rows3]
         out.append("")
     return "\n".join(out) + "\n"

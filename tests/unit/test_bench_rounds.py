@@ -145,3 +145,19 @@ def test_the_targets_at_sparks_pace_carry_the_issues_goals_and_are_explained_onc
     short = reasons["sink sync (WAL, id header) ÷ Spark's Kafka sink, throughput (100 B, each client's defaults)"]
     assert short.startswith(f"The figures of \"{PACE_PREFIX}sink sync ÷ Spark's Kafka sink at its defaults")
     assert "Wall time per record" not in short
+
+
+def test_two_runs_side_by_side_say_whether_each_verdict_held():
+    from bench.versus import versus_md
+
+    def run(measured: float, status: str, straddles: bool) -> dict:
+        return {"meta": {"timestamp": "T", "commit": "c", "machine": {"broker": "b"}},
+                "targets": [{"name": "x", "measured": measured, "status": status,
+                             "rounds": {"straddles": straddles}},
+                            {"name": "y", "measured": 2.0, "status": "missed"},
+                            {"name": "z", "measured": None, "status": "not measured"}]}
+
+    text = versus_md(run(0.95, "met", True), run(0.85, "missed", True), "/x/old.json")
+    assert "The verdict (met or missed) is the same in both runs for 1 of the 2 targets both measured." in text
+    assert "| x | 0.85 | 0.95 | missed, not settled | met, not settled |" in text
+    assert "| y | 2 | 2 | missed | missed |" in text
