@@ -109,20 +109,14 @@ def _throughput(results: dict[str, Any], size: int, ref: str, cpu_goal: float | 
         text += (f"The raw confluent-kafka produce loop (no WAL, no id header) spends {_cpu(r):.2f} µs CPU "
                  f"({_us(r):.2f} µs wall): {_cpu(r) / ck:.2f} × {them} before any of the sink's own work. ")  # type: ignore[operator]
     if ck and cs is not None and bk is not None:
-        if cpu_goal is not None:
-            limit, what = ck * cpu_goal, f"{cpu_goal:.2f} × {them}'s CPU"
-        elif bk >= 0.9 * cores:
-            limit, what = ck / speed_goal, f"{speed_goal:.2f} × {them}'s throughput, both CPU-bound"
-        else:
-            limit, what = None, ""
+        limit = _limit(results, k, cpu_goal, speed_goal)
+        if limit is None:
             text += (f"{them} kept {bk:.2f} of {cores} cores busy: it was not CPU-bound, so the gap is not a CPU "
                      "figure alone. ")
-        if limit is not None:
-            text += f"At {what}, the sink would have to spend at most {limit:.2f} µs per record"
-            text += (f": {cs - limit:.2f} µs less than it does" if cs > limit else
-                     f", which it does ({cs:.2f} µs): what is missing is wall time, not CPU")
+        else:
+            text += _limit_text(limit[0], f"{limit[1]} {them}'s {limit[2]}", cs)
             if r and _cpu(r) is not None:
-                text += f"; the raw loop alone is {_cpu(r) - limit:+.2f} µs from that"  # type: ignore[operator]
+                text += f"; the raw loop alone is {_cpu(r) - limit[0]:+.2f} µs from that"  # type: ignore[operator]
             text += ". "
     if size == 100 and ref == SPARK_KAFKA:  # section 10 measures 100 B against Spark's sink at its defaults
         text += threads_sentence(results, SYNC, SPARK_KAFKA) + " "
@@ -215,22 +209,37 @@ def _memory(results: dict[str, Any]) -> str:
     return text
 
 
+def _limit(results: dict[str, Any], k: dict[str, Any], cpu_goal: float | None,
+           speed_goal: float | None) -> tuple[float, str, str] | None:
+    """The most CPU per record the sink may spend to meet a goal against Spark's sink's row ``k``: ``cpu_goal`` ×
+    its CPU, or its CPU ÷ ``speed_goal`` when it was CPU-bound (None otherwise); with the goal's words."""
+    ck, bk = _cpu(k), _busy(k)
+    if not ck:
+        return None
+    if cpu_goal is not None:
+        return ck * cpu_goal, f"{cpu_goal:.2f} ×", "CPU"
+    if speed_goal is not None and bk is not None and bk >= 0.9 * _cores(results):
+        return ck / speed_goal, f"{speed_goal:.2f} ×", "throughput, both CPU-bound"
+    return None
+
+
+def _limit_text(limit: float, what: str, cs: float) -> str:
+    return (f"At {what}, the sink would have to spend at most {limit:.2f} µs per record"
+            + (f": {cs - limit:.2f} µs less than it does" if cs > limit else
+               f", which it does ({cs:.2f} µs): what is missing is wall time, not CPU"))
+
+
 def _same_as_pace(results: dict[str, Any], size: int, pace_name: str, speed_goal: float | None = None,
                   cpu_goal: float | None = None) -> str:
     """A target of the group against Spark's sink whose figures are those of a target at Spark's pace."""
     s, k = tp_row(results, SYNC, size), tp_row(results, SPARK_KAFKA, size)
-    cs, ck = _cpu(s), _cpu(k)
     text = f"The figures of \"{PACE_PREFIX}{pace_name}\" above, against another goal."
-    if cs is None or not ck or k is None:
+    cs = _cpu(s)
+    limit = None if cs is None or k is None else _limit(results, k, cpu_goal, speed_goal)
+    if limit is None:
         return text
-    if cpu_goal is not None:
-        limit, what = ck * cpu_goal, f"{cpu_goal:.2f} × Spark's Kafka sink's CPU"
-    elif speed_goal is not None and (_busy(k) or 0) >= 0.9 * _cores(results):
-        limit, what = ck / speed_goal, f"{speed_goal:.2f} × its throughput, both CPU-bound"
-    else:
-        return text
-    return text + (f" At {what}, the sink would have to spend at most {limit:.2f} µs per record"
-                   + (f": {cs - limit:.2f} µs less than it does." if cs > limit else f", which it does ({cs:.2f} µs)."))
+    what = f"{limit[1]} {NAMES[SPARK_KAFKA]}'s {limit[2]}"
+    return f"{text} {_limit_text(limit[0], what, cs)}."  # type: ignore[arg-type]
 
 
 def _versus_raw(results: dict[str, Any]) -> str:

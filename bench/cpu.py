@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["tree_cpu_s", "tree_cpu_by_kind", "machine_cpu_s", "process_kind", "CpuMeter", "KINDS"]
+__all__ = ["tree_cpu_s", "tree_cpu_by_kind", "tree_pids", "tree_threads", "machine_cpu_s", "process_kind",
+           "CpuMeter", "KINDS"]
 
 #: What a process of the tree is: the broker's JVM, Spark's JVM (driver and, in local mode, the executors),
 #: or Python (the bench driver, Spark's Python daemon and workers, with their librdkafka threads).
@@ -74,25 +75,59 @@ def machine_cpu_s() -> dict[str, float]:
             "kernel": (system + irq + softirq) / _TICK}
 
 
-def tree_cpu_by_kind(root: int | None = None) -> dict[str, float]:
-    """CPU seconds of ``root``'s live tree per :data:`KINDS` (reaped children count for their parent's kind)."""
-    root = os.getpid() if root is None else root
+def _proc_stats() -> dict[int, tuple[int, float]]:
+    """(parent pid, CPU seconds with reaped children) of every live process."""
     stats: dict[int, tuple[int, float]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             st = _stat(int(name))
             if st is not None:
                 stats[int(name)] = st
+    return stats
+
+
+def tree_pids(root: int | None = None, stats: dict[int, tuple[int, float]] | None = None) -> list[int]:
+    """``root`` (default: this process) and its live descendants, from ``stats`` (default: read now)."""
+    stats = _proc_stats() if stats is None else stats
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    out = dict.fromkeys(KINDS, 0.0)
-    todo = [root]
+    out, todo = [], [os.getpid() if root is None else root]
     while todo:
         pid = todo.pop()
         if pid in stats:
-            out[process_kind(pid)] += stats[pid][1]
+            out.append(pid)
         todo.extend(children.get(pid, ()))
+    return out
+
+
+def tree_cpu_by_kind(root: int | None = None) -> dict[str, float]:
+    """CPU seconds of ``root``'s live tree per :data:`KINDS` (reaped children count for their parent's kind)."""
+    stats = _proc_stats()
+    out = dict.fromkeys(KINDS, 0.0)
+    for pid in tree_pids(root, stats):
+        out[process_kind(pid)] += stats[pid][1]
+    return out
+
+
+def tree_threads(root: int | None = None) -> dict[tuple[int, int], tuple[str, str, float]]:
+    """(pid, tid) -> (process kind, thread name, user+system seconds) of every thread of ``root``'s live tree."""
+    out: dict[tuple[int, int], tuple[str, str, float]] = {}
+    for pid in tree_pids(root):
+        kind = process_kind(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                    raw = fh.read()
+            except OSError:
+                continue
+            comm = raw[raw.index(b"(") + 1:raw.rindex(b")")].decode(errors="replace")
+            f = raw[raw.rindex(b")") + 2:].split()
+            out[(pid, int(tid))] = (kind, comm, (int(f[11]) + int(f[12])) / _TICK)
     return out
 
 

@@ -16,8 +16,8 @@ and this sink side by side, on the same cached rows and the same broker:
 
 Steps (one broker of its own, started as the benchmark's are: bench/run_brokers.py):
 
-1. ``--rows`` rows of ``--size`` B cached in ``local[2]``, 2 Spark partitions, topics of 4.
-2. Every writer writes ``--rows // 4`` rows, untimed (warm-up of the JVM, the workers, the broker).
+1. Every writer writes ``--rows // 4`` rows, untimed (warm-up of the JVM, the workers, the broker).
+2. ``--rows`` rows of ``--size`` B cached in ``local[2]``, 2 Spark partitions, topics of 4.
 3. ``--rounds`` rounds, the writers interleaved and rotated (bench/spark_throughput.py's
    order); each write's per-thread CPU is the difference of two snapshots. A thread that
    ended within the write is not in the second snapshot: the process's own total (which
@@ -53,13 +53,12 @@ os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executabl
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)  # and bench/
 
 from bench import common  # noqa: E402
-from bench.cpu import process_kind, tree_cpu_s  # noqa: E402
+from bench.cpu import tree_cpu_s, tree_threads  # noqa: E402
 from bench.render_threads import threads_md  # noqa: E402
 from bench.spark_bench import RAW, SPARK_KAFKA, SYNC, build_spark, kafka_columns, log  # noqa: E402
 from bench.spark_target import make_target  # noqa: E402
 from bench.spark_throughput import rotated  # noqa: E402
 
-_TICK = os.sysconf("SC_CLK_TCK")
 JFR_BOUND_S = 120.0  # one jcmd or jfr call
 WRITERS = (SPARK_KAFKA, SYNC, RAW)  # Spark's sink, this one, and the raw confluent-kafka loop beside them
 #: Java components by class-name prefix, looked for from a sample's leaf frame upwards; the first match names it.
@@ -84,38 +83,7 @@ def thread_group(comm: str) -> str:
 
 def snapshot(root: int) -> dict[tuple[int, int], tuple[str, str, float]]:
     """(pid, tid) -> (process kind, thread group, CPU seconds) for every thread of ``root``'s process tree."""
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    raw = fh.read()
-                parents[int(name)] = int(raw[raw.rindex(b")") + 2:].split()[1])
-            except (OSError, ValueError):
-                continue
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    for pid, ppid in parents.items():
-        children[ppid].append(pid)
-    out: dict[tuple[int, int], tuple[str, str, float]] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, ()))
-        kind = process_kind(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
-                    raw = fh.read()
-            except OSError:
-                continue
-            comm = raw[raw.index(b"(") + 1:raw.rindex(b")")].decode(errors="replace")
-            f = raw[raw.rindex(b")") + 2:].split()
-            out[(pid, int(tid))] = (kind, thread_group(comm), (int(f[11]) + int(f[12])) / _TICK)
-    return out
+    return {key: (kind, thread_group(comm), cpu) for key, (kind, comm, cpu) in tree_threads(root).items()}
 
 
 def thread_cpu(before: dict[tuple[int, int], tuple[str, str, float]],
@@ -199,13 +167,13 @@ def measure(spark: Any, bootstrap: str, writers: list[str], rows: int, size: int
         assert df.count() == n
         return df
 
-    warm = cached(max(10_000, rows // 4))  # Step 2
+    warm = cached(max(10_000, rows // 4))  # Step 1
     for writer in writers:
         tg, topic = _target(spark, writer, bootstrap, scratch, size, "w", partitions, topic_partitions)
         tg.write(warm, batch_id=1)
         common.delete_topic(bootstrap, topic)
     warm.unpersist()
-    df = cached(rows)  # Step 1
+    df = cached(rows)  # Step 2
     runs: list[dict[str, Any]] = []
     for rnd in range(rounds):  # Step 3
         for writer in rotated(tuple(writers), rnd, rounds):
