@@ -92,7 +92,6 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     offered: dict[str, tuple[str, str, str]] = {}
     if not lanes:
         return []
-    _points.point("eo.settle", batch=report.batch_id, lanes=len(lanes))
     t0 = time.monotonic()
     bound = Deadline(config.settle_timeout_s)
     rounds = 0
