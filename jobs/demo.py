@@ -52,7 +52,7 @@ if _JOBS not in sys.path:
     sys.path.append(_JOBS)
 
 # Every name these two define stays reachable here (demo.DemoKafkaSettings, demo.ID_HEADER, ...).
-from demo_readback import ID_HEADER, ReadBack, expected_units, read_back, summarize  # noqa: E402, F401
+from demo_readback import ID_HEADER, ReadBack, expected_units, read_back, summarize, verdict  # noqa: E402, F401
 from demo_settings import (  # noqa: E402, F401
     DEMO_SECTIONS,
     DemoKafkaSettings,
@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from spark_recoverable_sink import BatchReport, RecoverableKafkaSink
 
 __all__ = ["DemoSettings", "DEMO_SECTIONS", "setting_keys", "required_keys", "load_settings", "ReadBack",
-           "read_back", "expected_units", "summarize", "run_demo", "main"]
+           "read_back", "expected_units", "summarize", "verdict", "run_demo", "main"]
 
 log = logging.getLogger("demo")
 
@@ -175,13 +175,14 @@ def _print_summary(s: DemoSettings, where: str, bootstrap: str, topic: str, repo
     width = max(len(k) for k in numbers)
     for k, v in numbers.items():
         print(f"  {k:<{width}}  {v:>10,}", file=out)
-    ok = numbers["lost"] == 0 and numbers["missing_values"] == 0 and numbers["rows_sent"] > 0
     print("", file=out)
-    if ok:
+    if verdict(numbers):
         print(f"RESULT: OK, all {numbers['rows_sent']:,} rows arrived (lost=0, duplicates="
               f"{numbers['duplicates']})", file=out)
     else:
         print(f"RESULT: FAILED, lost={numbers['lost']} missing_values={numbers['missing_values']} "
+              f"unexpected_ids={numbers['unexpected_ids']} values_under_other_ids="
+              f"{numbers['values_under_other_ids']} records_without_id={numbers['records_without_id']} "
               f"of rows_sent={numbers['rows_sent']}", file=out)
     out.flush()
 
@@ -228,7 +229,7 @@ def run_demo(s: DemoSettings, environ: Mapping[str, str] | None = None) -> int:
         got = read_back(bootstrap, topic, rows, s.run.read_idle_s, s.run.read_timeout_s, conf)
         numbers = summarize(s.sink.name, reports, got)
         _print_summary(s, where, bootstrap, topic, reports, got, numbers, stream_s)
-        return 0 if numbers["lost"] == 0 and numbers["missing_values"] == 0 and rows > 0 else 1
+        return 0 if verdict(numbers) else 1
     finally:
         if spark is not None:
             spark.stop()

@@ -66,7 +66,7 @@ from .arrays import binary_scalar, numeric, values
 from .fingerprint import fingerprints, mix_pairs, new_occurrences
 from .schema import BATCH_SCOPE, chunk_run, chunk_scope
 
-__all__ = ["FP_COLUMN", "OCC_COLUMN", "PLACE_COLUMN", "PLACE_INPUT_COLUMN", "has_place", "valid_run_id", "record_id_prefix", "chunk_id_prefix", "with_ids", "record_ids",
+__all__ = ["batch_prefix", "batch_prefix_of", "FP_COLUMN", "OCC_COLUMN", "PLACE_COLUMN", "PLACE_INPUT_COLUMN", "has_place", "valid_run_id", "record_id_prefix", "chunk_id_prefix", "with_ids", "record_ids",
            "record_id_at", "unit_digest", "new_occurrences", "has_ids", "id_fingerprints"]
 
 FP_COLUMN = "rks_fp"
@@ -96,6 +96,23 @@ def record_id_prefix(sink: str, batch: int, partition: int, run: str = "", scope
     if scope == BATCH_SCOPE:
         return f"{sink}:{run}:{batch}:".encode()
     return (f"{sink}:{run}:{batch}:{partition}:" if run else f"{sink}:{batch}:{partition}:").encode()
+
+
+def batch_prefix(sink: str, run: str, batch: int) -> bytes:
+    """What every id of one (sink, run, batch) starts with, whatever its scope: ``sink:run:batch:``.
+
+    Read-backs group the ids a topic holds by it and count them against the
+    batch's report (:func:`batch_prefix_of` gives it of an id).
+    """
+    return f"{sink}:{run}:{batch}:".encode()
+
+
+def batch_prefix_of(record_id: bytes) -> bytes | None:
+    """:func:`batch_prefix` of a record id; ``None`` for bytes that are not an id of this format."""
+    parts = record_id.split(b":", 3)
+    if len(parts) != 4 or not parts[0] or not parts[1] or not parts[2].isdigit() or not parts[3]:
+        return None
+    return b":".join(parts[:3]) + b":"
 
 
 def chunk_id_prefix(sink: str, batch_id: int, partition: int, chunk: pa.RecordBatch) -> bytes:
