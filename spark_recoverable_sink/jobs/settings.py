@@ -104,6 +104,7 @@ class SinkSettings:
     guarantee: str = "at_least_once"
     exactly_once_lanes: int | None = None  # None: "auto" (SinkConfig.exactly_once_lanes)
     settle_timeout_s: float = 600.0
+    offsets_retention_s: float = 7 * 24 * 3600.0  # the brokers' offsets.retention.minutes, in seconds
     record_ids: str = "content"
     id_columns: list = field(default_factory=list)
     write_timestamp: bool = False

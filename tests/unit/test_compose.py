@@ -219,25 +219,6 @@ def test_demo_conf_loads_and_sets_every_key() -> None:
         assert "/.demo/" in fh.read().split()
 
 
-def test_demo_counts_records_per_id_prefix() -> None:
-    from spark_recoverable_sink import BatchReport, PartitionReport
-
-    parts = [PartitionReport(partition=p, spark_attempt=0, rows=n, bytes=0, acked=n, pending=0, retried=0,
-                             dead_lettered=0, replayed=0, seconds=0.0, pid=1, slot="s")
-             for p, n in ((0, 2), (1, 1))]
-    report = BatchReport.from_partitions(7, parts, 0.1)
-    assert demo.expected_units("s1", [report]) == {"s1:7:0:": 2, "s1:7:1:": 1}
-    with_run = BatchReport.from_partitions(7, parts, 0.1, run="q1")
-    assert demo.expected_units("s1", [with_run]) == {"s1:q1:7:0:": 2, "s1:q1:7:1:": 1}
-    got = demo.ReadBack(records=4, values={0, 1, 2})
-    got.ids.update(["s1:7:0:aa-0", "s1:7:0:aa-0", "s1:7:1:bb-0", "s1:9:0:cc-0"])
-    numbers = demo.summarize("s1", [report], got)
-    assert numbers == {
-        "rows_sent": 3, "records_received": 4, "distinct_ids": 3, "distinct_values": 3, "duplicates": 1,
-        "lost": 1, "unexpected_ids": 1, "missing_values": 0, "records_without_id": 0,
-    }
-
-
 def test_jobs_exit_2_on_a_bad_conf(tmp_path: Any) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"sink": {"nme": "x"}}))
