@@ -13,14 +13,32 @@ import uuid
 
 import pytest
 
-from spark_recoverable_sink.delivery.exactly_once.markers import client_conf, encode_offset, lane_id
+from spark_recoverable_sink.delivery.exactly_once.markers import client_conf, encode_offset, encode_record, lane_id
 from spark_recoverable_sink.delivery.exactly_once.plan import Plan, forget_plans, pin_lanes, plan_group
 from spark_recoverable_sink.delivery.exactly_once.topic import marker_topic_id
-from spark_recoverable_sink.errors import ConfigError
+from spark_recoverable_sink.errors import ConfigError, MarkerError
 
 from .test_exactly_once import _eo
 
 pytestmark = pytest.mark.broker
+
+
+def _expire(cfg, *groups: str) -> None:
+    """What the broker does ``offsets.retention.minutes`` after a group's last commit: its offsets are gone."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cfg.producer_conf()["bootstrap.servers"]})
+    for _g, fut in admin.delete_consumer_groups(list(groups), request_timeout=30).items():
+        fut.result(60)
+
+
+def _record(cfg, key: str, value: bytes) -> None:
+    """A record in the marker topic, as a lane's transaction writes its marker record (here without one)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": cfg.producer_conf()["bootstrap.servers"]})
+    p.produce(cfg.marker_topic, value, key, partition=0)
+    assert p.flush(30) == 0
 
 
 def _commit(cfg, group: str, offset: int) -> None:
@@ -115,3 +133,34 @@ def test_auto_refuses_a_run_without_a_plan_whose_lanes_committed(cfg):
     assert pin_lanes(dataclasses.replace(cfg, exactly_once_lanes=8), "old", 3) == Plan(3, 8), "told: pinned"
     forget_plans()
     assert pin_lanes(auto, "old", 4, cores=lambda: 2) == Plan(3, 8), "then auto adopts it"
+
+
+def test_a_run_stopped_past_the_offsets_retention_keeps_its_lane_count_from_the_plan_record(cfg):
+    """auto on 2 cores, lane 0 committed batch 3 (its marker record stays, its offset and the plan's expire);
+    restarted on 4 cores: the plan record keeps 2 lanes, so no lane 2 or 3 publishes what lane 0 has."""
+    auto = dataclasses.replace(cfg, exactly_once_lanes=None)
+    assert pin_lanes(auto, "r", 0, cores=lambda: 2) == Plan(0, 2)
+    _record(cfg, lane_id(cfg.name, "r", 0), encode_record(3, 100, 0xABCD, "r", 1))
+    _expire(cfg, plan_group(cfg, "r"))
+    forget_plans()  # the restarted driver
+    assert pin_lanes(auto, "r", 3, cores=lambda: 4) == Plan(0, 2), "the plan record stands in for its offset"
+    forget_plans()
+    wider = dataclasses.replace(cfg, exactly_once_lanes=4)
+    _expire(cfg, plan_group(cfg, "r"))
+    with pytest.raises(ConfigError, match=r"exactly_once_lanes=2.*lanes \[0\]"):
+        pin_lanes(wider, "r", 3)  # an explicit change under a batch lane 0's record shows committed
+
+
+def test_auto_refuses_a_run_whose_plan_is_lost_when_a_lane_s_marker_record_shows_a_commit(cfg):
+    """No plan offset or record, no lane offset (all expired or never there): a lane's marker record, which does
+    not expire, still shows the run committed batches, and "auto" refuses before anything is produced."""
+    auto = dataclasses.replace(cfg, exactly_once_lanes=None)
+    _record(cfg, lane_id(cfg.name, "gone", 11), encode_record(3, 100, 0xABCD, "gone", 1))
+    with pytest.raises(ConfigError, match=r"no lane plan, yet lanes \[11\] committed"):
+        pin_lanes(auto, "gone", 3, cores=lambda: 4)
+
+
+def test_a_plan_key_that_holds_no_plan_record_is_refused(cfg):
+    _record(cfg, plan_group(cfg, "r"), b"not a plan")
+    with pytest.raises(MarkerError, match="cannot be proven"):
+        pin_lanes(dataclasses.replace(cfg, exactly_once_lanes=None), "r", 0, cores=lambda: 2)

@@ -59,11 +59,11 @@ class Job:
         self.proc: subprocess.Popen | None = None
         self.runs = 0
 
-    def start(self) -> None:
+    def start(self, master: str = "local[2,3]") -> None:
         self.runs += 1
         log = open(self.tmp_path / f"job-{self.runs}.log", "w")
         self.proc = subprocess.Popen(
-            [SPARK_SUBMIT, "--master", "local[2,3]", "--jars", ",".join(self.jars),
+            [SPARK_SUBMIT, "--master", master, "--jars", ",".join(self.jars),
              os.path.join(ROOT, "jobs", "kafka_to_kafka.py"), "--conf", self.conf],
             env=self.env, cwd=str(self.tmp_path), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -71,6 +71,11 @@ class Job:
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
+
+    def log(self) -> str:
+        """The last run's log."""
+        with open(self.tmp_path / f"job-{self.runs}.log", errors="replace") as f:
+            return f.read()
 
     def assert_not_in_log(self, *errors: str) -> None:
         """The last run's log names none of ``errors``."""

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from spark_recoverable_sink.delivery.exactly_once.markers import MAX_BATCH
-from spark_recoverable_sink.delivery.exactly_once.plan import LANE_BITS, Plan, decode_plan, encode_plan
+from spark_recoverable_sink.delivery.exactly_once.plan import (
+    LANE_BITS,
+    Plan,
+    decode_plan,
+    decode_plan_record,
+    encode_plan,
+    encode_plan_record,
+)
 
 
 @pytest.mark.parametrize("plan", [Plan(0, 0), Plan(0, 8), Plan(17, 1), Plan(MAX_BATCH, (1 << LANE_BITS) - 1)])
@@ -25,3 +32,15 @@ def test_no_offset_and_small_offsets_hold_no_plan():
 def test_what_an_offset_cannot_hold_is_refused(plan):
     with pytest.raises(ValueError):
         encode_plan(plan)
+
+
+@pytest.mark.parametrize("plan", [Plan(0, 0), Plan(0, 8), Plan(17, 1), Plan(MAX_BATCH, (1 << LANE_BITS) - 1)])
+def test_a_plan_reads_back_from_its_record(plan):
+    assert decode_plan_record(encode_plan_record(plan)) == plan
+
+
+def test_a_plan_record_is_read_strictly():
+    raw = encode_plan_record(Plan(3, 4))
+    for bad in (raw[:-1], raw + b"\0", raw[:6] + b"\x01" + raw[7:], b"RKSM" + raw[4:], b""):
+        with pytest.raises(ValueError):
+            decode_plan_record(bad)

@@ -211,6 +211,7 @@ class MarkerReader:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
         self._records: dict[str, tuple[Marker, int]] = {}
+        self._raw: dict[str, bytes] = {}  # every key's latest value, whatever it holds (a lane plan's record too)
         self._next = 0  # the next offset of the marker topic's partition 0 to read
         self._consumer: Any = None
         self._read_at: float | None = None  # monotonic time of the last read to the end
@@ -303,6 +304,18 @@ class MarkerReader:
             self._read_at = time.monotonic()
         return self._records.get(lane)
 
+    def latest_values(self, timeout_s: float, fresh: bool = True) -> dict[str, bytes]:
+        """Every key's latest value in the marker topic (lanes' marker records, lane plans), read to its end first
+        (``fresh``, or never read in this process) from where the last read stopped.
+
+        Raises:
+            confluent_kafka.KafkaException: the broker did not answer.
+        """
+        if fresh or self._read_at is None:
+            self._read_records(max(timeout_s, _SCAN_S))
+            self._read_at = time.monotonic()
+        return dict(self._raw)
+
     def _read_records(self, timeout_s: float) -> None:
         """Read the marker topic from where the last read stopped (at first, its log start) to its end (read_committed).
 
@@ -335,6 +348,8 @@ class MarkerReader:
                     self._next = m.offset() + 1
                     decoded = decode_record(m.value())
                     key = m.key().decode(errors="replace") if m.key() else ""
+                    if m.value() is not None:
+                        self._raw[key] = m.value()
                     if decoded is not None:
                         self._records[key] = decoded
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "marker topic not read to its end in time"))
