@@ -86,8 +86,10 @@ def test_a_partial_marker_record_holds_the_lanes_last_complete_unit_and_is_check
                                                                      1_700_000_000_000)
     none, _ = decode_record(encode_partial_record(None, p, "r", 1))
     assert (none.batch, none.latest) == (-1, 12)
-    assert decode_record(raw[:-1] + bytes([raw[-1] ^ 1])) is None  # a bad checksum
-    assert decode_record(raw[:20]) is None
+    with pytest.raises(ValueError, match="checksum"):
+        decode_record(raw[:-1] + bytes([raw[-1] ^ 1]))
+    with pytest.raises(ValueError, match="checksum"):
+        decode_record(raw[:20])
 
 
 def test_the_committer_publishes_the_rest_of_a_batch_its_lane_committed_in_part():
