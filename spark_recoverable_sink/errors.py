@@ -18,6 +18,7 @@ __all__ = [
     "WalError",
     "WalFullError",
     "WalFormatError",
+    "WalVersionError",
     "WalWriteError",
     "WalReadError",
     "WalUncleanError",
@@ -108,6 +109,20 @@ class WalFullError(WalError):
 
 class WalFormatError(WalError):
     """A WAL slot is of an unknown format version, or its bytes are corrupt."""
+
+
+class WalVersionError(WalFormatError):
+    """A WAL slot, or a chunk in it, is of a version this build does not read; ``version`` is the one it has.
+
+    Another build wrote it (older or newer): its bytes may well be sound, but
+    they mean what that build meant. The slot is refused whole and left as it
+    is (never replayed, set aside or dropped) until the build that wrote it
+    delivers it (``rks replay``) or an operator quarantines it.
+    """
+
+    def __init__(self, message: str, path: str | None = None, version: str = "") -> None:
+        super().__init__(message, path)
+        self.version = version
 
 
 class WalWriteError(WalError):
