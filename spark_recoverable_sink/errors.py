@@ -51,9 +51,11 @@ class ConfigError(RecoverableSinkError, ValueError):
 class SparkVersionError(ConfigError, ImportError):
     """The installed PySpark lacks what an entry point or option needs; ``version`` names it.
 
-    Raised when the sink is built or the entry point imported, never by a
-    batch. The message names the alternative that runs on this version. An
-    ``ImportError`` too: importing the data source on PySpark 3.5 raises it.
+    Raised when the sink is built or the entry point imported, and by an
+    exactly-once task whose PySpark worker's input it cannot read (a vendor's
+    worker: :mod:`.task.input_end`). The message names the alternative that
+    runs on this version. An ``ImportError`` too: importing the data source on
+    PySpark 3.5 raises it.
     """
 
     def __init__(self, option: str, reason: str, version: str) -> None:

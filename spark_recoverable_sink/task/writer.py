@@ -280,7 +280,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                     part.nbytes += payload_bytes(norm)
                     rows += norm.num_rows
                     _points.point("task.mid_task", batch=batch_id, partition=p, attempt=spark_attempt, rows=rows)
-        if parts and config.guarantee == EXACTLY_ONCE and input_complete() is False:
+        if parts and config.guarantee == EXACTLY_ONCE and input_complete() is False:  # raises when it cannot tell
             why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={spark_attempt} rows={rows}: "
                    "the task's input ended without Spark's end marker (its source failed part-way: a lost shuffle, "
                    "a cancelled stage or a speculative copy); nothing of its unit is committed, Spark re-runs it")
