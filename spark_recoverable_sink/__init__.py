@@ -28,6 +28,7 @@ from .errors import (
     WalError,
     WalFormatError,
     WalFullError,
+    WalVersionError,
     WalWriteError,
 )
 from .report import BatchReport, PartitionReport
@@ -57,6 +58,7 @@ __all__ = [
     "WalError",
     "WalFullError",
     "WalFormatError",
+    "WalVersionError",
     "WalWriteError",
     "DeadLetterError",
     "ProducerError",

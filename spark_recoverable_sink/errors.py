@@ -18,6 +18,7 @@ __all__ = [
     "WalError",
     "WalFullError",
     "WalFormatError",
+    "WalVersionError",
     "WalWriteError",
     "WalReadError",
     "WalUncleanError",
@@ -50,9 +51,11 @@ class ConfigError(RecoverableSinkError, ValueError):
 class SparkVersionError(ConfigError, ImportError):
     """The installed PySpark lacks what an entry point or option needs; ``version`` names it.
 
-    Raised when the sink is built or the entry point imported, never by a
-    batch. The message names the alternative that runs on this version. An
-    ``ImportError`` too: importing the data source on PySpark 3.5 raises it.
+    Raised when the sink is built or the entry point imported, and by an
+    exactly-once task whose PySpark worker's input it cannot read (a vendor's
+    worker: :mod:`.task.input_end`). The message names the alternative that
+    runs on this version. An ``ImportError`` too: importing the data source on
+    PySpark 3.5 raises it.
     """
 
     def __init__(self, option: str, reason: str, version: str) -> None:
@@ -108,6 +111,20 @@ class WalFullError(WalError):
 
 class WalFormatError(WalError):
     """A WAL slot is of an unknown format version, or its bytes are corrupt."""
+
+
+class WalVersionError(WalFormatError):
+    """A WAL slot, or a chunk in it, is of a version this build does not read; ``version`` is the one it has.
+
+    Another build wrote it (older or newer): its bytes may well be sound, but
+    they mean what that build meant. The slot is refused whole and left as it
+    is (never replayed, set aside or dropped) until the build that wrote it
+    delivers it (``rks replay``) or an operator quarantines it.
+    """
+
+    def __init__(self, message: str, path: str | None = None, version: str = "") -> None:
+        super().__init__(message, path)
+        self.version = version
 
 
 class WalWriteError(WalError):
@@ -193,8 +210,8 @@ class MarkerError(RecoverableSinkError):
     (Kafka deletes a deleted topic's committed offsets with it: every lane's
     proof is gone), when a lane's marker written under the former lane
     naming cannot be told to be this sink's, or when a lane group's offset
-    metadata is not a partial marker this version reads (another client's,
-    a newer version's). ``marker_topic`` names the topic,
+    metadata, or a lane's latest marker record, is not one this version reads
+    (another client's, a newer version's, damaged). ``marker_topic`` names the topic,
     ``lane`` the lane concerned (empty for the whole topic). The message says
     what to do.
     """

@@ -44,11 +44,13 @@ unique across runs (the run component) and for different rows: within a task
 by occurrences (a 64-bit collision of two different rows' fingerprints only
 makes their occurrences depend on their order), across tasks by the place or
 the partition. Fingerprints, occurrences and places are stored with each WAL
-chunk (columns ``rks_fp``, ``rks_occ``, ``rks_place``; the scope in its
-metadata, ``rks.ids``), so a
-replay sends the ids the task chose. Chunks written before fingerprints
-existed have neither column: their ids are ``sink:run:batch:partition:<seq>``
-(the row's position), as they were.
+chunk (columns ``rks_fp``, ``rks_occ``, ``rks_place``; the run and the scope
+in its metadata, ``rks.run`` and ``rks.ids``), so a replay sends the ids the
+task chose. What these columns and this form mean is part of the WAL's
+version: change them and bump :data:`.wal.format.WAL_VERSION`.
+
+Records the sink makes itself (a lane's marker and sweep records) have no
+content: their ids are ``<prefix><seq>`` (:func:`sequence_ids`).
 
 The unit digest of an exactly-once unit is an order-independent 64-bit sum
 over its records' (fingerprint, occurrence) pairs: what a lane's marker proves.
@@ -66,8 +68,9 @@ from .arrays import binary_scalar, numeric, values
 from .fingerprint import fingerprints, mix_pairs, new_occurrences
 from .schema import BATCH_SCOPE, chunk_run, chunk_scope
 
-__all__ = ["batch_prefix", "batch_prefix_of", "FP_COLUMN", "OCC_COLUMN", "PLACE_COLUMN", "PLACE_INPUT_COLUMN", "has_place", "valid_run_id", "record_id_prefix", "chunk_id_prefix", "with_ids", "record_ids",
-           "record_id_at", "unit_digest", "new_occurrences", "has_ids", "id_fingerprints"]
+__all__ = ["batch_prefix", "batch_prefix_of", "FP_COLUMN", "OCC_COLUMN", "PLACE_COLUMN", "PLACE_INPUT_COLUMN", "has_place", "valid_run_id",
+           "record_id_prefix", "chunk_id_prefix", "with_ids", "record_ids", "sequence_ids", "record_id_at",
+           "unit_digest", "new_occurrences", "has_ids", "id_fingerprints"]
 
 FP_COLUMN = "rks_fp"
 OCC_COLUMN = "rks_occ"
@@ -89,13 +92,12 @@ def record_id_prefix(sink: str, batch: int, partition: int, run: str = "", scope
     """The part of a record id shared by one (run, batch, partition): ``sink:run:batch:partition:``.
 
     In the batch scope (``scope="batch"``) it is ``sink:run:batch:``, the same
-    for every partition. An empty ``run`` gives the run-less form
-    ``sink:batch:partition:`` of chunks written before ids had a run (so
-    their replays keep their ids).
+    for every partition. The sink always has a run; tools and tests that give
+    none get an empty component (``sink::batch:partition:``).
     """
     if scope == BATCH_SCOPE:
         return f"{sink}:{run}:{batch}:".encode()
-    return (f"{sink}:{run}:{batch}:{partition}:" if run else f"{sink}:{batch}:{partition}:").encode()
+    return f"{sink}:{run}:{batch}:{partition}:".encode()
 
 
 def batch_prefix(sink: str, run: str, batch: int) -> bytes:
@@ -173,6 +175,7 @@ def has_place(batch: pa.RecordBatch) -> bool:
 
 
 def has_ids(batch: pa.RecordBatch) -> bool:
+    """Whether a batch's records carry their content ids (every WAL chunk's do; a lane's marker records do not)."""
     return batch.schema.get_field_index(FP_COLUMN) >= 0
 
 
@@ -188,40 +191,54 @@ def _hexn(values: np.ndarray, nbytes: int) -> pa.Array:
     return fixed.cast(pa.binary())
 
 
-def record_ids(prefix: bytes, batch: pa.RecordBatch, first_seq: int) -> pa.Array:
-    """The ids of a chunk's records, as one binary array built by Arrow kernels (no per-record Python work)."""
-    n = batch.num_rows
+def _check_ids(batch: pa.RecordBatch) -> None:
+    if not has_ids(batch):
+        raise ValueError(f"a batch without record fingerprints ({FP_COLUMN}, {OCC_COLUMN}) has no content ids; "
+                         "every chunk the WAL holds has them")
+
+
+def record_ids(prefix: bytes, batch: pa.RecordBatch) -> pa.Array:
+    """The ids of a chunk's records, as one binary array built by Arrow kernels (no per-record Python work).
+
+    Raises:
+        ValueError: the batch has no fingerprints and occurrences (:func:`with_ids`).
+    """
+    _check_ids(batch)
     p = binary_scalar(prefix)
-    if has_ids(batch):
-        fps = values(batch.column(FP_COLUMN))
-        occ = pc.cast(pc.cast(batch.column(OCC_COLUMN), pa.string()), pa.binary())
-        if has_place(batch):
-            place = _hexn(values(batch.column(PLACE_COLUMN)).astype(np.uint64), 4)
-            return pc.binary_join_element_wise(p, place, _hex16(fps), _DASH, occ, _EMPTY)
-        return pc.binary_join_element_wise(p, _hex16(fps), _DASH, occ, _EMPTY)
+    fps = values(batch.column(FP_COLUMN))
+    occ = pc.cast(pc.cast(batch.column(OCC_COLUMN), pa.string()), pa.binary())
+    if has_place(batch):
+        place = _hexn(values(batch.column(PLACE_COLUMN)).astype(np.uint64), 4)
+        return pc.binary_join_element_wise(p, place, _hex16(fps), _DASH, occ, _EMPTY)
+    return pc.binary_join_element_wise(p, _hex16(fps), _DASH, occ, _EMPTY)
+
+
+def sequence_ids(prefix: bytes, first_seq: int, n: int) -> pa.Array:
+    """``<prefix><seq>`` for ``n`` records from ``first_seq``: the ids of records the sink makes itself (a lane's
+    marker and sweep records), which have no content to name them by. Never a WAL chunk's."""
     seqs = pc.cast(pc.cast(numeric(np.arange(first_seq, first_seq + n), pa.int64()), pa.string()), pa.binary())
-    return pc.binary_join_element_wise(p, seqs, _EMPTY)
+    return pc.binary_join_element_wise(binary_scalar(prefix), seqs, _EMPTY)
 
 
-def record_id_at(prefix: bytes, batch: pa.RecordBatch, first_seq: int, i: int) -> str:
-    """The id of record ``i`` of a chunk (slow path: dead letters, tools)."""
-    if has_ids(batch):
-        fp = int(batch.column(FP_COLUMN)[i].as_py())
-        place = f"{batch.column(PLACE_COLUMN)[i].as_py():08x}" if has_place(batch) else ""
-        return f"{prefix.decode()}{place}{fp:016x}-{batch.column(OCC_COLUMN)[i].as_py()}"
-    return f"{prefix.decode()}{first_seq + i}"
+def record_id_at(prefix: bytes, batch: pa.RecordBatch, i: int) -> str:
+    """The id of record ``i`` of a chunk (slow path: dead letters, tools).
+
+    Raises:
+        ValueError: the batch has no fingerprints and occurrences.
+    """
+    _check_ids(batch)
+    fp = int(batch.column(FP_COLUMN)[i].as_py())
+    place = f"{batch.column(PLACE_COLUMN)[i].as_py():08x}" if has_place(batch) else ""
+    return f"{prefix.decode()}{place}{fp:016x}-{batch.column(OCC_COLUMN)[i].as_py()}"
 
 
-def unit_digest(batch: pa.RecordBatch, first_seq: int, seed: int = 0) -> int:
+def unit_digest(batch: pa.RecordBatch, seed: int = 0) -> int:
     """``seed`` plus the order-independent digest of a chunk's (fingerprint, occurrence) pairs, mod 2**64.
 
-    Accumulated chunk by chunk, it gives the digest of a whole unit. A chunk
-    without fingerprints (an older build) counts by row positions instead.
+    Accumulated chunk by chunk, it gives the digest of a whole unit.
+
+    Raises:
+        ValueError: the batch has no fingerprints and occurrences.
     """
-    if has_ids(batch):
-        fps = values(batch.column(FP_COLUMN))
-        occs = values(batch.column(OCC_COLUMN))
-    else:
-        fps = np.zeros(batch.num_rows, dtype=np.uint64)
-        occs = np.arange(first_seq, first_seq + batch.num_rows, dtype=np.uint32)
-    return mix_pairs(fps, occs, seed)
+    _check_ids(batch)
+    return mix_pairs(values(batch.column(FP_COLUMN)), values(batch.column(OCC_COLUMN)), seed)

@@ -47,13 +47,15 @@ _TYPE_HINTS: dict[str, str] = {
     "timestamp": "cast it with F.col('timestamp').cast('timestamp')",
 }
 
+# A WAL chunk's schema metadata: what these keys and the columns below mean is part of the WAL's version (change
+# them and bump .wal.format.WAL_VERSION).
 #: Schema metadata key of a chunk's default topic.
 TOPIC_META = b"rks.topic"
 #: Schema metadata key of a chunk's run id (the component that keeps ids of two
-#: queries, or of two ``write()`` calls, apart). Absent in chunks of older builds.
+#: queries, or of two ``write()`` calls, apart). Absent when the writer was given no run (tools, tests).
 RUN_META = b"rks.run"
 #: Schema metadata key of a chunk's id scope: ``batch`` when its ids do not name a Spark partition
-#: (:mod:`.ids`); absent in chunks whose ids do (and in chunks of older builds).
+#: (:mod:`.ids`); absent in chunks whose ids do.
 SCOPE_META = b"rks.ids"
 BATCH_SCOPE = "batch"
 

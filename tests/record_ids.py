@@ -37,7 +37,7 @@ def ids_of(sink: str, run: str, batch: int, partition: int, batches: Iterable[pa
             continue
         pl = None if place_list is None else np.array(place_list[seq:seq + b.num_rows], dtype=np.int64)
         norm = with_ids(normalize_batch(b, topic, prefix.decode(), seq, run, scope), occ, None, pl)
-        out += [i.decode() for i in record_ids(prefix, norm, seq).to_pylist()]
+        out += [i.decode() for i in record_ids(prefix, norm).to_pylist()]
         seq += b.num_rows
     return out
 

@@ -75,7 +75,7 @@ def dead_letters_from(config: SinkConfig, key: ChunkKey, batch: pa.RecordBatch, 
     for i, code, text in dead:
         r = rows[i]
         d = DeadLetter(
-            record_id=record_id_at(prefix, batch, key.first_seq, i),
+            record_id=record_id_at(prefix, batch, i),
             error_code=code, error=config.scrub(explain(
                 config, code, text, r.get("topic") or "", r.get("partition"), _size(r), partitions_of)),
             topic=r.get("topic") or "",

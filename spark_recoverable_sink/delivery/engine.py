@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from ..auth import check_files
 from ..config import SinkConfig
-from ..ids import FP_COLUMN, OCC_COLUMN, PLACE_COLUMN, has_ids, has_place, record_ids
+from ..ids import FP_COLUMN, OCC_COLUMN, PLACE_COLUMN, has_ids, has_place, sequence_ids
 from ..native import library
 from ..schema import TOPIC_META
 from .rows import produce_rows
@@ -151,8 +151,9 @@ class Engine:
                       first_seq: int, block_s: float) -> tuple[int, list[tuple[int, Any]]]:
         """Produce ``indices`` (or every row) of a chunk as round ``rid``; ``(produced, [(index, error)])``.
 
-        The Python engine reports each delivery to ``cb(err, msg)``; the
-        native one keeps them for :meth:`poll` under ``rid``.
+        Each record's id is ``prefix`` and its content id (:func:`..ids.record_ids`), or, for a batch without
+        one (a lane's marker and sweep records), ``prefix`` and its position from ``first_seq``. The Python
+        engine reports each delivery to ``cb(err, msg)``; the native one keeps them for :meth:`poll` under ``rid``.
         """
         raise NotImplementedError
 
@@ -283,8 +284,8 @@ class NativeEngine(Engine):
                                       "occs": batch.column(OCC_COLUMN)}
             if has_place(batch):
                 ids_kw["places"] = batch.column(PLACE_COLUMN)
-        else:  # a chunk of an older build: positional ids
-            ids_kw = {"ids": record_ids(prefix, batch, first_seq)}
+        else:  # a record the sink makes itself (a lane's marker or sweep records): ids by position
+            ids_kw = {"ids": sequence_ids(prefix, first_seq, batch.num_rows)}
         produced, failed = self.producer.produce_chunk(
             rid, chunk_topic, col("value"), col("key"), col("topic"), col("partition"), col("timestamp"),
             col("headers"), id_header=id_header, indices=idx, block_s=block_s, **ids_kw)

@@ -9,8 +9,9 @@ Spark worker and owns no slot of its own):
 
 1. take the slot's lock; a free lock means the owner is dead;
 2. open its WAL and validate every chunk, attempt and dead letter first
-   (a slot whose attempts or dead letters fail is set aside untouched and
-   reported; a chunk that fails is set aside alone, with its bytes);
+   (a slot of another version than this build's, or holding a chunk of
+   one, and a slot whose attempts or dead letters fail, are left untouched
+   and reported; a damaged chunk is set aside alone, with its bytes);
 3. drop the chunks of attempts that never committed (Spark re-runs those);
 4. replay the chunks of committed attempts that were never acked, skipping
    records already in the dead-letter store, each under the guarantee it was
@@ -124,6 +125,7 @@ class SlotAdopter:
         at a time, so a large slot never has to fit in memory.
 
         Raises:
+            WalVersionError: a chunk, attempt or dead letter of another version (the slot is left as it is).
             WalFormatError: an attempt record or dead letter of the slot does not decode (it needs quarantine).
             WalReadError: LMDB failed while reading.
         """

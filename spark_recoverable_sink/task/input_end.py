@@ -20,18 +20,29 @@ input was whole; the end of the file proves it was cut.
 
 The input file is PySpark's ``worker.main(infile, outfile)`` argument, found
 on the call stack (the mapInArrow function is called from there). Outside a
-Spark Python worker (tools, tests calling the writer directly) there is no
-such frame and nothing to prove.
+Spark task (no ``TaskContext``: tools, tests calling the writer directly)
+there is nothing to prove. In a Spark task without that frame (a vendor's
+runtime with a worker of its own, a PySpark whose worker moved) nothing can
+be proven either way, so the guard never switches itself off: it raises
+:class:`SparkVersionError` naming the PySpark build, and the exactly-once task
+commits nothing (tests/spark/test_input_end_guard.py runs tasks under a
+renamed copy of PySpark's worker).
 
 Where it runs: the executor, in the task, after its input loop.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from typing import Any
 
+from ..errors import SparkVersionError
+
 __all__ = ["input_complete", "worker_input"]
+
+log = logging.getLogger(__name__)
 
 
 def worker_input() -> Any | None:
@@ -47,15 +58,49 @@ def worker_input() -> Any | None:
 
 
 def input_complete() -> bool | None:
-    """Whether the task's input stream went on past its last Arrow batch (``None``: not in a Spark worker).
+    """Whether the task's input stream went on past its last Arrow batch (``None``: not in a Spark task).
 
     Blocks only until the next bytes arrive: Spark sends them with the last
     batch, before it reads any output of the worker.
+
+    Raises:
+        SparkVersionError: in a Spark task whose PySpark worker's input cannot be found (naming the build).
     """
     infile = worker_input()
     if infile is None:
-        return None
+        if not _in_spark_task():
+            return None
+        raise _unprovable()
     try:
         return bool(infile.peek(4))
     except (OSError, ValueError):  # a closed or broken socket: the input did not end well
         return False
+
+
+def _in_spark_task() -> bool:
+    """Whether this thread runs a Spark task (PySpark's worker sets its ``TaskContext`` before calling the task)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # no PySpark here: not a Spark task
+        return False
+    return TaskContext.get() is not None
+
+
+def _unprovable() -> SparkVersionError:
+    """The error of a Spark task whose worker input cannot be read: which PySpark, and what runs the task."""
+    import pyspark
+
+    frame, outer = sys._getframe(1), None
+    while frame is not None:  # the outermost frame named main: what this runtime runs tasks from
+        if frame.f_code.co_name == "main":
+            outer = frame.f_code
+        frame = frame.f_back
+    runs = f"{outer.co_filename} ({outer.co_name})" if outer is not None else "no frame named main"
+    version = getattr(pyspark, "__version__", "?")
+    why = (f"exactly-once cannot prove this task read its whole input under PySpark {version} "
+           f"({os.path.dirname(pyspark.__file__)}): the input of its Python worker, the infile of PySpark's "
+           f"worker.py main(infile, outfile), is not on the task's stack (it runs from {runs}). Nothing of the "
+           "unit is committed. Run exactly-once on a PySpark whose worker is PySpark's own (docs/guarantees.md), "
+           "or use guarantee='at_least_once' on this runtime")
+    log.error("%s", why)  # Spark may never read the task's error
+    return SparkVersionError("guarantee", why, version)

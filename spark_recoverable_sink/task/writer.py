@@ -124,8 +124,8 @@ def write_partitions(
     ``record_ids`` ``"content"``, with its place, or ``"columns"``: the batch scope, one occurrence
     counter for the task) or ``sink:run:batch:partition:<fingerprint>-<occurrence>``
     (:mod:`..ids`), ``partition`` being the row's own Spark partition; the
-    sink always passes a ``run`` (an empty one gives the run-less ids of
-    older builds: tools and tests only). ``columns`` says which of the
+    sink always passes a ``run`` (tools and tests that give none get an empty
+    run component: ``sink::batch:...``). ``columns`` says which of the
     batches' columns are Kafka columns and which make ids; without it
     (tools, tests) every column is a Kafka column. Dead letters whose token is in
     ``confirmed`` are marked reported; the first report offers every other
@@ -280,7 +280,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                     part.nbytes += payload_bytes(norm)
                     rows += norm.num_rows
                     _points.point("task.mid_task", batch=batch_id, partition=p, attempt=spark_attempt, rows=rows)
-        if parts and config.guarantee == EXACTLY_ONCE and input_complete() is False:
+        if parts and config.guarantee == EXACTLY_ONCE and input_complete() is False:  # raises when it cannot tell
             why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={spark_attempt} rows={rows}: "
                    "the task's input ended without Spark's end marker (its source failed part-way: a lost shuffle, "
                    "a cancelled stage or a speculative copy); nothing of its unit is committed, Spark re-runs it")

@@ -1,7 +1,13 @@
-"""Byte formats of the write-ahead log's chunks and keys.
+"""Byte formats of the write-ahead log's chunks and keys, and the one version of all a slot holds.
 
 Everything the WAL stores is plain, versioned bytes; nothing is ever
 unpickled, so a WAL file cannot run code.
+
+:data:`WAL_VERSION` is the version of everything a slot holds: its meta
+``format``, every chunk's header, every attempt and dead-letter record
+(:mod:`.records`). A build reads its own version only: a slot or a chunk of
+any other is refused with :class:`WalVersionError` naming the version and the
+slot, and left as it is on disk (``Wal._check_format``, :func:`check_chunk`).
 
 Keys (big-endian, so LMDB's byte order is write order):
 
@@ -13,16 +19,18 @@ Keys (big-endian, so LMDB's byte order is write order):
 the same (batch, partition) that met in one slot. It is never part of a
 record's id (see :mod:`..ids`).
 
-Chunk value (chunk format 1, unchanged in slot format 2; attempt and
-dead-letter values are in :mod:`.records`)::
+Chunk value (attempt and dead-letter values are in :mod:`.records`)::
 
-    b"RKSC" | u16 format | u16 flags | u32 rows | u32 crc32(ipc) | Arrow IPC stream
+    b"RKSC" | u16 version | u16 flags | u32 rows | u32 crc32(ipc) | Arrow IPC stream
 
 The Arrow stream holds one record batch with the columns ``value`` (binary),
 and when the input had them ``key`` (binary), ``topic`` (string),
 ``partition`` (int32), ``headers`` (list<struct<key: string, value: binary>>)
-and ``timestamp`` (int64 milliseconds); see :mod:`..schema`, whose
-metadata keys (``rks.topic``, ``rks.run``) travel with it.
+and ``timestamp`` (int64 milliseconds); then each record's id: ``rks_fp``
+(uint64), ``rks_occ`` (uint32) and, with ``record_ids="content"``,
+``rks_place`` (uint32) (:mod:`..ids`). Its schema metadata holds ``rks.topic``,
+``rks.run`` and ``rks.ids`` (:mod:`..schema`). A chunk without ``value``,
+``rks_fp`` and ``rks_occ``, or with a column of no such name, is refused.
 """
 
 from __future__ import annotations
@@ -34,14 +42,24 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import WalFormatError
+from ..errors import WalFormatError, WalVersionError
+from ..ids import FP_COLUMN, OCC_COLUMN, PLACE_COLUMN
 from ..native import library
+from ..schema import KAFKA_COLUMNS
 
 __all__ = [
-    "CHUNK_VERSION", "ChunkKey", "AttemptKey", "crc32", "encode_chunk", "decode_chunk", "chunk_rows", "check_chunk",
+    "WAL_VERSION", "ChunkKey", "AttemptKey", "crc32", "encode_chunk", "decode_chunk", "chunk_rows", "check_chunk",
 ]
 
-CHUNK_VERSION = 1  # chunks were checksummed from the start: their format did not change
+#: The version of everything a WAL slot holds: its meta ``format``, chunk headers, attempt and dead-letter records.
+#: BUMP IT WITH EVERY CHANGE OF WHAT THOSE BYTES MEAN, not only of their layout: the layouts here and in
+#: .records; a chunk's columns and schema metadata (..schema: rks.topic, rks.run, rks.ids; ..ids: rks_fp, rks_occ,
+#: rks_place); the record ids and unit digests built from them (..ids, ..fingerprint: the hash, occurrences,
+#: places). A build reads its own version only, so a slot another build wrote is refused naming its version, never
+#: read with other meanings (tests/unit/test_wal_versions.py pins what version 4 means).
+#: 4: one version for the slot and its chunks; ids by content only (rks_fp and rks_occ in every chunk), always with
+#: a run; rks.ids and rks_place. (1-3: pre-release formats, not read.)
+WAL_VERSION = 4
 
 _CHUNK_KEY = struct.Struct(">QIQI")
 _ATTEMPT_KEY = struct.Struct(">QII")
@@ -123,7 +141,7 @@ def encode_chunk(batch: pa.RecordBatch) -> bytearray:
     ipc = sink.getvalue()
     out = bytearray(_CHUNK_HEAD.size)
     out += memoryview(ipc)
-    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, CHUNK_VERSION, 0, batch.num_rows, crc32(ipc))
+    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, WAL_VERSION, 0, batch.num_rows, crc32(ipc))
     return out
 
 
@@ -139,8 +157,9 @@ def _check_chunk_head(raw: bytes | memoryview) -> tuple[bytes, int, int, int, in
     head = _CHUNK_HEAD.unpack_from(raw, 0)
     if head[0] != _CHUNK_MAGIC:
         raise WalFormatError(f"chunk has magic {bytes(head[0])!r}, expected {_CHUNK_MAGIC!r}")
-    if head[1] != CHUNK_VERSION:
-        raise WalFormatError(f"chunk of format version {head[1]}; this build reads version {CHUNK_VERSION}")
+    if head[1] != WAL_VERSION:
+        raise WalVersionError(f"chunk of format version {head[1]}; this build reads version {WAL_VERSION} only",
+                              version=str(head[1]))
     return head
 
 
@@ -148,7 +167,8 @@ def check_chunk(raw: bytes | memoryview) -> int:
     """Validate a chunk's header and checksum without decoding it; returns its row count.
 
     Raises:
-        WalFormatError: unknown version, bad magic or checksum.
+        WalVersionError: a version this build does not read (the chunk may be sound: its slot is refused whole).
+        WalFormatError: bad magic or checksum.
     """
     _magic, _version, _flags, rows, crc = _check_chunk_head(raw)
     if crc32(memoryview(raw)[_CHUNK_HEAD.size:]) != crc:
@@ -160,7 +180,8 @@ def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:
     """Parse a chunk value back into its record batch.
 
     Raises:
-        WalFormatError: unknown version, bad checksum or unreadable Arrow data.
+        WalVersionError: a version this build does not read.
+        WalFormatError: bad checksum, unreadable Arrow data, or columns a chunk of this version does not hold.
     """
     _magic, _version, _flags, rows, crc = _check_chunk_head(raw)
     body = memoryview(raw)[_CHUNK_HEAD.size:]
@@ -173,4 +194,11 @@ def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:
         raise WalFormatError(f"chunk Arrow data unreadable: {exc}") from exc
     if len(batches) != 1 or batches[0].num_rows != rows:
         raise WalFormatError(f"chunk holds {sum(b.num_rows for b in batches)} rows, header says {rows}")
+    names = batches[0].schema.names
+    if not {"value", FP_COLUMN, OCC_COLUMN} <= set(names) <= _CHUNK_COLUMNS:
+        raise WalFormatError(f"chunk with the columns {names}: one of version {WAL_VERSION} holds value, its id's "
+                             f"{FP_COLUMN} and {OCC_COLUMN}, and only {sorted(_CHUNK_COLUMNS)}")
     return batches[0]
+
+
+_CHUNK_COLUMNS = frozenset(KAFKA_COLUMNS) | {FP_COLUMN, OCC_COLUMN, PLACE_COLUMN}

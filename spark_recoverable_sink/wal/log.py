@@ -19,7 +19,8 @@ the runtime to quarantine it.
 Every LMDB failure, reads included, becomes a :class:`WalError` subclass naming
 the slot (one context manager for reads, one for writes), and every record
 that does not decode is a :class:`WalFormatError` naming the slot and the
-record's key.
+record's key. A slot of another version than :data:`.format.WAL_VERSION` is
+refused (:class:`WalVersionError`), untouched, unless it holds nothing.
 
 A :class:`Wal` is used by one process at a time -- the slot lock in
 :mod:`.slots` sees to that -- but by two threads in it (the task thread
@@ -36,25 +37,10 @@ from typing import Iterable, Iterator
 
 import lmdb
 
-from ..errors import (
-    WalError,
-    WalFormatError,
-    WalFullError,
-    WalUncleanError,
-    WalWriteError,
-)
-from .format import AttemptKey, ChunkKey
+from ..errors import WalError, WalFormatError, WalFullError, WalUncleanError, WalVersionError, WalWriteError
+from .format import WAL_VERSION, AttemptKey, ChunkKey
 from .reads import SlotReads, WalStats
-from .records import (
-    AT_LEAST_ONCE,
-    COMMITTED,
-    FORMAT_VERSION,
-    READABLE_FORMATS,
-    AttemptState,
-    DeadLetter,
-    encode_attempt,
-    encode_dead_letter,
-)
+from .records import AT_LEAST_ONCE, COMMITTED, AttemptState, DeadLetter, encode_attempt, encode_dead_letter
 from .slots import ensure_private_dir
 from .space import SlotSpace, free_space, map_size_for, no_room, prepare_lock_file
 
@@ -84,7 +70,7 @@ class Wal(SlotReads, SlotSpace):
     """One slot's LMDB environment.
 
     Raises (from the constructor):
-        WalFormatError: the files are not a WAL of this format version, or corrupt.
+        WalFormatError: the files are not a WAL, or corrupt; WalVersionError: of another :data:`.format.WAL_VERSION`.
         WalError: the environment cannot be opened.
     """
 
@@ -162,6 +148,7 @@ class Wal(SlotReads, SlotSpace):
             )
             gen = b"0" if gen is None else gen
             populated = txn.stat(self._chunks)["entries"] or txn.stat(self._attempts)["entries"]
+            empty = self.holds_nothing(txn, _TABLES)
         boot = boot_id()
         if fmt is None:
             if populated:
@@ -172,11 +159,12 @@ class Wal(SlotReads, SlotSpace):
             with self._write("create"):  # a new slot's tables and meta
                 pass
             return
-        if fmt not in [str(v).encode() for v in READABLE_FORMATS]:
-            raise WalFormatError(
-                f"WAL slot {self.path} has format version {fmt.decode(errors='replace')!r}; "
-                f"this build reads versions {', '.join(map(str, READABLE_FORMATS))}. Use a matching version of "
-                "spark_recoverable_sink, or quarantine the slot.", self.path,
+        version = fmt[:40].decode(errors="replace")
+        if version != str(WAL_VERSION) and not empty:
+            raise WalVersionError(
+                f"WAL slot {self.path} has format version {version!r}; this build reads version {WAL_VERSION} only. "
+                "Nothing of it is read or changed: deliver it with the version of spark_recoverable_sink that wrote "
+                "it (rks replay), or set it aside (rks quarantine).", self.path, version=version,
             )
         if sink is not None and sink.decode(errors="replace") != self.sink_name:
             raise WalFormatError(
@@ -196,8 +184,10 @@ class Wal(SlotReads, SlotSpace):
                     f"it fails validation and must be set aside (quarantine): {exc}", self.path) from exc
             self.validated_after_reboot = True
             log.warning("slot=%s written with wal_sync=none before a restart: validated in full", self.path)
+        if version != str(WAL_VERSION):  # another version's slot holding nothing: nothing to misread, taken as new
+            log.warning("slot=%s of format version %r holds nothing: stamped %d", self.path, version, WAL_VERSION)
         # Stamped only on a change; a disk that refuses it does not stop a recovery: it goes with the next write.
-        if (fmt, last_sync) != (str(FORMAT_VERSION).encode(), b"commit" if self.sync else b"none") or (
+        if version != str(WAL_VERSION) or last_sync != (b"commit" if self.sync else b"none") or (
                 not self.sync and boot is not None and last_boot != boot):
             self._stamp = self._meta_entries(boot, {})
             try:
@@ -208,7 +198,7 @@ class Wal(SlotReads, SlotSpace):
 
     def _meta_entries(self, boot: bytes | None, extra: dict[bytes, bytes]) -> dict[bytes, bytes]:
         """This build's format and how the slot is being written (and ``extra``), as meta entries."""
-        out = {_FORMAT_KEY: str(FORMAT_VERSION).encode(), _SYNC_KEY: b"commit" if self.sync else b"none", **extra}
+        out = {_FORMAT_KEY: str(WAL_VERSION).encode(), _SYNC_KEY: b"commit" if self.sync else b"none", **extra}
         if not self.sync and boot is not None:
             out[_BOOT_KEY] = boot
         return out

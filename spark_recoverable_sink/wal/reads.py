@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 import lmdb
 
-from ..errors import WalFormatError, WalReadError
+from ..errors import WalFormatError, WalReadError, WalVersionError
 from .format import AttemptKey, ChunkKey, check_chunk, chunk_rows
 from .records import (
     COMMITTED,
@@ -83,9 +83,11 @@ class SlotReads:
             raise WalReadError(f"WAL slot {self.path}: {what} failed: {exc}", self.path) from exc
 
     def _decode(self, kind: str, key: object, fn: Callable[[Any], Any], raw: Any) -> Any:
-        """``fn(raw)``, with a bad record named by slot, kind and key."""
+        """``fn(raw)``, with a bad record named by slot, kind and key (a version it does not read kept as such)."""
         try:
             return fn(raw)
+        except WalVersionError as exc:
+            raise WalVersionError(f"WAL slot {self.path}, {kind} {key}: {exc}", self.path, exc.version) from exc
         except WalFormatError as exc:
             raise WalFormatError(f"WAL slot {self.path}, {kind} {key}: {exc}", self.path) from exc
 
@@ -147,7 +149,12 @@ class SlotReads:
     def check_chunks_each(self) -> tuple[dict[ChunkKey, int], dict[ChunkKey, str]]:
         """Validate every chunk on its own: ``(rows per good chunk, why per damaged chunk)``.
 
+        A chunk of a version this build does not read is not damaged: another
+        build wrote it, and it means what that build meant. Its slot is refused
+        whole, nothing of it set aside.
+
         Raises:
+            WalVersionError: a chunk of another version (naming the slot, the chunk and its version).
             WalFormatError: a chunk key does not decode (the slot needs quarantine). WalReadError: LMDB failed.
         """
         good: dict[ChunkKey, int] = {}
@@ -156,9 +163,11 @@ class SlotReads:
             for raw_key, v in txn.cursor(db=self._chunks):
                 ck = self._key(ChunkKey, raw_key)
                 try:
-                    good[ck] = check_chunk(v)
+                    good[ck] = self._decode("chunk", ck, check_chunk, v)
+                except WalVersionError:
+                    raise
                 except WalFormatError as exc:
-                    bad[ck] = str(exc)
+                    bad[ck] = str(exc.__cause__ or exc)
         return good, bad
 
     def read_chunk(self, key: ChunkKey) -> bytes | None:
@@ -232,6 +241,13 @@ class SlotReads:
     def dead_letters_pending(self, forwarding: bool) -> bool:
         """Whether a dead letter still waits to be forwarded (or, without a topic, reported)."""
         return any(not (d.forwarded if forwarding else d.reported) for _k, d in self.dead_letters())
+
+    def holds_nothing(self, txn: lmdb.Transaction, tables: tuple[bytes, ...]) -> bool:
+        """Whether the slot holds nothing but its meta, whatever its version: no table but ``tables`` (the main
+        database names them), and no entry in chunks, attempts or dead letters (LMDB's counts: nothing decoded)."""
+        if not {bytes(k) for k in txn.cursor().iternext(values=False)} <= set(tables):
+            return False
+        return not any(txn.stat(db)["entries"] for db in (self._chunks, self._attempts, self._dead))
 
     def is_empty(self) -> bool:
         """Whether the slot holds no chunk and no attempt (deletions not written yet count as done).

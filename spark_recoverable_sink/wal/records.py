@@ -1,27 +1,25 @@
 """Byte formats of a WAL slot's attempt and dead-letter records (keys and chunks: :mod:`.format`).
 
-Attempt value (format 3; format 2 had no guarantee and digest, format 1 no checksum either)::
+Both are of the slot's one version, :data:`.format.WAL_VERSION`; a record of
+any other is refused (:class:`WalVersionError`).
 
-    b"RKSA" | u16 format | u8 state | u32 spark attempt | u64 rows | f64 started
+Attempt value::
+
+    b"RKSA" | u16 version | u8 state | u32 spark attempt | u64 rows | f64 started
     | u8 guarantee | u64 unit digest | u32 crc32(all before)
 
 ``guarantee`` is the one the attempt was accepted under (1 at-least-once,
-2 exactly-once; 0 in records of formats 1 and 2, read as at-least-once: such
-records are delivered, never skipped); ``unit digest`` is the exactly-once
-unit's order-independent digest of its records' ids (:func:`..ids.unit_digest`).
+2 exactly-once); ``unit digest`` is the exactly-once unit's order-independent
+digest of its records' ids (:func:`..ids.unit_digest`).
 
-Dead-letter value (format 2; in format 1 the last header field was 0)::
+Dead-letter value::
 
-    b"RKSD" | u16 format | u8 flags | i32 code | i64 ts | i32 partition | u32 n headers | u32 crc
+    b"RKSD" | u16 version | u8 flags | i32 code | i64 ts | i32 partition | u32 n headers | u32 crc
     | (i32 length | bytes){5 + 2 * n headers}        (length -1: null)
 
     crc = crc32(header without crc, then the body).
 
-A slot's format (meta ``format``) is 3 since attempt records carry their
-guarantee; slots of formats 1 and 2 are read (format 1's unchecksummed records
-are parsed strictly; every record of format 2 and later has its checksum
-checked) and every record written into them is of format 3. Any
-record that does not decode raises :class:`WalFormatError`, never a
+Any record that does not decode raises :class:`WalFormatError`, never a
 ``struct.error``, ``UnicodeDecodeError`` or ``ValueError``.
 """
 
@@ -31,14 +29,12 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from ..errors import WalFormatError
+from ..errors import WalFormatError, WalVersionError
+from .format import WAL_VERSION
 
 __all__ = [
-    "FORMAT_VERSION",
-    "READABLE_FORMATS",
     "OPEN",
     "COMMITTED",
-    "UNKNOWN",
     "AT_LEAST_ONCE",
     "EXACTLY_ONCE",
     "AttemptState",
@@ -49,13 +45,8 @@ __all__ = [
     "decode_dead_letter",
 ]
 
-FORMAT_VERSION = 3  # the slot format (meta) and the attempt and dead-letter record format
-READABLE_FORMATS = (1, 2, 3)
-
-_ATTEMPT_VAL1 = struct.Struct(">4sHBIQd")
-_ATTEMPT_VAL2 = struct.Struct(">4sHBIQdI")
-_ATTEMPT_HEAD3 = struct.Struct(">4sHBIQdBQ")
-_ATTEMPT_VAL3 = struct.Struct(">4sHBIQdBQI")
+_ATTEMPT_HEAD = struct.Struct(">4sHBIQdBQ")
+_ATTEMPT_VAL = struct.Struct(">4sHBIQdBQI")
 _ATTEMPT_MAGIC = b"RKSA"
 _DEAD_HEAD = struct.Struct(">4sHBiqiII")
 _DEAD_MAGIC = b"RKSD"
@@ -64,8 +55,8 @@ _CRC = struct.Struct(">I")
 
 OPEN = 1
 COMMITTED = 2
-#: The guarantee an attempt was accepted under (UNKNOWN: written by a build before format 3).
-UNKNOWN, AT_LEAST_ONCE, EXACTLY_ONCE = 0, 1, 2
+#: The guarantee an attempt was accepted under.
+AT_LEAST_ONCE, EXACTLY_ONCE = 1, 2
 
 
 @dataclass(frozen=True)
@@ -81,7 +72,7 @@ class AttemptState:
 
     @property
     def exactly_once(self) -> bool:
-        """Accepted under exactly-once: published only in a transaction (never for UNKNOWN)."""
+        """Accepted under exactly-once: published only in a transaction."""
         return self.guarantee == EXACTLY_ONCE
 
     @property
@@ -90,36 +81,29 @@ class AttemptState:
 
 
 def encode_attempt(a: AttemptState) -> bytes:
-    body = _ATTEMPT_HEAD3.pack(_ATTEMPT_MAGIC, FORMAT_VERSION, a.state, a.spark_attempt, a.rows, a.started_at,
-                               a.guarantee, a.digest)
+    body = _ATTEMPT_HEAD.pack(_ATTEMPT_MAGIC, WAL_VERSION, a.state, a.spark_attempt, a.rows, a.started_at,
+                              a.guarantee, a.digest)
     return body + _CRC.pack(zlib.crc32(body))
 
 
 def decode_attempt(raw: bytes | memoryview) -> AttemptState:
-    """Parse an attempt record (format 3 or 2 with its checksum, or format 1).
+    """Parse an attempt record.
 
     Raises:
-        WalFormatError: wrong size, magic, version, state, guarantee or checksum.
+        WalVersionError: a version this build does not read.
+        WalFormatError: wrong size, magic, state, guarantee or checksum.
     """
     raw = bytes(raw)
-    guarantee, digest = UNKNOWN, 0
-    if len(raw) == _ATTEMPT_VAL3.size:
-        magic, version, state, attempt, rows, started, guarantee, digest, crc = _ATTEMPT_VAL3.unpack(raw)
-        want = 3
-    elif len(raw) == _ATTEMPT_VAL2.size:
-        magic, version, state, attempt, rows, started, crc = _ATTEMPT_VAL2.unpack(raw)
-        want = 2
-    elif len(raw) == _ATTEMPT_VAL1.size:
-        magic, version, state, attempt, rows, started = _ATTEMPT_VAL1.unpack(raw)
-        want, crc = 1, None
-    else:
-        raise WalFormatError(f"attempt record of {len(raw)} bytes, expected {_ATTEMPT_VAL3.size}")
-    if crc is not None and zlib.crc32(raw[:-_CRC.size]) != crc:
+    if len(raw) >= 6 and raw[:4] == _ATTEMPT_MAGIC and int.from_bytes(raw[4:6], "big") != WAL_VERSION:
+        raise WalVersionError(f"attempt record of format version {int.from_bytes(raw[4:6], 'big')}; this build "
+                              f"reads version {WAL_VERSION} only", version=str(int.from_bytes(raw[4:6], "big")))
+    if len(raw) != _ATTEMPT_VAL.size:
+        raise WalFormatError(f"attempt record of {len(raw)} bytes, expected {_ATTEMPT_VAL.size}")
+    magic, _version, state, attempt, rows, started, guarantee, digest, crc = _ATTEMPT_VAL.unpack(raw)
+    if zlib.crc32(raw[:-_CRC.size]) != crc:
         raise WalFormatError("attempt record checksum mismatch: the WAL bytes are corrupt")
-    if magic != _ATTEMPT_MAGIC or version != want or state not in (OPEN, COMMITTED) or guarantee not in (
-            (UNKNOWN,) if want < 3 else (AT_LEAST_ONCE, EXACTLY_ONCE)):
-        raise WalFormatError(f"attempt record with magic {magic!r} version {version} state {state} "
-                             f"guarantee {guarantee}")
+    if magic != _ATTEMPT_MAGIC or state not in (OPEN, COMMITTED) or guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise WalFormatError(f"attempt record with magic {magic!r} state {state} guarantee {guarantee}")
     if attempt < 0 or rows < 0 or started != started:  # NaN: never written by this sink
         raise WalFormatError(f"attempt record with spark attempt {attempt} rows {rows} started {started}")
     return AttemptState(state, attempt, rows, started, guarantee, digest)
@@ -179,7 +163,7 @@ def _dead_crc(raw: bytes | memoryview) -> int:
 def encode_dead_letter(d: DeadLetter) -> bytes:
     flags = (FORWARDED if d.forwarded else 0) | (REPORTED if d.reported else 0)
     out = [_DEAD_HEAD.pack(
-        _DEAD_MAGIC, FORMAT_VERSION, flags, d.error_code,
+        _DEAD_MAGIC, WAL_VERSION, flags, d.error_code,
         -1 if d.timestamp_ms is None else d.timestamp_ms,
         -1 if d.partition is None else d.partition, len(d.headers), 0,
     )]
@@ -196,18 +180,22 @@ def encode_dead_letter(d: DeadLetter) -> bytes:
 
 
 def decode_dead_letter(raw: bytes | memoryview) -> DeadLetter:
-    """Parse a dead-letter record (format 2 with its checksum, or format 1).
+    """Parse a dead-letter record.
 
     Raises:
-        WalFormatError: wrong magic, version or checksum, truncated, or not UTF-8 where text is due.
+        WalVersionError: a version this build does not read.
+        WalFormatError: wrong magic or checksum, truncated, or not UTF-8 where text is due.
     """
     raw = memoryview(raw)
     if len(raw) < _DEAD_HEAD.size:
         raise WalFormatError("dead-letter record shorter than its header")
     magic, version, flags, code, ts, part, nh, crc = _DEAD_HEAD.unpack_from(raw, 0)
-    if magic != _DEAD_MAGIC or version not in READABLE_FORMATS:
-        raise WalFormatError(f"dead-letter record with magic {bytes(magic)!r} version {version}")
-    if version >= 2 and _dead_crc(raw) != crc:
+    if magic != _DEAD_MAGIC:
+        raise WalFormatError(f"dead-letter record with magic {bytes(magic)!r}")
+    if version != WAL_VERSION:
+        raise WalVersionError(f"dead-letter record of format version {version}; this build reads version "
+                              f"{WAL_VERSION} only", version=str(version))
+    if _dead_crc(raw) != crc:
         raise WalFormatError("dead-letter record checksum mismatch: the WAL bytes are corrupt")
     if nh > len(raw):  # each header takes at least 8 bytes: a huge count is garbage
         raise WalFormatError(f"dead-letter record claims {nh} headers in {len(raw)} bytes")

@@ -254,7 +254,7 @@ def test_a_lane_a_killed_worker_left_in_its_commit_is_taken_over_within_one_ack_
         os.kill(pid, signal.SIGKILL)
     finally:
         child.wait(60)
-    with caplog.at_level(logging.INFO, logger="spark_recoverable_sink.delivery.exactly_once.markers"):
+    with caplog.at_level(logging.INFO, logger="spark_recoverable_sink.delivery.exactly_once.marker_reads"):
         rep = write_partition(cfg, 3, 2, 1, batches(2, 3000, 50), run="r")
     assert (rep.acked + rep.skipped, rep.pending) == (3000, 0), rep
     waits = [float(m.group(1)) for r in caplog.records

@@ -175,3 +175,49 @@ def test_a_marker_topic_deleted_mid_run_stops_its_lanes_naming_it(broker, topic,
                     {(0, 0): 100, (0, 1): 100})
     s = get_runtime(cfg).wal.stats()
     assert (s.chunks, s.attempts) == (0, 0), s.as_dict()  # the failed tasks kept nothing
+
+
+@pytest.mark.parametrize("bad", ["checksum", "format", "garbage"])
+def test_an_unreadable_latest_marker_record_stops_its_lane_and_no_older_one_stands_in(broker, topic, tmp_path, bad):
+    """Marker records are read as strictly as the offset's metadata. The lane committed batch 0 (its record A), then
+    batch 1, whose record X reads damaged (``checksum``), of a format this version does not know (``format``: a
+    newer version's) or as no marker at all (``garbage``); the lane's offset has expired. Taking the newest record
+    that decodes, A, as the marker said "batch 0", and the re-run of batch 1 was published again. Now the lane
+    stops with :class:`MarkerError` naming it and X's offset: the task fails, having published nothing."""
+    import struct
+    import zlib
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from spark_recoverable_sink.delivery.exactly_once.markers import encode_record
+
+    mt = f"mk-bad-{uuid.uuid4().hex[:8]}"
+    cfg = _eo(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=30, marker_topic=mt, offsets_retention_s=1.0)
+    assert write_partition(cfg, 0, 0, 0, batches(0, 100, 50), run="r").acked == 100  # record A: batch 0
+    lid = lane_id(cfg.name, "r", 0)
+    x = encode_record(1, 100, 2**63 + 1, "r", int(time.time() * 1000))  # batch 1's record, as it should read
+    if bad == "checksum":
+        x = x[:12] + bytes([x[12] ^ 0x01]) + x[13:]
+    elif bad == "format":
+        body = x[:4] + struct.pack(">H", 9) + x[6:-4]
+        x = body + struct.pack(">I", zlib.crc32(body))
+    else:
+        x = b"not a marker record"
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(mt, x, lid.encode())
+    assert p.flush(30) == 0
+    (x_offset,) = [r.offset for r in read_topic(broker.bootstrap, mt, isolation=RC).records if r.value == x]
+    reset_runtimes()  # a new worker; the lane's offset expires (deleted here, as the broker does)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for _g, f in admin.delete_consumer_groups([lid], request_timeout=30).items():
+        f.result(60)
+    time.sleep(1.05)  # A (and X) older than offsets_retention_s: a record then stands in for the offset
+    with pytest.raises(errors.RecoverableSinkError) as e:
+        write_partition(cfg, 1, 0, 0, batches(0, 100, 50), run="r")
+    assert isinstance(e.value, errors.MarkerError), repr(e.value)
+    assert e.value.lane == lid and lid in str(e.value) and f"offset {x_offset}" in str(e.value), str(e.value)
+    assert e.value.marker_topic == mt
+    _assert_exactly(read_topic(broker.bootstrap, topic, expected=100, isolation=RC), cfg, "r", {(0, 0): 100})
+    s = get_runtime(cfg).wal.stats()
+    assert (s.chunks, s.attempts) == (0, 0), s.as_dict()  # the failed task kept nothing: Spark runs it again

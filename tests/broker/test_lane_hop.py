@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from spark_recoverable_sink.delivery.exactly_once import transactions
-from spark_recoverable_sink.delivery.exactly_once.markers import MarkerReader
+from spark_recoverable_sink.delivery.exactly_once.marker_reads import MarkerReader
 from spark_recoverable_sink.task.writer import write_partition
 
 from ..kafka_helpers import read_topic

@@ -232,8 +232,8 @@ def test_ids_formatted_in_c_are_the_ids_of_the_package(broker, topic):
     prefix = record_id_prefix("sink", 7, 3, "run-1")
     batch = pa.RecordBatch.from_arrays([pa.array(fps, pa.uint64()), pa.array(occs, pa.uint32())],
                                        names=[FP_COLUMN, OCC_COLUMN])
-    want = record_ids(prefix, batch, 0).to_pylist()
-    assert want[0] == prefix + b"%016x-4294967295" % int(fps[0]) == record_id_at(prefix, batch, 0, 0).encode()
+    want = record_ids(prefix, batch).to_pylist()
+    assert want[0] == prefix + b"%016x-4294967295" % int(fps[0]) == record_id_at(prefix, batch, 0).encode()
     assert len(set(want)) > n // 2
 
     p = Producer(conf(broker))
@@ -282,9 +282,9 @@ def test_ids_with_their_place_formatted_in_c_are_the_ids_of_the_package(broker, 
     prefix = record_id_prefix("sink", 7, 0, "run-1", scope="batch")
     batch = pa.RecordBatch.from_arrays([pa.array(fps, pa.uint64()), pa.array(occs, pa.uint32()),
                                         pa.array(places, pa.uint32())], names=[FP_COLUMN, OCC_COLUMN, PLACE_COLUMN])
-    want = record_ids(prefix, batch, 0).to_pylist()
+    want = record_ids(prefix, batch).to_pylist()
     assert want[0] == prefix + b"00000000%016x-%d" % (int(fps[0]), int(occs[0]))
-    assert want[1].startswith(prefix + b"ffffffff") and record_id_at(prefix, batch, 0, 1).encode() == want[1]
+    assert want[1].startswith(prefix + b"ffffffff") and record_id_at(prefix, batch, 1).encode() == want[1]
     values = [b"v%d" % i for i in range(n)]
     p = Producer(conf(broker))
     produced, fails = p.produce_chunk(1, topic, pa.array(values, pa.binary()), id_prefix=prefix, fps=fps, occs=occs,

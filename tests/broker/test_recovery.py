@@ -8,6 +8,7 @@ import lmdb
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
+from spark_recoverable_sink.ids import new_occurrences, with_ids
 from spark_recoverable_sink.ops.inspect import chunks_set_aside, inspect_wal
 from spark_recoverable_sink.schema import normalize_batch
 from spark_recoverable_sink.task.runtime import reset_runtimes
@@ -32,7 +33,8 @@ def _damaged_slot(wal_dir: str, name: str) -> str:
     open(slot_paths(sink_dir(wal_dir, name), 0)[0], "w").close()
     wal = Wal(path, sink_name=name, map_size=64 << 20, sync=True)
     key = ChunkKey(1, 0, 0, wal.reserve_gen())
-    chunk = encode_chunk(normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", "x:1:0:", 0))
+    chunk = encode_chunk(with_ids(normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t",
+                                                  "x:r:1:0:", 0, "r"), new_occurrences()))
     wal.append(key, chunk, new_attempt=AttemptState(OPEN, 0, 0, 0.0))
     wal.commit_attempt(key.attempt, 0, 2, 0.0)
     wal.close()

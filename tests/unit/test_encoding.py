@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from spark_recoverable_sink.errors import WalFormatError
+from spark_recoverable_sink.ids import new_occurrences, with_ids
 from spark_recoverable_sink.schema import (
     HEADERS_TYPE,
     chunk_run,
@@ -25,7 +26,6 @@ from spark_recoverable_sink.wal.records import (
     COMMITTED,
     EXACTLY_ONCE,
     OPEN,
-    UNKNOWN,
     AttemptState,
     DeadLetter,
     decode_attempt,
@@ -43,7 +43,7 @@ def _batch() -> pa.RecordBatch:
         "partition": pa.array([0, None, 2, 1], pa.int32()),
         "headers": pa.array([[{"key": "h", "value": b"1"}], None, [], [{"key": "x", "value": None}]], HEADERS_TYPE),
     })
-    return normalize_batch(raw, "default", "s:1:2:", 0)
+    return with_ids(normalize_batch(raw, "default", "s:r:1:2:", 0, "r"), new_occurrences())
 
 
 def test_chunk_round_trip_keeps_null_and_empty_apart():
@@ -101,12 +101,13 @@ def test_attempt_and_dead_letter_round_trip():
 
 def test_the_run_travels_in_the_chunk_so_a_replay_rebuilds_the_same_ids():
     rb = pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})
-    norm = normalize_batch(rb, "t", "s:r1:4:2:", 10, "r1")
+    norm = with_ids(normalize_batch(rb, "t", "s:r1:4:2:", 10, "r1"), new_occurrences())
     back = decode_chunk(encode_chunk(norm))
     assert chunk_run(back) == "r1"
     assert back.schema.metadata[b"rks.topic"] == b"t"  # the default topic stays next to it
     assert [r["topic"] for r in iter_rows(back, None)] == ["t", "t"]
-    assert chunk_run(decode_chunk(encode_chunk(normalize_batch(rb, None, "s:4:2:", 0)))) == ""
+    no_run = with_ids(normalize_batch(rb, None, "s::4:2:", 0), new_occurrences())  # no run given: tools, tests
+    assert chunk_run(decode_chunk(encode_chunk(no_run))) == ""
 
 
 # -- damaged records: every kind checksummed, every failure a WalFormatError ----------
@@ -145,20 +146,23 @@ def test_truncated_or_garbage_records_raise_only_wal_format_error(encode, decode
             decode(s)
 
 
-def test_format_1_attempt_and_dead_letter_records_are_still_read():
+def test_attempt_and_dead_letter_records_of_another_version_are_refused_naming_it():
     import struct
 
-    v1_attempt = struct.pack(">4sHBIQd", b"RKSA", 1, COMMITTED, 2, 12345, 1700000000.5)
-    unknown = AttemptState(COMMITTED, 2, 12345, 1700000000.5, UNKNOWN, 0)  # no guarantee: delivered, never skipped
-    assert decode_attempt(v1_attempt) == unknown and not unknown.exactly_once
-    v2_body = struct.pack(">4sHBIQd", b"RKSA", 2, COMMITTED, 2, 12345, 1700000000.5)
-    v2_attempt = v2_body + struct.pack(">I", zlib.crc32(v2_body))
-    assert decode_attempt(v2_attempt) == unknown
-    with pytest.raises(WalFormatError):  # format 2's checksum is checked by a format 3 build
-        decode_attempt(v2_attempt[:-1] + bytes([v2_attempt[-1] ^ 1]))
+    from spark_recoverable_sink.errors import WalVersionError
+    from spark_recoverable_sink.wal.format import WAL_VERSION
+
     eo = AttemptState(COMMITTED, 0, 7, 1.0, EXACTLY_ONCE, 2**64 - 5)
     assert decode_attempt(encode_attempt(eo)) == eo and eo.exactly_once
-    v2 = bytearray(encode_dead_letter(_DL))
-    v2[4:6] = (1).to_bytes(2, "big")  # format 1: same layout, the checksum field was 0
-    v2[27:31] = bytes(4)
-    assert decode_dead_letter(bytes(v2)) == _DL
+    v1_attempt = struct.pack(">4sHBIQd", b"RKSA", 1, COMMITTED, 2, 12345, 1700000000.5)  # pre-release layouts
+    v3_body = bytearray(encode_attempt(eo)[:-4])
+    v3_body[4:6] = (3).to_bytes(2, "big")
+    v3_attempt = bytes(v3_body) + struct.pack(">I", zlib.crc32(v3_body))  # sound bytes, another version
+    dead = bytearray(encode_dead_letter(_DL))
+    dead[4:6] = (WAL_VERSION + 1).to_bytes(2, "big")
+    dead[27:31] = struct.pack(">I", zlib.crc32(bytes(dead[31:]), zlib.crc32(bytes(dead[:27]))))
+    for raw, decode, version in ((v1_attempt, decode_attempt, 1), (v3_attempt, decode_attempt, 3),
+                                 (bytes(dead), decode_dead_letter, WAL_VERSION + 1)):
+        with pytest.raises(WalVersionError, match=f"format version {version};") as ei:
+            decode(raw)
+        assert ei.value.version == str(version)

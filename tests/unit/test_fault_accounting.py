@@ -37,6 +37,7 @@ def test_missing_rows_still_in_a_wal_slot_are_called_pending(tmp_path):
     import pyarrow as pa
 
     from spark_recoverable_sink.schema import normalize_batch
+    from spark_recoverable_sink.ids import new_occurrences, with_ids
     from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
     from spark_recoverable_sink.wal.log import Wal
     from spark_recoverable_sink.wal.records import OPEN, AttemptState
@@ -47,7 +48,8 @@ def test_missing_rows_still_in_a_wal_slot_are_called_pending(tmp_path):
     wal = Wal(wal_path, sink_name="s", map_size=64 << 20, sync=False)
     key = ChunkKey(1, 0, 0, wal.reserve_gen())
     rb = pa.RecordBatch.from_pydict({"key": [b"1", b"2"], "value": [b"a", b"b"]})
-    wal.append(key, encode_chunk(normalize_batch(rb, "t", "s:1:0:", 0)), new_attempt=AttemptState(OPEN, 0, 0, 0.0))
+    chunk = encode_chunk(with_ids(normalize_batch(rb, "t", "s:r:1:0:", 0, "r"), new_occurrences()))
+    wal.append(key, chunk, new_attempt=AttemptState(OPEN, 0, 0, 0.0))
     wal.close()
     t = tally(TopicContents(records=[_rec(0, 0, 0)]), range(3))
     why = explain_missing(t, str(tmp_path), "s", [])

@@ -21,6 +21,7 @@ from spark_recoverable_sink.ids import (
     record_id_at,
     record_id_prefix,
     record_ids,
+    sequence_ids,
     unit_digest,
     valid_run_id,
     with_ids,
@@ -55,7 +56,7 @@ def _ids_of(rows: list[dict], size: int, counter=None) -> list[tuple[bytes, byte
     out, seq = [], 0
     for b in _batches(rows, size):
         b = with_ids(b, occ)
-        for rid, k, v in zip(record_ids(PREFIX, b, seq).to_pylist(), b.column("key").to_pylist(),
+        for rid, k, v in zip(record_ids(PREFIX, b).to_pylist(), b.column("key").to_pylist(),
                              b.column("value").to_pylist()):
             out.append((rid, k, v))
         seq += b.num_rows
@@ -88,13 +89,15 @@ def test_equal_records_are_numbered_and_different_content_differs():
     assert len(set(fp.tolist())) == 4
 
 
-def test_chunks_of_older_builds_keep_their_position_ids():
+def test_content_ids_need_fingerprints_and_the_sink_s_own_records_are_numbered():
     b = normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", "p", 0)
-    assert record_ids(record_id_prefix("orders", 7, 3), b, 42).to_pylist() == [b"orders:7:3:42", b"orders:7:3:43"]
-    assert record_id_at(record_id_prefix("orders", 7, 3), b, 42, 1) == "orders:7:3:43"
-    assert record_ids(PREFIX, b.slice(0, 0), 5).to_pylist() == []
+    for name_them in (lambda: record_ids(PREFIX, b), lambda: record_id_at(PREFIX, b, 1), lambda: unit_digest(b)):
+        with pytest.raises(ValueError, match="fingerprints"):  # never positions in their place
+            name_them()
     with_fp = with_ids(b, new_occurrences())
-    assert record_id_at(PREFIX, with_fp, 0, 1) == record_ids(PREFIX, with_fp, 0).to_pylist()[1].decode()
+    assert record_id_at(PREFIX, with_fp, 1) == record_ids(PREFIX, with_fp).to_pylist()[1].decode()
+    assert record_ids(PREFIX, with_fp.slice(0, 0)).to_pylist() == []
+    assert sequence_ids(b"rks-eo.s:r:0:sweep:", 3, 2).to_pylist() == [b"rks-eo.s:r:0:sweep:3", b"rks-eo.s:r:0:sweep:4"]
 
 
 @pytest.mark.skipif(not library.available(), reason="the native extension is not built here: "
@@ -118,14 +121,14 @@ def test_occurrence_counters_agree_across_calls():
 
 def test_unit_digest_is_order_independent_and_accumulates():
     b = with_ids(_batches(_rows(500, seed=5), 500)[0], new_occurrences())
-    whole = unit_digest(b, 0)
-    parts = unit_digest(b.slice(200), 200, unit_digest(b.slice(0, 200), 0))
+    whole = unit_digest(b)
+    parts = unit_digest(b.slice(200), unit_digest(b.slice(0, 200)))
     assert whole == parts
     rev = b.take(pa.array(list(range(b.num_rows - 1, -1, -1))))
-    assert unit_digest(rev, 0) == whole
+    assert unit_digest(rev) == whole
     other = b.set_column(b.schema.get_field_index(FP_COLUMN), FP_COLUMN,
                          pa.array(b.column(FP_COLUMN).to_numpy() + np.uint64(1)))
-    assert unit_digest(other, 0) != whole
+    assert unit_digest(other) != whole
     fps, occs = b.column(FP_COLUMN).to_numpy(), b.column("rks_occ").to_numpy()
     assert mix_pairs(fps, occs) == fingerprint.mix_pairs(fps[::-1].copy(), occs[::-1].copy())
 
@@ -133,7 +136,7 @@ def test_unit_digest_is_order_independent_and_accumulates():
 def test_run_ids():
     assert all(valid_run_id(r) for r in ("3ffbea5019c44624", "nightly-2024.05_06", "x" * 64))
     assert not any(valid_run_id(r) for r in ("", "a:b", "x" * 65, "sp ace", "é"))
-    assert record_id_prefix("orders", 7, 3) == b"orders:7:3:"
+    assert record_id_prefix("orders", 7, 3) == b"orders::7:3:"  # no run given (tools, tests): an empty component
     assert PREFIX == b"orders:3ffbea5019c44624:7:3:"
 
 
@@ -160,14 +163,14 @@ def test_a_place_tells_apart_records_whose_fingerprints_collide_in_different_tas
     collide = np.array([0x1234, 0x1234], dtype=np.uint64)
     task_a = with_ids(batch.slice(0, 1), new_occurrences(), collide[:1], np.array([-5], dtype=np.int32))
     task_b = with_ids(batch.slice(1, 1), new_occurrences(), collide[1:], np.array([77], dtype=np.int32))
-    (id_a,), (id_b,) = record_ids(prefix, task_a, 0).to_pylist(), record_ids(prefix, task_b, 0).to_pylist()
+    (id_a,), (id_b,) = record_ids(prefix, task_a).to_pylist(), record_ids(prefix, task_b).to_pylist()
     assert id_a != id_b
     assert id_a == prefix + b"fffffffb" + b"0000000000001234-0" and id_b == prefix + b"0000004d0000000000001234-0"
     assert has_place(task_a) and task_a.column(PLACE_COLUMN).to_pylist() == [0xFFFFFFFB]
-    assert record_id_at(prefix, task_b, 0, 0) == id_b.decode()
+    assert record_id_at(prefix, task_b, 0) == id_b.decode()
     # one task, two places, one colliding fingerprint: each (place, fingerprint) numbered on its own
     both = with_ids(batch, new_occurrences(), collide, np.array([-5, 77], dtype=np.int32))
-    assert record_ids(prefix, both, 0).to_pylist() == [id_a, id_b]
+    assert record_ids(prefix, both).to_pylist() == [id_a, id_b]
     # and equal records (same place, same fingerprint) are numbered 0, 1
     same = with_ids(batch, new_occurrences(), collide, np.array([9, 9], dtype=np.int32))
-    assert [i[-2:] for i in record_ids(prefix, same, 0).to_pylist()] == [b"-0", b"-1"]
+    assert [i[-2:] for i in record_ids(prefix, same).to_pylist()] == [b"-0", b"-1"]

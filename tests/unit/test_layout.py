@@ -17,7 +17,6 @@ PKG = "spark_recoverable_sink"
 #: Sub-package -> rank; a module may import only modules of its own rank or below. Root modules are 0.
 RANKS = {"wal": 1, "delivery": 2, "recovery": 3, "task": 4, "driver": 5, "jobs": 6, "ops": 7}
 TOP = 9  # the package itself and __main__: they may import anything
-MAX_LINES = 350
 
 
 def _modules() -> dict[str, str]:
@@ -89,9 +88,9 @@ def test_no_import_circles():
     assert circles == []
 
 
-def test_modules_are_short_and_say_what_they_hold():
-    long = {m: n for m, p in MODULES.items() if (n := sum(1 for _ in open(p, encoding="utf-8"))) > MAX_LINES}
-    assert long == {}
+def test_modules_say_what_they_hold():
+    # A module holds one concept, whole (docs/DESIGN.md, "Layout"): no cap on its length, which scattered one
+    # concept over several files; its docstring says what it holds.
     silent = [m for m, p in MODULES.items() if not ast.get_docstring(ast.parse(open(p, encoding="utf-8").read()))]
     assert silent == []
 

@@ -1,6 +1,6 @@
 """A lane's marker read before its producer is initialised: a broker that does not answer is no answer, not an error.
 
-(:meth:`spark_recoverable_sink.delivery.exactly_once.markers.MarkerReader.read_before_init`; the sequences
+(:meth:`spark_recoverable_sink.delivery.exactly_once.marker_reads.MarkerReader.read_before_init`; the sequences
 it serves run against the real broker in tests/broker/test_exactly_once_fencing.py.)
 """
 
@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.delivery.exactly_once.markers import UNANSWERED, MarkerReader, encode_offset
+from spark_recoverable_sink.delivery.exactly_once.marker_reads import MarkerReader
+from spark_recoverable_sink.delivery.exactly_once.markers import UNANSWERED, encode_offset
 
 
 class _Consumer:

@@ -7,6 +7,9 @@ recording one, to pin down the caching rules.
 
 from __future__ import annotations
 
+import os
+import pickle
+
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
@@ -141,3 +144,48 @@ def test_a_topic_the_broker_never_knows_is_an_error_within_the_timeout(monkeypat
     with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART|Unknown topic"):
         _check_with(monkeypatch, _LaggingAdmin(10**9), 0.5)
     assert time.monotonic() - t0 < 5.0
+
+
+def _oauth_cfg(tmp_path, name: str = "mt-oauth", password: str = "", label: str = "one") -> SinkConfig:
+    conf = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER", "oauth_cb": "tests.token_provider:token",
+            "sasl.oauthbearer.config": f"label={label}"}
+    if password:  # a secret in the configuration beside the provider (the ssl key's passphrase)
+        conf["ssl.key.password"] = password
+    return SinkConfig.build(name, conf, str(tmp_path / "wal"), topic="t", guarantee="exactly_once")
+
+
+def test_one_admin_client_per_sink_with_a_token_provider_never_one_per_check(tmp_path, monkeypatch):
+    """``oauth_cb`` is imported as a new function object each time the configuration is read: a key holding it
+    missed every time, so each marker-topic check built an admin client and fetched a token. Counted for real: the
+    clients confluent-kafka builds and the provider's calls (tests/token_provider.py records each one)."""
+    from confluent_kafka import admin as kafka_admin
+
+    monkeypatch.setenv("RKS_TOKEN_LOG", str(tmp_path))
+    made: list[dict] = []
+    real_init = kafka_admin.AdminClient.__init__
+
+    def counted(self, conf, **kwargs):
+        made.append(conf)
+        real_init(self, conf, **kwargs)
+
+    monkeypatch.setattr(kafka_admin.AdminClient, "__init__", counted)
+    topic.forget_marker_topics()
+    try:
+        cfg = _oauth_cfg(tmp_path, password="key-pass-4b1d-never-printed")
+        first = topic.shared_admin(cfg)
+        again = topic.shared_admin(cfg)  # a second check of the same sink
+        unpickled = topic.shared_admin(pickle.loads(pickle.dumps(cfg)))  # the sink's config as a task gets it
+        assert first is again is unpickled and len(made) == 1, f"{len(made)} admin clients for one sink"
+        calls = [f for f in os.listdir(tmp_path) if f.startswith("call-")]
+        assert len(calls) == 1 and open(tmp_path / calls[0]).read() == "called\n", calls  # one token fetched
+        # Other credentials (another provider login, another secret) never share it.
+        other_login = topic.shared_admin(_oauth_cfg(tmp_path, label="two"))
+        other_secret = topic.shared_admin(_oauth_cfg(tmp_path, password="another-pass"))
+        assert len({id(first), id(other_login), id(other_secret)}) == 3 and len(made) == 3
+        # The kept clients' keys hold no secret in any printable form.
+        held = repr(list(topic._admins)) + str(list(topic._admins))
+        for secret in ("key-pass-4b1d-never-printed", "another-pass", "label=one", "label=two"):
+            assert secret not in held, held
+    finally:
+        topic.forget_marker_topics()

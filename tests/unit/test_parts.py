@@ -70,7 +70,7 @@ def test_a_plan_of_parts_left_by_another_unit_never_commits_an_inline_transactio
     committer = Committer(cfg)
     monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", len(RAW) // 2 + 1)  # this unit: 2 parts
     monkeypatch.setattr(subunits, "PARTS_RATE", 1)  # and in parts from its first try
-    digest = unit_digest(BATCH, 0)
+    digest = unit_digest(BATCH)
     earlier = Unit(Wal("slot-a"), AttemptKey(5, 0, 1), "r", N, [(ChunkKey(5, 0, 0, 1), len(RAW))], digest=digest)
     lane = Lane(Producer(), None)
     lane.ready = lane.swept = True

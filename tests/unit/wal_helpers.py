@@ -5,6 +5,7 @@ from __future__ import annotations
 import lmdb
 import pyarrow as pa
 
+from spark_recoverable_sink.ids import new_occurrences, with_ids
 from spark_recoverable_sink.schema import normalize_batch
 from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
 from spark_recoverable_sink.wal.log import Wal
@@ -15,7 +16,7 @@ MIB = 1024 * 1024
 
 def _chunk(n: int, size: int = 100, start: int = 0) -> bytes:
     b = pa.RecordBatch.from_pydict({"value": [b"%010d" % i + b"x" * (size - 10) for i in range(start, start + n)]})
-    return encode_chunk(normalize_batch(b, "t", "s:0:0:", start))
+    return encode_chunk(with_ids(normalize_batch(b, "t", "s:r:0:0:", start, "r"), new_occurrences()))
 
 
 def _wal(tmp_path, **kw) -> Wal:

@@ -23,7 +23,8 @@ from ...arrays import column
 from ...config import SinkConfig
 from ...wal.format import AttemptKey
 from ..engine import open_engine
-from .markers import Marker, MarkerReader, client_conf, encode_offset, encode_record, lane_id, sink_lane_prefix
+from .marker_reads import MarkerReader
+from .markers import Marker, client_conf, encode_offset, encode_record, lane_id, sink_lane_prefix
 from .topic import marker_topic_id
 
 __all__ = ["Lane", "LanePool", "on_delivery", "lane_conf", "send_marker", "lane_markers", "sink_lanes",

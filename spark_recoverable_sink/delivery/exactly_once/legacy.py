@@ -51,7 +51,8 @@ from ...deadline import Deadline
 from ...errors import MarkerError
 from ..engine import open_engine
 from .lanes import Lane, lane_conf, send_marker
-from .markers import UNANSWERED, Marker, MarkerReader, client_conf, legacy_lane_id, parse_lane_id
+from .marker_reads import MarkerReader
+from .markers import UNANSWERED, Marker, client_conf, legacy_lane_id, parse_lane_id
 from .steps import left
 from .sweep import lane_topics, sweep
 

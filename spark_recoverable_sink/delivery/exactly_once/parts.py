@@ -34,7 +34,7 @@ from ... import _points
 from ...arrays import column, values
 from ...config import SinkConfig
 from ...deadline import Deadline
-from ...ids import FP_COLUMN, OCC_COLUMN, has_ids, record_id_prefix
+from ...ids import FP_COLUMN, OCC_COLUMN, record_id_prefix
 from ...wal.format import decode_chunk
 from . import subunits
 from .lanes import Lane, on_delivery, send_marker
@@ -92,13 +92,7 @@ def plan_parts(unit: Any, marker: Marker | None, txn_ms: int = 60000) -> Parts |
         raw = unit.wal.read_chunk(ck)
         if raw is None:
             raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
-        batch = decode_chunk(raw)
-        if not has_ids(batch):  # an older build's chunk: its ids are positions, not the same in a re-run
-            if done is None:
-                return None
-            raise RuntimeError(f"unit batch={unit.batch} partition={unit.partition}: committed in part, yet its "
-                               "chunks hold no record fingerprints")
-        t = chunk_terms(batch)
+        t = chunk_terms(decode_chunk(raw))
         b = (t % np.uint64(count)).astype(np.int64)
         for k in np.unique(b).tolist():
             sums[k] = (sums[k] + int(t[b == k].sum(dtype=np.uint64))) & _MASK64
@@ -223,7 +217,7 @@ def produce_unit(config: SinkConfig, lane: Lane, unit: Any, deadline: Deadline, 
 
 def uncommitted_rows(unit: Any, batch: pa.RecordBatch) -> Callable[[int], bool]:
     """Whether row ``i`` of a chunk of ``unit`` is not in Kafka: all of them, unless buckets were committed."""
-    if unit.parts is None or unit.parts[1] == 0 or not has_ids(batch):
+    if unit.parts is None or unit.parts[1] == 0:
         return lambda i: True
     count, done = unit.parts
     b = chunk_terms(batch) % np.uint64(count)

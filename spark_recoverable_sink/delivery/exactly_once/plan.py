@@ -49,18 +49,18 @@ waves of tasks and transactions to every batch (8 lanes on 2 cores: 4 waves).
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
-
-import struct
-import zlib
 
 from ...config import AUTO_LANES, SinkConfig
 from ...errors import ConfigError, MarkerError
 from .lanes import lane_markers
-from .markers import MAX_BATCH, MarkerReader, client_conf, decode_record, lane_id
+from .marker_reads import MarkerReader
+from .markers import MAX_BATCH, client_conf, decode_record, lane_id
 
 __all__ = ["Plan", "encode_plan", "decode_plan", "encode_plan_record", "decode_plan_record", "plan_group",
            "pin_lanes", "forget_plans", "first_lanes"]
@@ -190,11 +190,11 @@ def _recorded_lanes(config: SinkConfig, run: str, timeout_s: float, records: dic
     for key, raw in records.items():
         if not key.startswith(prefix) or not key[len(prefix):].isdigit():
             continue
-        decoded = decode_record(raw)
-        if decoded is None:
-            raise MarkerError(f"lane {key}: its latest marker record is not one this version reads, so the lane "
-                              "count of its run cannot be checked (nothing of the batch was produced)",
-                              config.marker_topic, key)
+        try:
+            decoded = decode_record(raw)
+        except ValueError as exc:
+            raise MarkerError(f"lane {key}: its latest marker record is {exc}, so the lane count of its run cannot "
+                              "be checked (nothing of the batch was produced)", config.marker_topic, key) from exc
         if decoded[0].latest >= since:
             out[int(key[len(prefix):])] = decoded[0].latest
     return out

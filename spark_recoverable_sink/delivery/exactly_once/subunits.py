@@ -167,17 +167,21 @@ def encode_partial_record(base: tuple[int, int] | None, p: Partial, run: str, wr
     return body + struct.pack(">I", zlib.crc32(body))
 
 
-def decode_partial_record(raw: bytes) -> tuple[tuple[int, int] | None, Partial, str, int] | None:
-    """``(base, partial, run, written_ms)`` of a format-2 marker record; ``None`` for bytes that are not one."""
-    if raw is None or len(raw) < _PREC.size + 4 or zlib.crc32(raw[:-4]) != struct.unpack(">I", raw[-4:])[0]:
-        return None
+def decode_partial_record(raw: bytes) -> tuple[tuple[int, int] | None, Partial, str, int]:
+    """``(base, partial, run, written_ms)`` of a format-2 marker record.
+
+    Raises:
+        ValueError: the bytes are not one (its reason).
+    """
+    if len(raw) < _PREC.size + 4 or zlib.crc32(raw[:-4]) != struct.unpack(">I", raw[-4:])[0]:
+        raise ValueError(f"not a partial marker record: {len(raw)} bytes, or a checksum that does not match")
     magic, version, b, d, batch, k, count, digest, ms, n = _PREC.unpack_from(raw)
     if magic != b"RKSM" or version != PARTIAL_RECORD_VERSION or len(raw) != _PREC.size + n + 4:
-        return None
+        raise ValueError(f"not a partial marker record: magic {magic!r} format {version}, {len(raw)} bytes")
     if batch < 0 or not 0 <= k < count - 1 or b < -1 or d >= 1 << 32:
-        return None
+        raise ValueError(f"a partial marker record out of range (batch={batch} k={k} K={count} base={b})")
     try:
         run = raw[_PREC.size:_PREC.size + n].decode()
-    except UnicodeDecodeError:
-        return None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"a partial marker record whose run is not UTF-8 ({exc})") from exc
     return (None if b < 0 else (b, d)), Partial(batch, k, count, digest), run, ms

@@ -23,6 +23,9 @@ pickles). What it guarantees:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import logging
 import os
 import threading
@@ -46,8 +49,9 @@ _lock = threading.Lock()
 _pid = os.getpid()
 _seen: dict[tuple[str, str], str] = {}  # (bootstrap, topic) -> its id as checked here ("": the broker gives none)
 _expected: dict[tuple[str, str], str] = {}  # the id the driver checked, as a task or drain job carried it
-_admins: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # (sink, client options) -> admin client (shared_admin)
+_admins: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (sink, options' digest) -> admin client (shared_admin)
 _ADMINS_KEPT = 4  # the least recently used beyond these are dropped (their clients end when collected)
+_KEY_SECRET = os.urandom(32)  # the HMAC key of _admins' keys (_admin_key): this process's alone
 
 
 def _key(config: SinkConfig) -> tuple[str, str]:
@@ -209,7 +213,7 @@ def shared_admin(config: SinkConfig) -> Any:
     from confluent_kafka.admin import AdminClient
 
     conf = client_conf(config)
-    key = (config.name, *sorted(conf.items(), key=lambda kv: kv[0]))  # another broker or login: another client
+    key = _admin_key(config, conf)
     with _lock:
         _key(config)  # (a forked child makes its own)
         admin = _admins.get(key)
@@ -219,6 +223,21 @@ def shared_admin(config: SinkConfig) -> Any:
                 _admins.popitem(last=False)
         _admins.move_to_end(key)
         return admin
+
+
+def _admin_key(config: SinkConfig, conf: dict[str, Any]) -> tuple[str, str]:
+    """``(sink, digest)``: what tells one sink's admin client from another's, holding no secret in any printable form.
+
+    The digest covers every client option (another broker, login or secret: another client). A callback is taken
+    as the reference the configuration names (``oauth_cb``: ``"package.module:function"``), not as the function
+    :func:`..auth.with_callbacks` imports anew for each read of the configuration: keyed by that, every check
+    missed, built a client and fetched a token. It is an HMAC under a key drawn once per process, so
+    nobody who sees it (a debugger, a dump) can test guessed passwords against it.
+    """
+    shipped = dict(config.kafka_conf_items)  # callbacks as their references
+    items = sorted((k, shipped.get(k, "") if callable(v) else v) for k, v in conf.items())
+    digest = hmac.new(_KEY_SECRET, json.dumps(items, default=str).encode(), hashlib.sha256).hexdigest()
+    return config.name, digest
 
 
 def _exists(admin: Any, topic: str, timeout_s: float) -> bool:

@@ -202,7 +202,7 @@ class UnitBook:
             if raw is None:
                 continue
             batch = decode_chunk(raw)
-            named += [record_id_at(prefix, batch, ck.first_seq, i) for (k, i) in refused if k == ck and i >= 0]
+            named += [record_id_at(prefix, batch, i) for (k, i) in refused if k == ck and i >= 0]
             dead.append((ck, batch))
         first = ", ".join(named) or "(not identified)"
         reason = unit.refused[0][3] if unit.refused else "refused"
