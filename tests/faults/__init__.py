@@ -15,6 +15,13 @@ The helpers, one module per concern:
 * ``brokers`` -- ``HurtableBroker``: Apache Kafka advertising the proxy's port (so
   the proxy stays in the path after metadata), paused, SIGKILLed, restarted on
   its log;
+* ``cluster`` -- ``KafkaCluster``: three KRaft nodes (replication factor 3,
+  ``min.insync.replicas=2``), each partition's leader and each transactional
+  id's coordinator found, a node SIGKILLed, SIGSTOPped or restarted on its
+  log; ``wire`` -- the Kafka requests it sends to a chosen node itself
+  (FindCoordinator, DescribeTransactions, Metadata, ListOffsets);
+  ``kafka_log`` -- a partition's log and transaction index read from a node's
+  disk (how each transaction ended; what a fetch lists as aborted);
 * ``readback`` -- ``LiveReader`` (when each row first became visible), ``tally``
   and ``read_back`` (a full read against the rows sent);
 * ``scenario_results`` -- ``ScenarioRow`` and ``record_result``: each scenario's row

@@ -1,4 +1,4 @@
-"""Fixtures of the fault suite: a scenario row recorded whatever the outcome, brokers that can be hurt.
+"""Fixtures of the fault suite: a scenario row recorded whatever the outcome, brokers and a cluster that can be hurt.
 
 The shared fixtures (``spark``, ``broker``, ``own_broker``, ``hooks``)
 come from ``tests/conftest.py``.
@@ -17,6 +17,7 @@ import pytest
 from tests.kafka_helpers import create_topic
 
 from .brokers import HurtableBroker
+from .cluster import KafkaCluster
 from .scenario_results import ScenarioRow, record_result
 
 
@@ -69,6 +70,21 @@ def proxied_broker(tmp_path: Any) -> Iterator[HurtableBroker]:
     b = HurtableBroker(str(tmp_path / "kafka")).start()
     yield b
     b.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A three-node KRaft cluster (tests/faults/cluster.py) shared by the scenarios of one module."""
+    c = KafkaCluster(str(tmp_path_factory.mktemp("cluster"))).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster(kafka_cluster: KafkaCluster) -> KafkaCluster:
+    """The module's cluster as a scenario starts from it: every node running, none paused, every replica in sync."""
+    kafka_cluster.heal()
+    return kafka_cluster
 
 
 @pytest.fixture
