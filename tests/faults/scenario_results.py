@@ -84,7 +84,7 @@ def record_result(row: ScenarioRow, path: str | None = None) -> None:
     row.commit = row.commit or code_commit()
     from devtools.kafka_broker import external_bootstrap, kafka_version
 
-    cluster = "three-node KRaft clusters for scenarios 20-21 (tests/faults/cluster.py)"
+    cluster = "three-node KRaft clusters for scenarios 21-22 (tests/faults/cluster.py)"
     broker = (f"the cluster at KAFKA_BOOTSTRAP={external_bootstrap()} for shared-broker scenarios, "
               f"Apache Kafka {kafka_version()} for the others ({cluster})") if external_bootstrap() else \
         f"Apache Kafka {kafka_version()} (single-node KRaft, devtools/kafka_broker.py; {cluster})"

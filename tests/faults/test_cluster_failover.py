@@ -140,11 +140,11 @@ def _finish(q: Any, probe: BatchProbe, timeout_s: float = 300.0) -> None:
     assert q.exception() is None, f"the query failed: {q.exception()}"
 
 
-def test_20_cluster_at_least_once_leader_killed_node_paused_worker_killed(spark, cluster, tmp_path, hooks,
+def test_21_cluster_at_least_once_leader_killed_node_paused_worker_killed(spark, cluster, tmp_path, hooks,
                                                                           scenario):
     """Three-node cluster, at-least-once: an output partition's leader SIGKILLed and restarted, another node
     SIGSTOPped 10 s, a Python worker SIGKILLed; records de-duplicated on rks-id."""
-    scenario.scenario = "20_cluster_at_least_once"
+    scenario.scenario = "21_cluster_at_least_once"
     scenario.title = ("Three-node cluster, at-least-once: a partition leader killed, a node paused, a worker killed "
                       "(Kafka source)")
     scenario.fault = ("3 KRaft nodes, RF 3, min.insync.replicas 2; tasks parked at task.mid_task after their first "
@@ -284,11 +284,11 @@ def _open_transaction(cluster: KafkaCluster, txn: str, topic: str,
         time.sleep(0.2)
 
 
-def test_21_cluster_exactly_once_coordinator_and_leader_killed_in_open_transactions(spark, cluster, tmp_path,
+def test_22_cluster_exactly_once_coordinator_and_leader_killed_in_open_transactions(spark, cluster, tmp_path,
                                                                                      hooks, scenario):
     """Three-node cluster, exactly-once: a lane's transaction coordinator SIGKILLed while its transaction is open,
     then a partition leader SIGKILLed before a commit; read_committed."""
-    scenario.scenario = "21_cluster_exactly_once"
+    scenario.scenario = "22_cluster_exactly_once"
     scenario.title = ("Three-node cluster, exactly-once: a lane's transaction coordinator, then a partition leader, "
                       "killed in open transactions (Kafka source)")
     scenario.fault = ("3 KRaft nodes, RF 3, min.insync.replicas 2, transaction log RF 3 / min ISR 2; kill -9 of the "
@@ -389,7 +389,7 @@ def test_21_cluster_exactly_once_coordinator_and_leader_killed_in_open_transacti
     if leaked:
         scenario.notes.append(
             f"{len(leaked)} record(s) of aborted transactions shown to read_committed readers (the broker's fetch "
-            f"path; see docs/RELIABILITY.md, scenario 21), e.g. {leaked[0]}")
+            f"path; see docs/RELIABILITY.md, scenario 22), e.g. {leaked[0]}")
     assert (t.lost, t.duplicates) == (0, 0), f"lost {t.lost}, duplicates {t.duplicates}: {t.lost_sample}"
     foreign = [(r.partition, r.offset, r.key, r.headers) for r in committed.records
                if r.key is None or not r.key.isdigit() or int(r.key) >= N_21]
