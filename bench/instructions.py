@@ -23,7 +23,9 @@ What it does not count: the kernel's work (the WAL's ``write`` and ``fsync`` sys
 page faults, the network), the broker, time spent waiting. Modes:
 
 * ``sink``: ``write_partition`` in sync mode on the native engine (WAL write, produce with the
-  ``rks-id`` header, ack tracking, prune), what a Python worker runs for a partition;
+  ``rks-id`` header, ack tracking, prune), what a Python worker runs for a partition, its ids by content
+  (fingerprint and occurrence: a partition after a shuffle);
+* ``sink-position``: the same with ids by position, as a partition reading a Kafka range gets them;
 * ``alone``: a plain confluent-kafka produce loop with a delivery callback per record;
 * ``header``: the same loop with a header shaped like ``rks-id``;
 * ``noreport``: the loop without a delivery callback.
@@ -47,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
 
-MODES = ("sink", "alone", "header", "noreport")
+MODES = ("sink", "sink-position", "alone", "header", "noreport")
 CHILD_BOUND_S = 1800.0  # one child under callgrind: about 50 times its speed, plus Python's start
 
 
@@ -58,8 +60,13 @@ def _child(mode: str, repeat: int, rows: int, size: int, bootstrap: str, topic: 
 
     batches = list(common.arrow_batches(rows, size))
     warm = list(common.arrow_batches(10_000, size))
-    if mode == "sink":
-        from spark_recoverable_sink.task.writer import write_partition
+    if mode in ("sink", "sink-position"):
+        from spark_recoverable_sink.driver.split import BY_CONTENT, BY_POSITION, IdPlan
+        from spark_recoverable_sink.task.writer import write_partitions
+
+        def write_partition(cfg: Any, batch: int, p: int, attempt: int, rows: Any) -> Any:
+            ids = IdPlan(BY_POSITION if mode == "sink-position" else BY_CONTENT, (7,) if mode == "sink-position" else ())
+            return write_partitions(cfg, batch, p, attempt, rows, ids=ids)[0]
 
         cfg = _config({"bootstrap": bootstrap, "topic": topic, "name": f"{topic}-{uuid.uuid4().hex[:4]}",
                        "wal_dir": wal_dir}, SYNC_ACK_TIMEOUT_S, extra_conf=conf, engine="native")

@@ -43,10 +43,13 @@ from functools import partial  # noqa: E402
 
 from spark_recoverable_sink.delivery.attempts import AttemptTracker
 from spark_recoverable_sink.delivery.chunks import ChunkTracker  # noqa: E402
-from spark_recoverable_sink.ids import new_occurrences, with_ids  # noqa: E402
+from spark_recoverable_sink.ids import CONTENT, new_occurrences, scheme_for, with_ids  # noqa: E402
 from spark_recoverable_sink.schema import normalize_batch  # noqa: E402
 from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey, encode_chunk  # noqa: E402
 from spark_recoverable_sink.wal.log import Wal  # noqa: E402
+
+
+_SCHEME = scheme_for(CONTENT, "bench", "r", 0, 0)
 
 
 def _batches(rows: int, chunk: int, size: int) -> list[pa.RecordBatch]:
@@ -68,7 +71,7 @@ def bench_chunked(batches: list[pa.RecordBatch], path: str, sync: bool) -> dict[
     t0 = time.perf_counter()
     seq = 0
     for b in batches:
-        norm = with_ids(normalize_batch(b, "t", "bench:0:0:", seq), occ)
+        norm = with_ids(normalize_batch(b, "t", seq), _SCHEME, occ)
         chunk = encode_chunk(norm)
         key = ChunkKey(0, 0, seq, gen)
         wal.append(key, chunk)
@@ -82,11 +85,11 @@ def bench_chunked(batches: list[pa.RecordBatch], path: str, sync: bool) -> dict[
     ack = bench_ack(wal, keys, counts, native=True)
     ack_py = bench_ack(wal, keys, counts, native=False)
     wal.close()
-    normed = [normalize_batch(b, "t", "bench:0:0:", 0) for b in batches]
+    normed = [normalize_batch(b, "t", 0) for b in batches]
     occ = new_occurrences()
     t3 = time.perf_counter()
     for nb in normed:
-        with_ids(nb, occ)
+        with_ids(nb, _SCHEME, occ)
     ids = (time.perf_counter() - t3) / rows * 1e6
     return {"write_us": (t1 - t0) / rows * 1e6, "prune_us": (t2 - t1) / rows * 1e6,
             "total_us": (t2 - t0) / rows * 1e6, "ack_us": ack, "ack_python_us": ack_py, "ids_us": ids,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import StructType
 
 __all__ = ["KAFKA_COLUMNS", "Columns", "ID_COLUMN_TYPES", "validate_spark_schema", "normalize_batch", "payload_bytes",
-           "HEADERS_TYPE", "TOPIC_META", "RUN_META", "SCOPE_META", "BATCH_SCOPE", "chunk_run", "chunk_scope", "iter_rows"]
+           "HEADERS_TYPE", "TOPIC_META", "RUN_META", "chunk_run", "iter_rows"]
 
 #: Column name -> Spark type names allowed (as ``DataType.simpleString()``).
 KAFKA_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -54,10 +54,6 @@ TOPIC_META = b"rks.topic"
 #: Schema metadata key of a chunk's run id (the component that keeps ids of two
 #: queries, or of two ``write()`` calls, apart). Absent when the writer was given no run (tools, tests).
 RUN_META = b"rks.run"
-#: Schema metadata key of a chunk's id scope: ``batch`` when its ids do not name a Spark partition
-#: (:mod:`.ids`); absent in chunks whose ids do.
-SCOPE_META = b"rks.ids"
-BATCH_SCOPE = "batch"
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -85,7 +81,7 @@ class Columns:
 #: Columns the sink itself adds on the driver (a lane, a partition tag): never the user's, never reported.
 INTERNAL_PREFIX = "__rks_"
 
-#: Spark types an id column may have (its values are turned into text to be hashed: :func:`..ids.id_fingerprints`).
+#: Spark types an id column may have (its values are turned into text to be hashed: :func:`.ids.key_hashes`).
 ID_COLUMN_TYPES = ("string", "binary", "tinyint", "smallint", "int", "bigint", "timestamp", "date")
 
 
@@ -172,15 +168,14 @@ def _as_binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     raise InvalidRecordError(f"cannot use Arrow type {t} as bytes")
 
 
-def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix: str, first_seq: int,
-                    run: str = "", scope: str = "", row_prefix: str | None = None) -> pa.RecordBatch:
-    """One input Arrow batch -> the canonical WAL record batch.
+def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, first_seq: int = 0, run: str = "",
+                    where: str = "") -> pa.RecordBatch:
+    """One input Arrow batch -> the canonical WAL record batch (its ids are added by :func:`.ids.with_ids`).
 
-    The default topic, the record ids' ``run`` and their ``scope`` go into the
-    schema metadata (``rks.topic``, ``rks.run``, ``rks.ids``), so a replay
-    from the WAL needs nothing else. A refused row is named by its position,
-    ``<row_prefix><row>`` (``sink:run:batch:partition:row``; ``id_prefix``
-    when not given): it was never accepted, so it has no content id.
+    The default topic and the record ids' ``run`` go into the schema metadata
+    (``rks.topic``, ``rks.run``), so a replay from the WAL needs nothing else.
+    A refused row is named by its position among the rows of ``where`` (e.g.
+    ``batch 3 partition 1``): it was never accepted, so it has no id.
 
     Raises:
         InvalidRecordError: a row has a null topic and there is no default
@@ -204,11 +199,10 @@ def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix:
         if topic.null_count:
             if default_topic is None:
                 first_null = pc.indices_nonzero(pc.is_null(topic))[0].as_py()
-                rid = f"{id_prefix if row_prefix is None else row_prefix}{first_seq + first_null}"
+                row = f"row {first_seq + first_null}{' of ' + where if where else ''}"
                 raise InvalidRecordError(
-                    f"record {rid} (row {first_seq + first_null} of its partition) has a null topic and the "
-                    "sink has no default topic; set topic= on the sink or fill the topic column",
-                    record_id=rid,
+                    f"record {row} has a null topic and the sink has no default topic; set topic= on the sink or "
+                    "fill the topic column", record_id=row,
                 )
             topic = pc.fill_null(topic, column([default_topic], pa.string())[0])  # a str would import pandas
         arrays.append(topic)
@@ -231,8 +225,6 @@ def normalize_batch(batch: pa.RecordBatch, default_topic: str | None, id_prefix:
     meta = {TOPIC_META: default_topic.encode()} if default_topic else {}
     if run:
         meta[RUN_META] = run.encode()
-    if scope:
-        meta[SCOPE_META] = scope.encode()
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=meta or None))
 
 
@@ -251,12 +243,6 @@ def chunk_run(batch: pa.RecordBatch) -> str:
     """The run id a normalised chunk carries in its schema metadata (``""`` if none)."""
     meta = batch.schema.metadata
     return meta.get(RUN_META, b"").decode() if meta else ""
-
-
-def chunk_scope(batch: pa.RecordBatch) -> str:
-    """The id scope a normalised chunk carries in its schema metadata (``""``: ids name their Spark partition)."""
-    meta = batch.schema.metadata
-    return meta.get(SCOPE_META, b"").decode() if meta else ""
 
 
 def iter_rows(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[dict[str, Any]]:

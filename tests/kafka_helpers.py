@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .record_ids import id_batch, id_scope
+
 ID_HEADER = "rks-id"
 
 
@@ -88,9 +90,10 @@ class Record:
 
     @property
     def rid(self) -> str | None:
+        """The record's id header in hex (ids are bytes: spark_recoverable_sink.ids), ``None`` without one."""
         for k, v in self.headers:
             if k == ID_HEADER:
-                return v.decode() if v is not None else None
+                return v.hex() if v is not None else None
         return None
 
 
@@ -195,8 +198,8 @@ def wait_for_uncommitted(bootstrap: str, topic: str, batch: int, partition: int,
     """Wait until records of (``batch``, Spark ``partition``) are on the broker, read_uncommitted; returns how many.
 
     For a test that kills a worker inside its open transaction: the kill
-    comes once the transaction holds records on the broker (ids
-    ``sink:run:batch:partition:...``), not after a guessed delay.
+    comes once the transaction holds records on the broker (ids of that
+    batch in the scope of that partition), not after a guessed delay.
 
     Raises:
         AssertionError: none within ``timeout_s``.
@@ -204,7 +207,7 @@ def wait_for_uncommitted(bootstrap: str, topic: str, batch: int, partition: int,
     end = time.monotonic() + timeout_s
     while True:
         got = read_topic(bootstrap, topic, idle_s=0.2, timeout_s=10)
-        n = sum(1 for r in got.records if r.rid and r.rid.split(":")[2:4] == [str(batch), str(partition)])
+        n = sum(1 for r in got.records if r.rid and id_batch(r.rid) == batch and id_scope(r.rid) == partition)
         if n:
             return n
         if time.monotonic() > end:

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from ..config import SinkConfig
 from ..errors import WalError
-from ..ids import chunk_id_prefix, record_id_at
+from ..ids import record_id_at
 from ..schema import iter_rows
 from ..wal.format import ChunkKey, decode_chunk
 from ..wal.records import DeadLetter
@@ -70,12 +70,11 @@ def dead_letters_from(config: SinkConfig, key: ChunkKey, batch: pa.RecordBatch, 
                       partitions_of: Callable[[str], int | None] | None = None) -> list[tuple[bytes, DeadLetter]]:
     """Dead letters (WAL key, record) of the records ``dead`` (index, error code, error text) of a chunk."""
     rows = list(iter_rows(batch, config.topic))
-    prefix = chunk_id_prefix(config.name, key.batch, key.partition, batch)
     out = []
     for i, code, text in dead:
         r = rows[i]
         d = DeadLetter(
-            record_id=record_id_at(prefix, batch, i),
+            record_id=record_id_at(batch, key.first_seq, i).hex(),
             error_code=code, error=config.scrub(explain(
                 config, code, text, r.get("topic") or "", r.get("partition"), _size(r), partitions_of)),
             topic=r.get("topic") or "",
@@ -141,7 +140,7 @@ class DeadLetterRouter:
 
         while self._pending:
             wal, dkey, d, omit = self._pending.popleft()
-            headers = [(self.config.id_header, d.record_id.encode()), ("rks-error", d.error.encode()),
+            headers = [(self.config.id_header, bytes.fromhex(d.record_id)), ("rks-error", d.error.encode()),
                        ("rks-error-code", str(d.error_code).encode()), ("rks-topic", d.topic.encode())]
             value = d.value
             if omit:

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from ..auth import check_files
 from ..config import SinkConfig
-from ..ids import FP_COLUMN, OCC_COLUMN, PLACE_COLUMN, has_ids, has_place, sequence_ids
+from ..ids import has_scheme, id_fields, sequence_ids
 from ..native import library
 from ..schema import TOPIC_META
 from .rows import produce_rows
@@ -151,8 +151,9 @@ class Engine:
                       first_seq: int, block_s: float) -> tuple[int, list[tuple[int, Any]]]:
         """Produce ``indices`` (or every row) of a chunk as round ``rid``; ``(produced, [(index, error)])``.
 
-        Each record's id is ``prefix`` and its content id (:func:`..ids.record_ids`), or, for a batch without
-        one (a lane's marker and sweep records), ``prefix`` and its position from ``first_seq``. The Python
+        Each record's id is the one its chunk's id scheme gives it (:func:`..ids.record_ids`, with ``first_seq``
+        the chunk's first position), or, for a batch without one (a lane's marker and sweep records), ``prefix``
+        and its position from ``first_seq`` (:func:`..ids.sequence_ids`). The Python
         engine reports each delivery to ``cb(err, msg)``; the native one keeps them for :meth:`poll` under ``rid``.
         """
         raise NotImplementedError
@@ -279,11 +280,9 @@ class NativeEngine(Engine):
         meta = batch.schema.metadata or {}
         chunk_topic = meta.get(TOPIC_META, b"").decode() or topic
         idx = None if indices is None else list(indices)
-        if has_ids(batch):  # formatted in C: prefix [+ place] + fingerprint + occurrence
-            ids_kw: dict[str, Any] = {"id_prefix": prefix, "fps": batch.column(FP_COLUMN),
-                                      "occs": batch.column(OCC_COLUMN)}
-            if has_place(batch):
-                ids_kw["places"] = batch.column(PLACE_COLUMN)
+        if has_scheme(batch):  # made in C: the chunk's prefix, then each row's fields (ids.py)
+            id_prefix, id_cols, id_seq0 = id_fields(batch, first_seq)
+            ids_kw: dict[str, Any] = {"id_prefix": id_prefix, "id_cols": id_cols, "id_seq0": id_seq0}
         else:  # a record the sink makes itself (a lane's marker or sweep records): ids by position
             ids_kw = {"ids": sequence_ids(prefix, first_seq, batch.num_rows)}
         produced, failed = self.producer.produce_chunk(

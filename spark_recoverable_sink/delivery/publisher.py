@@ -32,7 +32,6 @@ from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..errors import WalError
-from ..ids import chunk_id_prefix
 from ..wal.format import decode_chunk
 from .attempts import AttemptTracker
 from .backlog import BacklogMemory, Inbox, QueueLimits, room_for
@@ -146,8 +145,7 @@ class Publisher:
             try:
                 produced, sync_failed = engine.produce_chunk(
                     rnd.rid, rnd.on_delivery, batch, indices, self.config.topic, self.config.id_header,
-                    chunk_id_prefix(self.config.name, ck.batch, ck.partition, batch), ck.first_seq,
-                    self.block_s)
+                    b"", ck.first_seq, self.block_s)  # a chunk's ids come from its own id scheme
             except BaseException:
                 t.abandon_round()
                 self._book.move(t, State.RETRY_WAIT)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from ..ids import has_ids, record_ids, sequence_ids
+from ..ids import has_scheme, record_ids, sequence_ids
 from ..schema import TOPIC_META
 
 __all__ = ["produce_rows", "produce_blocking", "column", "chunk_topic", "queue_full_error", "record_index"]
@@ -61,7 +61,7 @@ def produce_rows(producer: Any, cb: Any, rows_total: int, batch: pa.RecordBatch,
     rows = range(rows_total) if indices is None else indices
     sync_failed: list[tuple[int, Any]] = []
     n = 0
-    ids = (record_ids(prefix, batch) if has_ids(batch) else sequence_ids(prefix, seq0, batch.num_rows)).to_pylist()
+    ids = (record_ids(batch, seq0) if has_scheme(batch) else sequence_ids(prefix, seq0, batch.num_rows)).to_pylist()
     if indices is None and topics is None and parts is None and hdrs is None and tss is None:
         # The common case, kept tight: one produce call per record, slices of
         # _POLL_EVERY records between two poll(0) calls (no per-record counter).

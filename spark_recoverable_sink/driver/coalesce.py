@@ -163,23 +163,24 @@ def lane_cores(df: "DataFrame") -> int | None:
     return None if _dynamic_allocation(spark) else session_cores(spark)
 
 
-def coalesce_width(df: "DataFrame") -> int | None:
+def coalesce_width(df: "DataFrame", partitions: int | None = None) -> int | None:
     """The task count to coalesce ``df`` to (the cluster's cores), or ``None`` to leave it as Spark split it.
 
     ``None`` where the cores cannot be told (:func:`session_cores`), under
     dynamic allocation (a stage of the registered cores would never ask for
     more executors), and when ``df`` is known to have no more partitions than
     cores (:func:`partitions_of`). Used by both guarantees' passes
-    (:func:`one_task_per_core`, :mod:`.resplit`).
+    (:func:`one_task_per_core`, :mod:`.resplit`). ``partitions``: ``df``'s, where the caller knows them
+    (:mod:`.lineage`).
     """
     cores = cores_of(df)
     if cores is None or dynamic_allocation(df):
         return None
-    known = partitions_of(df)
+    known = partitions if partitions is not None and partitions >= 0 else partitions_of(df)
     return None if known is not None and known <= cores else cores
 
 
-def one_task_per_core(df: "DataFrame", config: SinkConfig) -> "DataFrame":
+def one_task_per_core(df: "DataFrame", config: SinkConfig, partitions: int | None = None) -> "DataFrame":
     """``df`` coalesced to the cluster's cores, each row tagged with its own Spark partition (at-least-once).
 
     Left as it is under exactly-once, with ``coalesce_tasks=False``, and
@@ -187,7 +188,7 @@ def one_task_per_core(df: "DataFrame", config: SinkConfig) -> "DataFrame":
     """
     if config.guarantee == EXACTLY_ONCE or not config.coalesce_tasks:
         return df
-    width = coalesce_width(df)
+    width = coalesce_width(df, partitions)
     if width is None:
         return df
     from pyspark.sql import functions as F

@@ -30,6 +30,7 @@ from ..delivery.contact import remember_reached
 from ..delivery.exactly_once.markers import MAX_BATCH
 from ..delivery.exactly_once.topic import forget_marker_topic, known_marker_topic_id
 from ..errors import ConfigError, RecoverableSinkError
+from ..ids import MAX_ID_BATCH
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import Columns, validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
@@ -39,9 +40,9 @@ from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, qu
 from .coalesce import drain_tasks, lane_cores
 from .encode import encode_columns
 from .formats import RegistryFormat
-from .placement import place_for_ids
 from .resplit import LANE_COLUMN, by_lane, with_lane
 from .settle import check_marker_topic, settle, tagged_drains
+from .split import plan_batch
 from .versions import check_supported
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,9 +62,9 @@ class RecoverableKafkaSink:
     exact names, every other column ignored, the ``topic`` option over a
     ``topic`` column; ``timestamp`` only with ``write_timestamp=True``.
 
-    Record ids are ``sink:run:batch:<place><fingerprint>-<occurrence>`` (:mod:`..ids`); ``<place>``
-    only with ``record_ids="content"``, ``<partition>:`` or ``<lane>:`` in its stead with
-    ``record_ids="partition"`` or exactly-once. In ``foreachBatch`` the
+    Record ids (:mod:`..ids`) name the sink, the run, the batch and the record
+    (its place in the input, or its content and occurrence, or its
+    ``id_columns``), the same in every run of the batch. In ``foreachBatch`` the
     run is the streaming query's id (first 16 hex digits): the same after a
     restart from the checkpoint, different for a new checkpoint or another
     query; each ``write()`` gets a fresh run unless given one.
@@ -161,7 +162,7 @@ class RecoverableKafkaSink:
                 f"{QUERY_ID_PROPERTY}) that keeps record ids of different queries apart; pass run_id= to "
                 "the sink (stable across restarts of this query, different for any other query), or use "
                 "write() outside a streaming query")
-        self._raise_dead_letters(self._run(batch_df, int(batch_id), run, streaming=True))
+        self._raise_dead_letters(self._run(batch_df, int(batch_id), run, streaming=True, fresh=False))
 
     def write(self, df: "DataFrame", batch_id: int = 0, run_id: str | None = None) -> BatchReport:
         """Write a batch DataFrame; returns its report.
@@ -177,8 +178,9 @@ class RecoverableKafkaSink:
             SchemaError: the DataFrame is not in the Kafka sink schema.
             ConfigError: ``run_id`` is not 1-64 of ``[A-Za-z0-9._-]``.
         """
-        run = check_run_id("run_id", run_id) or uuid.uuid4().hex[:RUN_LEN]
-        report = self._run(df, int(batch_id), run)
+        given = check_run_id("run_id", run_id)
+        run = given or uuid.uuid4().hex[:RUN_LEN]
+        report = self._run(df, int(batch_id), run, fresh=given is None)
         self._raise_dead_letters(report)
         return report
 
@@ -226,14 +228,15 @@ class RecoverableKafkaSink:
             warn_pending(self.config, "drain", report.pending)
         return report
 
-    def _run(self, df: "DataFrame", batch_id: int, run: str, streaming: bool = False) -> BatchReport:
+    def _run(self, df: "DataFrame", batch_id: int, run: str, streaming: bool = False, fresh: bool = False
+             ) -> BatchReport:
         try:
-            return self._run_batch(df, batch_id, run, streaming)
+            return self._run_batch(df, batch_id, run, streaming, fresh)
         except BaseException:
             forget_marker_topic(self.config)  # the next batch is a (re)started query's first: checked anew
             raise
 
-    def _run_batch(self, df: "DataFrame", batch_id: int, run: str, streaming: bool) -> BatchReport:
+    def _run_batch(self, df: "DataFrame", batch_id: int, run: str, streaming: bool, fresh: bool) -> BatchReport:
         from pyspark.sql import functions as F
 
         t0 = time.monotonic()
@@ -241,6 +244,8 @@ class RecoverableKafkaSink:
         if eo and not 0 <= batch_id <= MAX_BATCH:
             raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
                                           f"got {batch_id}")
+        if not 0 <= batch_id <= MAX_ID_BATCH:
+            raise ConfigError("batch_id", f"must be 0..{MAX_ID_BATCH} (a record id holds it), got {batch_id}")
         if tagged := eo and self.config.exactly_once_lanes != 0:  # units independent of the split, before encoding
             df = with_lane(df, self.config)
         if any(self.formats.values()):  # struct columns -> Confluent's wire format, in the JVM
@@ -252,12 +257,12 @@ class RecoverableKafkaSink:
             confirmed = self._dead.confirmed()
         marker_topic, plan = check_marker_topic(self.config, run, batch_id, lambda: lane_cores(df)) if eo else \
             (None, None)  # (the cores are asked at once, of the batch's DataFrame)
-        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic)
         lanes = plan.lanes if plan is not None and tagged else 0  # "auto" adopts a run's 0: the tag is dropped
         df = df.select(*[F.col(f"`{c}`") for c in columns.select + ([LANE_COLUMN] if lanes else [])])
         if lanes:
             df = by_lane(df, self.config, lanes)
-        df = place_for_ids(df, self.config)  # at-least-once: ids the same in every run of the batch
+        df, ids = plan_batch(df, self.config, fresh)  # tasks, and ids the same in every run of the batch
+        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic, ids)
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()
         except Exception:

@@ -52,39 +52,37 @@ class Producer:
                       topics: Any = None, partitions: Any = None, timestamps: Any = None,
                       headers: Any = None, ids: Any = None, id_header: bytes | str = b"rks-id",
                       indices: Sequence[int] | np.ndarray | None = None,
-                      block_s: float = 5.0, *, id_prefix: bytes | str | None = None,
-                      fps: Any = None, occs: Any = None, places: Any = None) -> tuple[int, list[tuple[int, int, str]]]:
+                      block_s: float = 5.0, *, id_prefix: bytes | None = None,
+                      id_cols: Sequence[tuple[Any, int]] = (), id_seq0: int | None = None,
+                      ) -> tuple[int, list[tuple[int, int, str]]]:
         """Produce the rows (all, or ``indices``) of a chunk; ``(produced, [(row, code, text)])``.
 
         The id header of row ``i`` is ``ids[i]``, or, with ``ids=None``, it is
-        formatted in C as ``id_prefix + b"%016x-%d" % (fps[i], occs[i])``
-        (``fps``: uint64 per row, ``occs``: uint32 per row; numpy or Arrow;
-        ``id_prefix`` at most 480 bytes), with ``b"%08x" % places[i]`` before
-        the fingerprint when ``places`` (uint32 per row) is given.
+        made in C (:mod:`...ids`, format 1): ``id_prefix`` (at most 64 bytes),
+        then each ``(array, width)`` of ``id_cols`` (uint32 or uint64 per row,
+        ``width`` 4 or 8; numpy or Arrow; at most 3) as ``width`` big-endian
+        bytes, then ``id_seq0 + i`` as 8 big-endian bytes when ``id_seq0`` is
+        given.
 
         Synchronous failures are listed; delivery reports come later through
         :meth:`take_results` under ``round_id``.
         """
-        generated = id_prefix is not None or fps is not None or occs is not None
         if values is None:
             raise ValueError("values are required")
+        generated = id_prefix is not None
         if generated and ids is not None:
-            raise ValueError("give ids, or id_prefix with fps and occs, not both")
-        if generated and (id_prefix is None or fps is None or occs is None):
-            raise ValueError("id_prefix, fps and occs go together")
+            raise ValueError("give ids, or id_prefix with id_cols / id_seq0, not both")
         if not generated and ids is None:
-            raise ValueError("ids (or id_prefix, fps and occs) are required")
+            raise ValueError("ids (or id_prefix with id_cols / id_seq0) are required")
+        if not generated and (id_cols or id_seq0 is not None):
+            raise ValueError("id_cols and id_seq0 go with id_prefix")
         if isinstance(id_header, str):
             id_header = id_header.encode()
-        if isinstance(id_prefix, str):
-            id_prefix = id_prefix.encode()
         idx = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
-        if places is not None and not generated:
-            raise ValueError("places go with id_prefix, fps and occs")
-        extra: tuple[Any, ...] = () if not generated else (bytes(id_prefix), _uints(fps, np.uint64),
-                                                          _uints(occs, np.uint32))
-        if places is not None:
-            extra += (_uints(places, np.uint32),)
+        extra: tuple[Any, ...] = ()
+        if generated:
+            cols = tuple((_uints(a, np.uint64 if w == 8 else np.uint32), int(w)) for a, w in id_cols)
+            extra = (bytes(id_prefix), cols or None, -1 if id_seq0 is None else int(id_seq0))
         return self._p.produce_chunk(
             int(round_id), topic, column(values), column(keys), column(topics),
             column(partitions, "int32"), column(timestamps, "int64"), headers_column(headers),

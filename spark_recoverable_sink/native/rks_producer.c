@@ -519,51 +519,38 @@ static PyObject *fails_list(const fails_t *f, int sync) {
     return l;
 }
 
-/* --- record ids formatted from (prefix, fingerprint, occurrence) --- */
+/* --- record ids: a prefix, then each row's fixed-width fields, big-endian (ids.py: format 1) --- */
 
-#define ID_PREFIX_MAX 480 /* bytes; the formatted tail adds at most 35 (8 of a place, 27 of the rest) */
-#define ID_BUF (ID_PREFIX_MAX + 40)
+#define ID_PREFIX_MAX 64 /* bytes; the fields add at most 3 * 8 + 8 */
+#define ID_COLS_MAX 3
+#define ID_BUF (ID_PREFIX_MAX + 8 * ID_COLS_MAX + 8)
 
-/* Write "<fp as 16 lower-case hex digits>-<occ in decimal>" at p; returns its length (18..27). */
-static inline size_t fmt_id_tail(char *p, uint64_t fp, uint32_t occ) {
-    static const char hex[16] = "0123456789abcdef";
-    for (int k = 15; k >= 0; k--, fp >>= 4) p[k] = hex[fp & 15];
-    p[16] = '-';
-    char d[10];
-    int nd = 0;
-    do {
-        d[nd++] = (char)('0' + occ % 10);
-        occ /= 10;
-    } while (occ);
-    for (int k = 0; k < nd; k++) p[17 + k] = d[nd - 1 - k];
-    return (size_t)(17 + nd);
-}
-
-static inline size_t fmt_hex8(char *p, uint32_t v) {
-    static const char hex[16] = "0123456789abcdef";
-    for (int k = 7; k >= 0; k--, v >>= 4) p[k] = hex[v & 15];
-    return 8;
+static inline void put_be(uint8_t *p, uint64_t v, int width) {
+    for (int k = width - 1; k >= 0; k--, v >>= 8) p[k] = (uint8_t)(v & 0xff);
 }
 
 static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
     long long round_id;
     PyObject *topic_o, *vo, *ko, *to, *po, *tso, *ho, *io, *idx_o;
-    PyObject *pre_o = Py_None, *fps_o = Py_None, *occs_o = Py_None, *places_o = Py_None;
+    PyObject *pre_o = Py_None, *cols_o = Py_None;
+    long long seq0 = -1;
     const char *idh;
     Py_ssize_t idh_len;
     double block_s;
-    if (!PyArg_ParseTuple(args, "LOOOOOOOOy#Od|OOOO:produce_chunk", &round_id, &topic_o, &vo, &ko,
+    if (!PyArg_ParseTuple(args, "LOOOOOOOOy#Od|OOL:produce_chunk", &round_id, &topic_o, &vo, &ko,
                           &to, &po, &tso, &ho, &io, &idh, &idh_len, &idx_o, &block_s, &pre_o,
-                          &fps_o, &occs_o, &places_o))
+                          &cols_o, &seq0))
         return NULL;
     if (enter(self, 1) < 0) return NULL;
     col_t val = {0}, key = {0}, top = {0}, part = {0}, ts = {0}, ids = {0}, idx = {0};
     hcol_t hd = {0};
     fails_t sync = {0};
-    Py_buffer fpv = {0}, occv = {0}, plv = {0};
-    char idbuf[ID_BUF]; /* the prefix once, then each row's tail written after it */
-    size_t pre_len = 0;
-    const uint8_t *fps = NULL, *occs = NULL, *places = NULL;
+    Py_buffer colv[ID_COLS_MAX] = {{0}};
+    const uint8_t *cols[ID_COLS_MAX] = {NULL};
+    int widths[ID_COLS_MAX] = {0};
+    int ncols = 0;
+    uint8_t idbuf[ID_BUF]; /* the prefix once, then each row's fields written after it */
+    size_t pre_len = 0, id_len = 0;
     PyObject *ret = NULL;
     const char *dtopic = NULL;
     Py_ssize_t dtopic_len = 0;
@@ -574,15 +561,14 @@ static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
         }
         if (!(dtopic = PyUnicode_AsUTF8AndSize(topic_o, &dtopic_len))) goto done;
     }
-    int gen_ids = pre_o != Py_None || fps_o != Py_None || occs_o != Py_None;
+    int gen_ids = pre_o != Py_None;
     if (vo == Py_None) BAD(done, "values are required");
-    if (gen_ids && io != Py_None) BAD(done, "give ids, or id_prefix with fps and occs, not both");
-    if (!gen_ids && io == Py_None) BAD(done, "ids (or id_prefix, fps and occs) are required");
+    if (gen_ids && io != Py_None) BAD(done, "give ids, or id_prefix with id_cols / id_seq0, not both");
+    if (!gen_ids && io == Py_None) BAD(done, "ids (or id_prefix with id_cols / id_seq0) are required");
+    if (!gen_ids && (cols_o != Py_None || seq0 >= 0)) BAD(done, "id_cols and id_seq0 go with id_prefix");
     if (gen_ids) {
         char *pp;
         Py_ssize_t pl;
-        if (pre_o == Py_None || fps_o == Py_None || occs_o == Py_None)
-            BAD(done, "id_prefix, fps and occs go together");
         if (!PyBytes_Check(pre_o)) {
             PyErr_SetString(PyExc_TypeError, "id_prefix must be bytes");
             goto done;
@@ -591,6 +577,26 @@ static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
         if (pl > ID_PREFIX_MAX) BAD(done, "id_prefix is %zd bytes; at most %d", pl, ID_PREFIX_MAX);
         memcpy(idbuf, pp, (size_t)pl);
         pre_len = (size_t)pl;
+        if (cols_o != Py_None) {
+            if (!PyTuple_Check(cols_o)) {
+                PyErr_SetString(PyExc_TypeError, "id_cols must be a tuple of (array, width) pairs");
+                goto done;
+            }
+            if (PyTuple_Size(cols_o) > ID_COLS_MAX) BAD(done, "at most %d id_cols", ID_COLS_MAX);
+            for (Py_ssize_t c = 0; c < PyTuple_Size(cols_o); c++) {
+                PyObject *pair = PyTuple_GetItem(cols_o, c);
+                long w;
+                if (!PyTuple_Check(pair) || PyTuple_Size(pair) != 2 ||
+                    (w = PyLong_AsLong(PyTuple_GetItem(pair, 1))) == -1 || (w != 4 && w != 8)) {
+                    PyErr_Clear();
+                    BAD(done, "id_cols[%zd] must be an (array, 4 or 8) pair", c);
+                }
+                widths[c] = (int)w;
+                ncols++;
+            }
+        }
+        id_len = pre_len + (seq0 >= 0 ? 8 : 0);
+        for (int c = 0; c < ncols; c++) id_len += (size_t)widths[c];
     }
     if (col_parse(vo, &val, K_BIN, "values") < 0 || col_parse(ko, &key, K_BIN, "keys") < 0 ||
         col_parse(to, &top, K_BIN, "topics") < 0 || col_parse(po, &part, K_INT, "partitions") < 0 ||
@@ -602,17 +608,10 @@ static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
         check_len(&part, n, "partitions") < 0 || check_len(&ts, n, "timestamps") < 0 ||
         check_len(&hd.list, n, "headers") < 0 || check_len(&ids, n, "ids") < 0)
         goto done;
-    if (gen_ids) {
-        if (get_uint_array(fps_o, &fpv, 8, 0, n, "fps") < 0) goto done;
-        fps = fpv.buf;
-        if (get_uint_array(occs_o, &occv, 4, 0, n, "occs") < 0) goto done;
-        occs = occv.buf;
-        if (places_o != Py_None) {
-            if (get_uint_array(places_o, &plv, 4, 0, n, "places") < 0) goto done;
-            places = plv.buf;
-        }
-    } else if (places_o != Py_None) {
-        BAD(done, "places go with id_prefix, fps and occs");
+    for (int c = 0; c < ncols; c++) {
+        PyObject *arr = PyTuple_GetItem(PyTuple_GetItem(cols_o, c), 0);
+        if (get_uint_array(arr, &colv[c], widths[c], 0, n, "id_cols") < 0) goto done;
+        cols[c] = colv[c].buf;
     }
     if (n > (Py_ssize_t)UINT32_MAX) BAD(done, "a chunk holds at most 2**32 rows");
     if (!top.present && !dtopic) BAD(done, "a topic or a topics column is required");
@@ -661,19 +660,23 @@ static PyObject *Producer_produce_chunk(Producer *self, PyObject *args) {
         const char *vp = col_null(&val, i) ? NULL : col_bin(&val, i, &vl);
         const char *kp = (key.present && !col_null(&key, i)) ? col_bin(&key, i, &kl) : NULL;
         const char *ip;
-        if (fps) {
-            uint64_t fp;
-            uint32_t oc;
-            memcpy(&fp, fps + 8 * i, 8);
-            memcpy(&oc, occs + 4 * i, 4);
+        if (gen_ids) {
             size_t at = pre_len;
-            if (places) {
-                uint32_t pl;
-                memcpy(&pl, places + 4 * i, 4);
-                at += fmt_hex8(idbuf + at, pl);
+            for (int c = 0; c < ncols; c++) {
+                if (widths[c] == 8) {
+                    uint64_t v;
+                    memcpy(&v, cols[c] + 8 * i, 8);
+                    put_be(idbuf + at, v, 8);
+                } else {
+                    uint32_t v;
+                    memcpy(&v, cols[c] + 4 * i, 4);
+                    put_be(idbuf + at, v, 4);
+                }
+                at += (size_t)widths[c];
             }
-            il = at + fmt_id_tail(idbuf + at, fp, oc);
-            ip = idbuf; /* rd_kafka_header_add copies the value */
+            if (seq0 >= 0) put_be(idbuf + at, (uint64_t)seq0 + (uint64_t)i, 8);
+            il = id_len;
+            ip = (const char *)idbuf; /* rd_kafka_header_add copies the value */
         } else {
             ip = col_null(&ids, i) ? NULL : col_bin(&ids, i, &il);
         }
@@ -723,9 +726,8 @@ done:
     col_release(&val), col_release(&key), col_release(&top), col_release(&part);
     col_release(&ts), col_release(&ids), col_release(&idx);
     hcol_release(&hd);
-    if (fpv.obj) PyBuffer_Release(&fpv);
-    if (occv.obj) PyBuffer_Release(&occv);
-    if (plv.obj) PyBuffer_Release(&plv);
+    for (int c = 0; c < ID_COLS_MAX; c++)
+        if (colv[c].obj) PyBuffer_Release(&colv[c]);
     free(sync.v);
     LEAVE(self);
     return ret;
@@ -964,9 +966,9 @@ static PyObject *Producer_stats(Producer *self, PyObject *noargs) {
 static PyMethodDef Producer_methods[] = {
     {"produce_chunk", (PyCFunction)Producer_produce_chunk, METH_VARARGS,
      "produce_chunk(round_id, topic, values, keys, topics, partitions, timestamps, headers, ids, "
-     "id_header, indices, block_s, id_prefix=None, fps=None, occs=None, places=None) -> "
-     "(produced, [(row, code, text)]); ids None: id = id_prefix ['%08x' % places[i]] + '%016x-%u' % "
-     "(fps[i], occs[i])"},
+     "id_header, indices, block_s, id_prefix=None, id_cols=None, id_seq0=-1) -> "
+     "(produced, [(row, code, text)]); ids None: id = id_prefix + each id_cols (array, width) value "
+     "big-endian + (id_seq0 + i) as 8 big-endian bytes when id_seq0 >= 0"},
     {"take_results", (PyCFunction)Producer_take_results, METH_NOARGS,
      "take_results() -> [(round_id, acked, reported, [(row, code, text)])] since the last call"},
     {"forget_round", (PyCFunction)Producer_forget_round, METH_O,

@@ -156,7 +156,7 @@ def resend(config: SinkConfig, letters: list[StoredLetter], timeout_s: float = 6
     for i, s in enumerate(letters):
         d = s.letter
         kwargs: dict[str, Any] = {
-            "headers": [(config.id_header, d.record_id.encode())] + list(d.headers),
+            "headers": [(config.id_header, bytes.fromhex(d.record_id))] + list(d.headers),
             "on_delivery": lambda err, msg, i=i: on_delivery(i, err, msg)}
         if d.partition is not None:
             kwargs["partition"] = d.partition

@@ -76,7 +76,7 @@ class ExactlyOnceTask:
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:
         """The chunk ``key`` is committed in the WAL: produce it into the unit's transaction."""
         self.chunks.append((key, size))
-        self.digest = unit_digest(norm, self.digest)
+        self.digest = unit_digest(norm, key.first_seq, self.digest)
         rt, cfg = self.rt, self.rt.config
         if not self._begun:
             self._begun = True

@@ -18,14 +18,14 @@ from typing import Any, Collection, ContextManager, Iterable, Iterator, Protocol
 import pyarrow as pa
 
 from .. import _points
-from ..config import EXACTLY_ONCE, PARTITION_IDS, SinkConfig
+from ..config import COLUMN_IDS, EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import RecoverableSinkError, WalWriteError
 from ..delivery.exactly_once.topic import expect_marker_topic
 from ..delivery.stats import latest_summary
 from ..arrays import record_batch, values
-from ..ids import PLACE_INPUT_COLUMN, id_fingerprints, new_occurrences, record_id_prefix, with_ids
+from ..ids import CONTENT, KEY, PLACE_INPUT_COLUMN, IdScheme, key_hashes, new_occurrences, scheme_for, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
-from ..schema import BATCH_SCOPE, Columns, normalize_batch, payload_bytes
+from ..schema import Columns, normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import COMMITTED, OPEN, AttemptState
 from .at_least_once import AtLeastOnceTask
@@ -53,8 +53,9 @@ class PartitionWriter:
     """
 
     def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = (),
-                 columns: Columns | None = None, marker_topic_id: str | None = None) -> None:
+                 columns: Columns | None = None, marker_topic_id: str | None = None, ids: Any = None) -> None:
         self.config = config
+        self.ids = ids  # how the tasks name their records (..driver.split.IdPlan); None: by the config
         self.batch_id = batch_id
         self.run = run
         self.confirmed = confirmed
@@ -69,7 +70,7 @@ class PartitionWriter:
         attempt = ctx.attemptNumber() if ctx is not None else 0
         reports = write_partitions(self.config, self.batch_id, partition, attempt, batches, run=self.run,
                                    confirmed=self.confirmed, columns=self.columns,
-                                   marker_topic_id=self.marker_topic_id)
+                                   marker_topic_id=self.marker_topic_id, ids=self.ids)
         yield report_batch(*reports)
 
 
@@ -100,7 +101,7 @@ def write_partition(
 def write_partitions(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
     *, run: str = "", confirmed: Collection[str] = (), columns: Columns | None = None,
-    marker_topic_id: str | None = None,
+    marker_topic_id: str | None = None, ids: Any = None,
 ) -> list[PartitionReport]:
     """Write one task's rows through the WAL to Kafka; one report per Spark partition written.
 
@@ -154,7 +155,7 @@ def write_partitions(
         expect_marker_topic(config, marker_topic_id)
     rt = get_runtime(config)
     with rt.publisher.task():  # this thread polls for the whole task; the poller waits
-        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed, columns)
+        return _write(rt, config, batch_id, partition, spark_attempt, batches, t0, run, confirmed, columns, ids)
 
 
 class TaskMode(Protocol):
@@ -186,44 +187,51 @@ def _append(rt: "WorkerRuntime", key: ChunkKey, chunk: bytes, first: AttemptStat
 
 @dataclass
 class _Part:
-    """The rows of one Spark partition in a task: one WAL attempt, one id prefix, one occurrence counter."""
+    """The rows of one Spark partition in a task: one WAL attempt, one id scheme, one occurrence counter."""
 
     partition: int
     akey: AttemptKey
-    prefix: str
+    scheme: IdScheme | None
     occurrences: Any
     seq: int = 0
     nbytes: int = 0
-    row_prefix: str = ""  # sink:run:batch:partition: whatever the ids' scope: names a row refused before its id
 
 
-def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, occurrences: Any, fps: Any = None,
-              places: Any = None) -> pa.RecordBatch:
+def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, part: _Part, places: Any = None,
+              keys: Any = None) -> pa.RecordBatch:
     """:func:`..ids.with_ids`; the occurrence table's file (a large partition) refused by the disk is a WalWriteError."""
+    assert part.scheme is not None
     try:
-        return with_ids(batch, occurrences, fps, places)
+        return with_ids(batch, part.scheme, part.occurrences, places, keys)
     except OSError as exc:
         raise WalWriteError(f"sink={rt.config.name}: the occurrence table of a large partition cannot grow in "
                             f"{rt.sdir}: {exc.strerror or exc}", rt.sdir) from exc
 
 
-def id_scope(config: SinkConfig) -> str:
-    """The scope of a task's record ids (:mod:`..ids`): the batch's, unless they name their Spark partition."""
-    return "" if config.guarantee == EXACTLY_ONCE or config.record_ids == PARTITION_IDS else BATCH_SCOPE
+def id_scheme(config: SinkConfig, run: str, batch_id: int, partition: int, placed: bool) -> IdScheme:
+    """The id scheme of a task's rows of one Spark partition when the driver gave no plan (the data source, tools:
+    :mod:`..driver.split` decides for ``foreachBatch`` and ``write()``): KEY for ``record_ids="columns"``,
+    CONTENT named by each row's place when the rows carry one (``placed``), else CONTENT in the scope of the
+    partition (exactly-once: its lane)."""
+    if config.guarantee != EXACTLY_ONCE and config.record_ids == COLUMN_IDS:
+        return scheme_for(KEY, config.name, run, batch_id)
+    if placed and config.guarantee != EXACTLY_ONCE and config.record_ids != PARTITION_IDS:
+        return scheme_for(CONTENT, config.name, run, batch_id)
+    return scheme_for(CONTENT, config.name, run, batch_id, partition)
 
 
 def _split(piece: pa.RecordBatch, columns: Columns | None) -> tuple[pa.RecordBatch, Any, Any]:
-    """A task's rows -> (the Kafka columns, the id columns' fingerprints or ``None``, the places or ``None``)."""
+    """A task's rows -> (the Kafka columns, the id columns' key hashes or ``None``, the places or ``None``)."""
     names = piece.schema.names
     places = values(piece.column(PLACE_INPUT_COLUMN)) if PLACE_INPUT_COLUMN in names else None
     if columns is None:
         return (piece.drop_columns([PLACE_INPUT_COLUMN]) if places is not None else piece), None, places
-    fps = id_fingerprints(piece.select(list(columns.ids))) if columns.ids else None
-    return piece.select(list(columns.kafka)), fps, places
+    keys = key_hashes(piece.select(list(columns.ids))) if columns.ids else None
+    return piece.select(list(columns.kafka)), keys, places
 
 
 def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch_id: int, p: int,
-             run: str, scope: str) -> _Part:
+             run: str, placed: bool, ids: Any = None) -> _Part:
     """The part of Spark partition ``p``, begun at its first rows; the one before it ends (its occurrence table is
     freed: a worker holds one at a time, as a coalesced task reads its partitions one after another).
 
@@ -239,15 +247,16 @@ def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch
                                    "again after other partitions' rows in one task: their ids cannot be numbered")
     if last is not None:
         last.occurrences = None
-    prefix = record_id_prefix(rt.config.name, batch_id, p, run, scope).decode()
-    part = parts[p] = _Part(p, mode.begin(p), prefix, new_occurrences(rt.sdir),  # ids: fingerprint, occurrence
-                            row_prefix=record_id_prefix(rt.config.name, batch_id, p, run).decode())
+    scheme = ids.scheme(rt.config.name, run, batch_id, p) if ids is not None else \
+        id_scheme(rt.config, run, batch_id, p, placed)
+    occurrences = new_occurrences(rt.sdir) if scheme.kind == CONTENT else None
+    part = parts[p] = _Part(p, mode.begin(p), scheme, occurrences)
     return part
 
 
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
            batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str],
-           columns: Columns | None) -> list[PartitionReport]:
+           columns: Columns | None, ids: Any) -> list[PartitionReport]:
     publisher = rt.publisher
     replayed = rt.take_replayed() + rt.adopt_orphans()  # Step 2
     if confirmed:  # after adopting: an adopted slot's dead letters may be among them
@@ -257,7 +266,6 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, partition, wal.reserve_gen()), run)
                       if config.guarantee == EXACTLY_ONCE else AtLeastOnceTask(rt, batch_id, t0))
     parts: dict[int, _Part] = {}
-    scope = id_scope(config)
     started = time.time()
     rows = 0
     try:
@@ -266,10 +274,10 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                 for p, piece in split_by_partition(batch, partition):
                     if piece.num_rows == 0:
                         continue
-                    part = _part_of(rt, mode, parts, batch_id, p, run, scope)
-                    rows_in, fps, places = _split(piece, columns)
-                    norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.prefix, part.seq, run, scope,
-                                                         part.row_prefix), part.occurrences, fps, places)
+                    rows_in, keys, places = _split(piece, columns)
+                    part = _part_of(rt, mode, parts, batch_id, p, run, places is not None, ids)
+                    norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.seq, run,
+                                                         f"batch {batch_id} partition {p}"), part, places, keys)
                     chunk = encode_chunk(norm)
                     key = ChunkKey(batch_id, p, part.seq, part.akey.gen)
                     rt.reserve_space(len(chunk))
@@ -297,7 +305,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         publisher.contact.mark_reached()
     kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
     reports = []
-    for i, x in enumerate(parts.values() or [_Part(partition, AttemptKey(batch_id, partition, 0), "", None)]):
+    for i, x in enumerate(parts.values() or [_Part(partition, AttemptKey(batch_id, partition, 0), None, None)]):
         acked, dead, skipped = mode.share(x.akey) if x.seq else (0, 0, 0)
         first = i == 0  # the task's own figures go with its first report
         report = PartitionReport(

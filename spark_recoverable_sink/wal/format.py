@@ -26,11 +26,13 @@ Chunk value (attempt and dead-letter values are in :mod:`.records`)::
 The Arrow stream holds one record batch with the columns ``value`` (binary),
 and when the input had them ``key`` (binary), ``topic`` (string),
 ``partition`` (int32), ``headers`` (list<struct<key: string, value: binary>>)
-and ``timestamp`` (int64 milliseconds); then each record's id: ``rks_fp``
-(uint64), ``rks_occ`` (uint32) and, with ``record_ids="content"``,
-``rks_place`` (uint32) (:mod:`..ids`). Its schema metadata holds ``rks.topic``,
-``rks.run`` and ``rks.ids`` (:mod:`..schema`). A chunk without ``value``,
-``rks_fp`` and ``rks_occ``, or with a column of no such name, is refused.
+and ``timestamp`` (int64 milliseconds); then the fields of each record's
+id its layout names (``rks_place``, ``rks_fp``, ``rks_occ``, ``rks_k1``,
+``rks_k2``; none for ids by position: :mod:`..ids`). Its schema metadata
+holds ``rks.topic``, ``rks.run`` (:mod:`..schema`), ``rks.idp`` and
+``rks.idl`` (the ids' prefix and layout). A chunk without ``value`` or a
+known id scheme with its columns, or with a column of no such name, is
+refused.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import WalFormatError, WalVersionError
-from ..ids import FP_COLUMN, OCC_COLUMN, PLACE_COLUMN
+from ..ids import ID_COLUMNS, chunk_scheme
 from ..native import library
 from ..schema import KAFKA_COLUMNS
 
@@ -53,13 +55,15 @@ __all__ = [
 
 #: The version of everything a WAL slot holds: its meta ``format``, chunk headers, attempt and dead-letter records.
 #: BUMP IT WITH EVERY CHANGE OF WHAT THOSE BYTES MEAN, not only of their layout: the layouts here and in
-#: .records; a chunk's columns and schema metadata (..schema: rks.topic, rks.run, rks.ids; ..ids: rks_fp, rks_occ,
-#: rks_place); the record ids and unit digests built from them (..ids, ..fingerprint: the hash, occurrences,
-#: places). A build reads its own version only, so a slot another build wrote is refused naming its version, never
+#: .records; a chunk's columns and schema metadata (..schema: rks.topic, rks.run; ..ids: rks.idp, rks.idl and
+#: the id fields' columns); the record ids and unit digests built from them (..ids, ..fingerprint: the hash,
+#: occurrences, places, the id's bytes). A build reads its own version only, so a slot another build wrote is refused naming its version, never
 #: read with other meanings (tests/unit/test_wal_versions.py pins what version 4 means).
 #: 4: one version for the slot and its chunks; ids by content only (rks_fp and rks_occ in every chunk), always with
-#: a run; rks.ids and rks_place. (1-3: pre-release formats, not read.)
-WAL_VERSION = 4
+#: a run; rks.ids and rks_place.
+#: 5: record ids of format 1 (fixed-length bytes: ..ids), each chunk naming its ids' prefix and layout (rks.idp,
+#: rks.idl) and holding the fields its layout needs (none for ids by position). (1-4: pre-release, not read.)
+WAL_VERSION = 5
 
 _CHUNK_KEY = struct.Struct(">QIQI")
 _ATTEMPT_KEY = struct.Struct(">QII")
@@ -195,10 +199,14 @@ def decode_chunk(raw: bytes | memoryview) -> pa.RecordBatch:
     if len(batches) != 1 or batches[0].num_rows != rows:
         raise WalFormatError(f"chunk holds {sum(b.num_rows for b in batches)} rows, header says {rows}")
     names = batches[0].schema.names
-    if not {"value", FP_COLUMN, OCC_COLUMN} <= set(names) <= _CHUNK_COLUMNS:
-        raise WalFormatError(f"chunk with the columns {names}: one of version {WAL_VERSION} holds value, its id's "
-                             f"{FP_COLUMN} and {OCC_COLUMN}, and only {sorted(_CHUNK_COLUMNS)}")
+    if not {"value"} <= set(names) <= _CHUNK_COLUMNS:
+        raise WalFormatError(f"chunk with the columns {names}: one of version {WAL_VERSION} holds value, the fields "
+                             f"of its ids, and only {sorted(_CHUNK_COLUMNS)}")
+    try:
+        chunk_scheme(batches[0])
+    except ValueError as exc:
+        raise WalFormatError(f"chunk of version {WAL_VERSION} unreadable: {exc}") from exc
     return batches[0]
 
 
-_CHUNK_COLUMNS = frozenset(KAFKA_COLUMNS) | {FP_COLUMN, OCC_COLUMN, PLACE_COLUMN}
+_CHUNK_COLUMNS = frozenset(KAFKA_COLUMNS) | ID_COLUMNS

@@ -114,7 +114,11 @@ def decode_attempt(raw: bytes | memoryview) -> AttemptState:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A record that failed with a non-retriable error, with its reason."""
+    """A record that failed with a non-retriable error, with its reason.
+
+    ``record_id``: its id (:mod:`..ids`) in hex, as reports, errors and ``rks`` show it; a dead-letter topic's
+    record carries the id's bytes in its id header, as the record would have.
+    """
 
     record_id: str
     error_code: int

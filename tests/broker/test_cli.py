@@ -138,7 +138,7 @@ def test_replay_puts_ids_in_the_sinks_own_id_header(broker, topic, tmp_path):
              "--id-header", "my-id")
     assert r.exit_code == 0, r.stderr
     got = read_topic(broker.bootstrap, topic, expected=50)
-    ids = sorted(dict(rec.headers)["my-id"].decode() for rec in got.records)
+    ids = sorted(dict(rec.headers)["my-id"].hex() for rec in got.records)
     assert ids == sorted(ids_of(name, "r1", 2, 0, cli_batches(topic, 0, 50), None)) and len(set(ids)) == 50
     assert got.distinct_ids() == set()  # nothing under the default header
 
@@ -271,7 +271,7 @@ def test_replay_exactly_once_commits_units_in_their_lane(broker, topic, tmp_path
     assert r.exit_code == 0, r.stderr
     assert "records=300 delivered=300 dead_lettered=0 pending=0" in r.stdout
     got = read_topic(broker.bootstrap, topic, expected=300, isolation="read_committed")
-    want_ids = ids_of(name, "r1", 5, 0, cli_batches(topic, 0, 300), topic, scope="")
+    want_ids = ids_of(name, "r1", 5, 0, cli_batches(topic, 0, 300), topic)
     assert len(set(want_ids)) == 300
     assert got.distinct_ids() == set(want_ids) and got.duplicates() == 0
     assert _slots(wal) == {}  # drained, and removed: nothing in it was left to keep

@@ -82,8 +82,7 @@ def _spawn(cfg: SinkConfig, batch: int, partition: int, rows: int, run: str, hoo
 
 def _assert_exactly(got, cfg: SinkConfig, run: str, units: dict[tuple[int, int], int]) -> None:
     """The topic holds exactly the ids of ``units``: (batch, partition) -> rows of ``batches(partition, rows, 50)``."""
-    want = sorted(i for (b, p), n in units.items() for i in ids_of(cfg.name, run, b, p, batches(p, n, 50), cfg.topic,
-                                                                                scope=""))
+    want = sorted(i for (b, p), n in units.items() for i in ids_of(cfg.name, run, b, p, batches(p, n, 50), cfg.topic))
     ids = sorted(r.rid for r in got.records)
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicates"
     assert ids == want, f"got {len(ids)} records, want {len(want)}"
@@ -302,7 +301,7 @@ def test_a_record_refused_for_good_refuses_its_unit_instead_of_pending_forever(b
     rows = [{"key": b"k%d" % i, "value": b"v" * (50_000 if i == 137 else 20)} for i in range(300)]
     rep = write_partition(cfg, 2, 0, 0, iter([pa.RecordBatch.from_pylist(rows)]), run="r")
     assert (rep.acked, rep.pending, rep.dead_lettered) == (0, 0, 300), rep
-    big = ids_of(cfg.name, "r", 2, 0, [pa.RecordBatch.from_pylist(rows)], topic, scope="")[137]
+    big = ids_of(cfg.name, "r", 2, 0, [pa.RecordBatch.from_pylist(rows)], topic)[137]
     first_rid, first_err, _token = rep.dead_letters[0]
     assert first_rid == big and "too large" in first_err.lower(), rep.dead_letters[0]
     assert all("was refused for good" in e for _r, e, _t in rep.dead_letters[1:])
@@ -334,7 +333,7 @@ def test_a_request_kafka_refuses_for_a_future_timestamp_refuses_the_unit_at_once
     took = time.monotonic() - t0
     assert (rep.acked, rep.pending, rep.dead_lettered) == (0, 0, 300), rep
     assert took < 30, f"took {took:.1f}s: retried instead of refused"
-    future = ids_of(cfg.name, "r", 2, 0, [batch], topic, scope="")[77]
+    future = ids_of(cfg.name, "r", 2, 0, [batch], topic)[77]
     named = {rid: err for rid, err, _t in rep.dead_letters}
     assert "INVALID_TIMESTAMP" in named[future] or "timestamp" in named[future].lower(), named[future]
     assert read_topic(broker.bootstrap, topic, idle_s=1.0, timeout_s=5, isolation=RC).records == []

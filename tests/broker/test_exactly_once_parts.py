@@ -174,7 +174,7 @@ def test_a_record_refused_for_good_in_a_part_dead_letters_that_part_and_the_rest
     assert len(in_kafka) == len(got.records) == rep.acked
     dead = {d.record_id for _k, d in get_runtime(cfg).wal.dead_letters()}
     assert len(dead) == rep.dead_lettered and not dead & in_kafka  # each record in one place
-    big = ids_of(cfg.name, "r", 2, 0, chunks, topic, scope="")[2778]
+    big = ids_of(cfg.name, "r", 2, 0, chunks, topic)[2778]
     assert big in dead and any(rid == big and "too large" in err.lower() for rid, err, _t in rep.dead_letters)
 
 

@@ -77,8 +77,8 @@ def _unit_through_a_broker_restart(broker, tmp_path, hooks, engine, outage_s: fl
         time.sleep(0.2)
     assert units.pending_rows() == 0, out.get("rep")
     got = read_topic(broker.bootstrap, "eo-restart", expected=10000, isolation="read_committed")
-    want = ids_of(cfg.name, "r", 0, 0, batches(0, 5000, 1000), cfg.topic, scope="") + \
-        ids_of(cfg.name, "r", 1, 0, batches(0, 5000, 1000), cfg.topic, scope="")
+    want = ids_of(cfg.name, "r", 0, 0, batches(0, 5000, 1000), cfg.topic) + \
+        ids_of(cfg.name, "r", 1, 0, batches(0, 5000, 1000), cfg.topic)
     return [r.rid for r in got.records], want
 
 

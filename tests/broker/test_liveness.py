@@ -98,7 +98,7 @@ def test_replaced_producer_is_purged_and_its_dead_letters_requeued(broker, topic
                   delivery_engine="python")
     rt = get_runtime(cfg)
     pub = rt.publisher
-    d = DeadLetter("zomb:1:0:3", KafkaError.MSG_SIZE_TOO_LARGE, "too large", topic, None, b"k", b"v", (), None)
+    d = DeadLetter("12" + "00" * 28, KafkaError.MSG_SIZE_TOO_LARGE, "too large", topic, None, b"k", b"v", (), None)
     with pub.task():
         pub.dead_letters.stored(rt.wal, b"\0" * 24, d)
         pub.tick(0)  # forwarded on the wedged producer: no report will ever come
@@ -109,7 +109,7 @@ def test_replaced_producer_is_purged_and_its_dead_letters_requeued(broker, topic
     assert old.purged and old.flushed == [1.0]  # purged, bounded flush, dropped
     _tick_until(rt, lambda: not pub.dead_letters.busy)
     got = read_topic(broker.bootstrap, dlt, expected=1)
-    assert got.distinct_ids() == {"zomb:1:0:3"}
+    assert got.distinct_ids() == {d.record_id}
 
 
 def test_new_config_of_a_sink_evicts_the_old_runtime_and_its_records_are_adopted(broker, topic, tmp_path,

@@ -20,11 +20,14 @@ import pyarrow as pa
 import pytest
 
 from spark_recoverable_sink.ids import (
-    FP_COLUMN,
-    OCC_COLUMN,
+    CONTENT,
+    KEY,
+    POSITION,
+    id_fields,
     record_id_at,
-    record_id_prefix,
     record_ids,
+    scheme_for,
+    with_ids,
 )
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.native.producer import Producer
@@ -61,7 +64,7 @@ def test_per_row_failures_come_back_with_their_exact_rows(broker):
     got = read_topic(broker.bootstrap, [ta, tb], expected=n - len(bad))
     assert len(got.records) == n - len(bad)
     for rec in got.records:
-        i = int(rec.rid.split("-")[1])
+        i = int(bytes.fromhex(rec.rid).split(b"-")[1])
         assert i not in bad and rec.value == b"v%d" % i
         assert rec.topic == (tb if i % 3 == 0 else ta)
         if parts[i] is not None:
@@ -212,85 +215,56 @@ def test_conf_errors_and_lifecycle():
         p.produce_chunk(1, "t", pa.array([b"a"]), ids=pa.array([b"a"]))
 
 
-def test_ids_formatted_in_c_are_the_ids_of_the_package(broker, topic):
-    """ids=None with the prefix, fingerprints and occurrences: each record's id header equals ids.record_ids'."""
+def test_ids_made_in_c_are_the_ids_of_the_package(broker, topic):
+    """ids=None with the prefix and the id fields of each layout: each record's id header equals ids.record_ids'."""
     n = 3000
     values = [b"v%05d-%s" % (i, b"x" * (i % 17)) for i in range(n)]
     values[3], values[5] = b"", None  # an empty value, a tombstone
-    keys = [None if i % 5 == 0 else b"" if i % 5 == 1 else b"k%d" % i for i in range(n)]
+    keys_in = [None if i % 5 == 0 else b"" if i % 5 == 1 else b"k%d" % i for i in range(n)]
     stamps = [None if i % 7 == 0 else 1_700_000_000_000 + i for i in range(n)]
     headers = [[None, [], [{"key": "h1", "value": b"x%d" % i}, {"key": "h2", "value": None}],
                 [{"key": "e", "value": b""}]][i % 4] for i in range(n)]
-    cols = {"values": pa.array(values, pa.binary()), "keys": pa.array(keys, pa.binary()),
+    cols = {"values": pa.array(values, pa.binary()), "keys": pa.array(keys_in, pa.binary()),
             "timestamps": pa.array(stamps, pa.int64()), "headers": pa.array(headers, HEADERS_TYPE)}
+    schemes = {"content": scheme_for(CONTENT, "sink", "run-1", 7, 3), "place": scheme_for(CONTENT, "sink", "run-1", 7),
+               "key": scheme_for(KEY, "sink", "run-1", 7), "position": scheme_for(POSITION, "sink", "run-1", 7, 3)}
     rng = np.random.default_rng(3)
-    pool = np.concatenate([np.array([0, 2**64 - 1, 1, 2**63], np.uint64),
-                           rng.integers(0, 2**64 - 1, 400, dtype=np.uint64, endpoint=True)])
-    fps = rng.choice(pool, n)
-    occs = library.module().Occurrences().number(fps)
-    occs[:3] = [2**32 - 1, 0, 10**9]  # the widest decimal too
-    prefix = record_id_prefix("sink", 7, 3, "run-1")
-    batch = pa.RecordBatch.from_arrays([pa.array(fps, pa.uint64()), pa.array(occs, pa.uint32())],
-                                       names=[FP_COLUMN, OCC_COLUMN])
-    want = record_ids(prefix, batch).to_pylist()
-    assert want[0] == prefix + b"%016x-4294967295" % int(fps[0]) == record_id_at(prefix, batch, 0).encode()
-    assert len(set(want)) > n // 2
-
+    occ = library.module().Occurrences()
     p = Producer(conf(broker))
-    produced, fails = p.produce_chunk(1, topic, cols["values"], cols["keys"], None, None, cols["timestamps"],
-                                      cols["headers"], id_prefix=prefix, fps=fps, occs=occs)
-    assert (produced, fails) == (n, [])
-    retry = np.array([n - 1, 0, 17], np.int64)  # a retry of some rows: Arrow fps/occs, a str prefix
-    produced2, fails2 = p.produce_chunk(2, topic, cols["values"], cols["keys"], None, None, cols["timestamps"],
-                                        cols["headers"], None, b"rks-id", retry, 5.0, id_prefix=prefix.decode(),
-                                        fps=batch.column(FP_COLUMN), occs=batch.column(OCC_COLUMN))
+    want: dict[str, list[bytes]] = {}
+    base = pa.RecordBatch.from_arrays([cols["values"]], names=["value"])
+    for rnd, (name, scheme) in enumerate(schemes.items(), start=1):
+        places = rng.integers(-2**31, 2**31 - 1, n, endpoint=True).astype(np.int32) if name == "place" else None
+        keys = (rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True),
+                rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)) if name == "key" else None
+        chunk = with_ids(base, scheme, occ if scheme.kind == CONTENT else None, places, keys)
+        want[name] = record_ids(chunk, 2**40).to_pylist()
+        assert len(set(want[name])) == n and record_id_at(chunk, 2**40, 9) == want[name][9]
+        id_prefix, id_cols, id_seq0 = id_fields(chunk, 2**40)
+        produced, fails = p.produce_chunk(rnd, topic, cols["values"], cols["keys"], None, None, cols["timestamps"],
+                                          cols["headers"], id_prefix=id_prefix, id_cols=id_cols, id_seq0=id_seq0)
+        assert (produced, fails) == (n, [])
+    retry = np.array([n - 1, 0, 17], np.int64)  # a retry of some rows of the last chunk: each keeps its own id
+    produced2, fails2 = p.produce_chunk(9, topic, cols["values"], cols["keys"], None, None, cols["timestamps"],
+                                        cols["headers"], None, b"rks-id", retry, 5.0, id_prefix=id_prefix,
+                                        id_cols=id_cols, id_seq0=id_seq0)
     assert (produced2, fails2) == (3, [])
-    res = drain(p, n + 3)
+    res = drain(p, 4 * n + 3)
     p.close()
-    assert res[1]["acked"] == n and res[2]["acked"] == 3
+    assert [res[r]["acked"] for r in (1, 2, 3, 4, 9)] == [n, n, n, n, 3]
 
-    got = read_topic(broker.bootstrap, topic, expected=n + 3)
-    assert len(got.records) == n + 3
-    by_value: dict[bytes | None, list] = {}
-    for r in got.records:
-        by_value.setdefault(r.value, []).append(r)
-    for i in range(n):
-        recs = by_value[values[i]]
-        if values[i] is None:  # the tombstone
-            assert [r.headers[0] for r in recs] == [("rks-id", want[i])]
-            continue
-        assert len(recs) == (2 if i in retry else 1)
-        for r in recs:
-            assert r.key == keys[i]
-            assert r.headers == [("rks-id", want[i])] + [(h["key"], h["value"]) for h in headers[i] or []]
+    got = read_topic(broker.bootstrap, topic, expected=4 * n + 3)
+    assert len(got.records) == 4 * n + 3
+    by_id = {r.rid: r for r in got.records}
+    for name in schemes:
+        for i in range(n):
+            r = by_id[want[name][i].hex()]
+            assert r.key == keys_in[i] and r.value == values[i]
+            assert r.headers == [("rks-id", want[name][i])] + [(h["key"], h["value"]) for h in headers[i] or []]
             if stamps[i] is not None:
                 assert r.timestamp == stamps[i]
             else:
                 assert abs(r.timestamp - time.time() * 1000) < 600_000  # "now"
+    assert sum(1 for r in got.records if r.rid in {want["position"][i].hex() for i in retry}) == 6
 
 
-def test_ids_with_their_place_formatted_in_c_are_the_ids_of_the_package(broker, topic):
-    """record_ids="content": the place's 8 hex digits before the fingerprint, as ids.record_ids builds them."""
-    from spark_recoverable_sink.ids import PLACE_COLUMN
-
-    n = 500
-    rng = np.random.default_rng(5)
-    fps = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
-    occs = rng.integers(0, 3, n).astype(np.uint32)
-    places = rng.integers(-2**31, 2**31 - 1, n, endpoint=True).astype(np.int32).view(np.uint32)
-    places[:2] = [0, 2**32 - 1]
-    prefix = record_id_prefix("sink", 7, 0, "run-1", scope="batch")
-    batch = pa.RecordBatch.from_arrays([pa.array(fps, pa.uint64()), pa.array(occs, pa.uint32()),
-                                        pa.array(places, pa.uint32())], names=[FP_COLUMN, OCC_COLUMN, PLACE_COLUMN])
-    want = record_ids(prefix, batch).to_pylist()
-    assert want[0] == prefix + b"00000000%016x-%d" % (int(fps[0]), int(occs[0]))
-    assert want[1].startswith(prefix + b"ffffffff") and record_id_at(prefix, batch, 1).encode() == want[1]
-    values = [b"v%d" % i for i in range(n)]
-    p = Producer(conf(broker))
-    produced, fails = p.produce_chunk(1, topic, pa.array(values, pa.binary()), id_prefix=prefix, fps=fps, occs=occs,
-                                      places=batch.column(PLACE_COLUMN))
-    assert (produced, fails) == (n, [])
-    assert drain(p, n)[1]["acked"] == n
-    p.close()
-    got = {r.value: r.headers for r in read_topic(broker.bootstrap, topic, expected=n).records}
-    assert [got[v] for v in values] == [[("rks-id", w)] for w in want]

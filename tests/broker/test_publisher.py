@@ -220,7 +220,7 @@ def test_poison_record_dead_lettered_to_topic_with_reason(broker, tmp_path):
     dead = read_topic(broker.bootstrap, dlq, expected=1)
     assert len(dead.records) == 1
     h = header_dict(dead.records[0])
-    assert h["rks-id"] == ids[42].encode()
+    assert h["rks-id"] == bytes.fromhex(ids[42])
     assert b"size" in h["rks-error"].lower() and h["rks-topic"] == topic.encode()
     # the payload is what the topic refuses: the DLQ gets id and reason, the WAL keeps the bytes
     assert dead.records[0].value is None and h["rks-payload-omitted"] == b"50000"

@@ -21,6 +21,7 @@ from spark_recoverable_sink.wal.slots import sink_dir, slot_paths
 
 from ..kafka_helpers import read_topic
 from .rows import batches
+from tests.record_ids import TEST_IDS
 
 pytestmark = pytest.mark.broker
 
@@ -33,8 +34,8 @@ def _damaged_slot(wal_dir: str, name: str) -> str:
     open(slot_paths(sink_dir(wal_dir, name), 0)[0], "w").close()
     wal = Wal(path, sink_name=name, map_size=64 << 20, sync=True)
     key = ChunkKey(1, 0, 0, wal.reserve_gen())
-    chunk = encode_chunk(with_ids(normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t",
-                                                  "x:r:1:0:", 0, "r"), new_occurrences()))
+    chunk = encode_chunk(with_ids(normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", 0, "r"),
+                                  TEST_IDS, new_occurrences()))
     wal.append(key, chunk, new_attempt=AttemptState(OPEN, 0, 0, 0.0))
     wal.commit_attempt(key.attempt, 0, 2, 0.0)
     wal.close()

@@ -94,7 +94,7 @@ def test_records_accepted_at_least_once_are_delivered_after_the_sink_turns_exact
     got = read_topic(bs, topic, expected=8100, isolation=RC)
     ids = got.distinct_ids()
     assert set(ids_of(name, "r", 0, 0, batches(0, 8000, 50), topic)) <= ids, "at-least-once records were skipped"
-    assert set(ids_of(name, "r", 1, 0, batches(0, 100, 50), topic, scope="")) <= ids and got.duplicates() == 0
+    assert set(ids_of(name, "r", 1, 0, batches(0, 100, 50), topic)) <= ids and got.duplicates() == 0
 
 
 def test_an_exactly_once_unit_recovered_by_an_at_least_once_process_is_published_in_a_transaction(own_broker, tmp_path):
@@ -111,7 +111,7 @@ def test_an_exactly_once_unit_recovered_by_an_at_least_once_process_is_published
     al = _cfg(bs, wal, topic, name, ack_timeout_s=5.0)  # the sink runs at-least-once now (or `rks replay` does)
     assert _deliver(al) == 0
     got = read_topic(bs, topic, expected=500, isolation=RC)
-    assert sorted(r.rid for r in got.records) == sorted(ids_of(name, "r", 4, 0, batches(0, 500, 50), topic, scope=""))
+    assert sorted(r.rid for r in got.records) == sorted(ids_of(name, "r", 4, 0, batches(0, 500, 50), topic))
     assert lane_markers(eo, "r", [0])[0].batch == 4  # committed in its lane's transaction, with its marker
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink, WalFullError, WalWriteError
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.ids import new_occurrences, record_id_prefix, with_ids
+from spark_recoverable_sink.ids import CONTENT, new_occurrences, scheme_for, with_ids
 from spark_recoverable_sink.schema import normalize_batch
 from spark_recoverable_sink.wal.format import (
     AttemptKey,
@@ -36,6 +36,7 @@ from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import run_cli
 from .readback import LiveReader, keys_of, read_back, tally
 from .streams import BatchProbe, row_value, start_stream, unit_batches, write_source
+from tests.record_ids import TEST_IDS
 
 MIB = 1024 * 1024
 
@@ -114,7 +115,7 @@ def test_08_wal_full_while_broker_down_then_everything_accepted_arrives(spark, o
 
 def _norm_chunk(first: int, rows: int, topic: str = "t", size: int = 300):
     rb = next(unit_batches(first, rows, size, chunk=rows))
-    return with_ids(normalize_batch(rb, topic, record_id_prefix("s", 1, 0, "r").decode(), first, "r"), new_occurrences())
+    return with_ids(normalize_batch(rb, topic, first, "r"), TEST_IDS, new_occurrences())
 
 
 def _fill(wal: Wal, rows_per_chunk: int = 200, limit: int = 10_000) -> tuple[list[ChunkKey], BaseException]:
@@ -231,11 +232,11 @@ def _make_committed_slot(wal_dir: str, sink: str, topic: str, first: int, rows: 
     open(lock_path, "a").close()
     wal = Wal(wal_path, sink_name=sink, map_size=map_size_for(20 * 1024**3), sync=True)
     gen = wal.reserve_gen()
-    prefix = record_id_prefix(sink, batch, 0, "r").decode()
+    scheme = scheme_for(CONTENT, sink, "r", batch, 0)
     seq = 0
     occurrences = new_occurrences()
     for rb in unit_batches(first, rows, 300):
-        norm = with_ids(normalize_batch(rb, topic, prefix, seq, "r"), occurrences)
+        norm = with_ids(normalize_batch(rb, topic, seq, "r"), scheme, occurrences)
         wal.append(ChunkKey(batch, 0, seq, gen), encode_chunk(norm),
                    new_attempt=AttemptState(OPEN, 0, 0, time.time()) if seq == 0 else None)
         seq += norm.num_rows

@@ -20,7 +20,7 @@ from spark_recoverable_sink import RecoverableKafkaDataSource
 
 from ..java_settings import PRODUCTION
 from ..kafka_helpers import create_topic, read_topic
-from ..record_ids import id_prefix
+from ..record_ids import id_batch, id_run, run_of
 from ..registry_reads import decode_values
 
 pytestmark = pytest.mark.spark
@@ -46,12 +46,14 @@ def _run_app(broker, topic: str, work: str, mode: str, registry=None,
     return out, reports
 
 
-def _by_sink_batch(ids: Counter) -> dict[tuple[str, str, int], int]:
-    """Records per (sink, run, batch), from ids ``sink:run:batch:[partition:]<fingerprint>-<occurrence>``."""
+def _by_sink_batch(ids: Counter, runs: set[tuple[str, str]]) -> dict[tuple[str, str, int], int]:
+    """Records per (sink, run, batch) of ``runs`` (the (sink, run) pairs the reports name), from the ids' run keys
+    and batches; an id of no such run fails."""
+    by_key = {run_of(s, r): (s, r) for s, r in runs}
     out: dict[tuple[str, str, int], int] = defaultdict(int)
     for rid, count in ids.items():
-        sink, run, batch = id_prefix(rid).split(":")[:3]  # id_prefix: a content id, or ValueError
-        out[(sink, run, int(batch))] += count
+        assert id_run(rid) in by_key, f"an id of no reported run: {rid}"
+        out[(*by_key[id_run(rid)], id_batch(rid))] += count
     return dict(out)
 
 
@@ -66,8 +68,11 @@ def test_every_entry_point_delivers_each_row_once(broker, topic, tmp_path, mode,
     least = ROWS + 3 * (ROWS // 2) + (ROWS + 3 * (ROWS // 2) if mode == "connect" else 0)
     got = read_topic(broker.bootstrap, topic, expected=least, idle_s=3.0)
     assert got.duplicates() == 0
-    per = _by_sink_batch(got.ids)
     run = out["ds_query_id"].replace("-", "")[:16]
+    named = {(s, r) for s, _b, r, _rows, _acked in reports} | {("ds-stream", run)}
+    if mode == "connect":
+        named |= {("cx-write", out["write_run"]), ("cx-stream", "cxrun1")}
+    per = _by_sink_batch(got.ids, named)
     assert out["ds_exception"] is None
 
     # batch save, found by name (no register call): one run, batch 0, every row; its commit logged the report
@@ -135,8 +140,9 @@ def test_explicit_registration_writes_with_the_sinks_options(spark, broker, topi
                     "wal_dir": str(tmp_path / "wal"), "run_id": "fixedrun", "id_header": "my-id",
                     "kafka.linger.ms": "1"})
     got = read_topic(broker.bootstrap, topic, expected=10)
-    ids = sorted(dict(r.headers)["my-id"].decode() for r in got.records)
-    assert len(ids) == 10 and all(i.startswith("ds-explicit:fixedrun:0:") for i in ids)
+    ids = sorted(dict(r.headers)["my-id"].hex() for r in got.records)
+    assert len(set(ids)) == 10 and all(id_run(i) == run_of("ds-explicit", "fixedrun") and id_batch(i) == 0
+                                       for i in ids)
 
 
 def test_a_format_kafka_job_s_java_producer_settings_write_as_they_are(spark, broker, topic, tmp_path):

@@ -11,7 +11,6 @@ number of distinct ids the topic holds.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 
 from ..docs import REPO, code_blocks, doc_paths
 from ..kafka_helpers import create_topic, read_topic
+from ..record_ids import POSITION, id_batch, id_kind, id_run, id_scope, run_of
 
 pytestmark = pytest.mark.spark
 
@@ -68,11 +68,12 @@ def test_the_readme_quickstart_writes_what_it_says_and_the_docs_reader_counts_it
     assert os.path.isdir(tmp_path / ".local" / "state" / "spark_recoverable_sink" / "quickstart")  # the default WAL
 
     contents = read_topic(broker.bootstrap, TOPIC)
-    prefix = f"quickstart:{run}:0:"
-    mine = [r for r in contents.records if (r.rid or "").startswith(prefix)]
+    mine = [r for r in contents.records if r.rid and id_run(r.rid) == run_of("quickstart", run)]
     assert len(mine) == 1000 and len({r.rid for r in mine}) == 1000, f"{len(mine)} records of run {run}"
-    for r in mine:  # sink:run:batch:<place><fingerprint>-<occurrence>, the default record_ids="content"
-        assert re.fullmatch(re.escape(prefix) + r"[0-9a-f]{8}[0-9a-f]{16}-0", r.rid), r.rid
+    # a write() never run again of spark.range: each record named by its Spark partition and position there
+    assert {(id_kind(r.rid), id_batch(r.rid)) for r in mine} == {(POSITION, 0)}
+    positions = sorted((id_scope(r.rid), int(r.rid[-16:], 16)) for r in mine)
+    assert len(positions) == 1000 and all(p < 1000 for _s, p in positions)
     assert sorted((int(r.key), r.value) for r in mine) == [(i, f"order-{i}".encode()) for i in range(1000)]
 
     distinct = len(contents.distinct_ids())

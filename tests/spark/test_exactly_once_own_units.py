@@ -31,6 +31,7 @@ from spark_recoverable_sink.task.writer import write_partition
 from ..broker.rows import batches
 from ..faults.procs import spark_python_workers
 from ..kafka_helpers import create_topic, read_topic
+from ..record_ids import id_batch
 
 # alone: its workers must stay idle under Spark's idle-worker timeout while frozen, a wall-clock bound that a
 # second test worker's load could break (make test runs it after the others, by itself)
@@ -102,5 +103,5 @@ def test_own_units_given_up_are_set_aside_once_another_writer_moved_their_lanes_
     got = read_topic(bs, topic, expected=ROWS * 2 + OTHER * 4, isolation=RC)
     ids = [r.rid for r in got.records]
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicates"
-    per_batch = Counter(int(rid.split(":")[2]) for rid in ids)
+    per_batch = Counter(id_batch(rid) for rid in ids)
     assert per_batch == {4: ROWS, 5: OTHER * 2, 6: OTHER * 2, 7: ROWS}, per_batch

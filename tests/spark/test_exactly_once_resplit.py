@@ -23,6 +23,7 @@ from spark_recoverable_sink.errors import ExactlyOnceMismatchError
 
 from ..kafka_helpers import create_topic, read_topic
 from .test_exactly_once import _assert_each_once, _eo_sink
+from ..record_ids import id_scope
 
 pytestmark = pytest.mark.spark
 
@@ -122,7 +123,7 @@ def test_a_keys_records_go_through_one_lane_in_their_input_order(spark, broker, 
     lanes: dict[object, set] = {}
     last: dict[tuple, int] = {}
     for r in got:  # in offset order per partition
-        lane = r.rid.split(":")[3]
+        lane = id_scope(r.rid)
         group = ("key", r.key) if r.key is not None else ("partition", r.partition)
         lanes.setdefault(group, set()).add(lane)
         seq = int(r.value)

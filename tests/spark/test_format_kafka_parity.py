@@ -25,6 +25,7 @@ import pytest
 from spark_recoverable_sink import RecoverableKafkaDataSource, RecoverableKafkaSink
 
 from ..kafka_helpers import ID_HEADER, create_topic, produce_all, read_topic
+from ..record_ids import id_run
 
 pytestmark = pytest.mark.spark
 
@@ -42,11 +43,12 @@ def _produce_source(bootstrap: str, topic: str) -> None:
 
 
 def _by_writer(bootstrap: str, topics: list[str], expected: int) -> dict[str, dict[bytes, Any]]:
-    """value -> (topic, partition, key, user headers, timestamp), per writer (``spark`` or the sink's name)."""
+    """value -> (topic, partition, key, user headers, timestamp), per writer: ``spark``, or the run key of the sink's
+    ids (each entry point writes under a run of its own)."""
     out: dict[str, dict[bytes, Any]] = {}
     for r in read_topic(bootstrap, topics, expected=expected).records:
         rid = r.rid
-        writer = "spark" if rid is None else rid.split(":", 1)[0]
+        writer = "spark" if rid is None else id_run(rid)
         user = tuple((k, v) for k, v in r.headers if k != ID_HEADER)
         assert r.value not in out.setdefault(writer, {}), f"{writer} wrote {r.value!r} twice"
         out[writer][r.value] = (r.topic, r.partition, r.key, user, r.timestamp)
@@ -97,10 +99,10 @@ def test_the_kafka_source_dataframe_lands_as_spark_writes_it(spark, broker, tmp_
     tag = f"p{uuid.uuid4().hex[:5]}"
     names = _write_all(spark, batch, read(True), bs, out, tag, str(tmp_path / "wal"), str(tmp_path / "chk"))
     got = _by_writer(bs, [out], expected=N * 4)
-    assert len(got["spark"]) == N and all(t == out for t, *_ in got["spark"].values())
+    assert len(got) == 1 + len(names) and len(got["spark"]) == N and all(t == out for t, *_ in got["spark"].values())
     back = read_topic(bs, src, expected=N).records  # the source's own topic column: nothing written back there
     assert len(back) == N and all(r.rid is None for r in back)
-    for name in names:
+    for name in (w for w in got if w != "spark"):
         _same_as_spark(got, name, keyless_partition=True)  # the partition column is the source's: every record
         assert all(ts != OLD_MS + int(v[1:]) for v, (*_x, ts) in got[name].items()), f"{name} wrote source timestamps"
     assert all(ts != OLD_MS + int(v[1:]) for v, (*_x, ts) in got["spark"].items())
@@ -109,7 +111,7 @@ def test_the_kafka_source_dataframe_lands_as_spark_writes_it(spark, broker, tmp_
     name = f"{tag}ts"
     RecoverableKafkaSink(name, {"bootstrap.servers": bs}, topic=stamped, wal_dir=str(tmp_path / "wal"),
                          write_timestamp=True).write(batch)
-    got = _by_writer(bs, [stamped], expected=N)[name]
+    (got,) = _by_writer(bs, [stamped], expected=N).values()
     assert all(ts == OLD_MS + int(v[1:]) for v, (*_x, ts) in got.items())
 
 
@@ -131,8 +133,8 @@ def test_a_topic_column_routes_each_row_as_in_spark(spark, broker, tmp_path):
     names = _write_all(spark, rows, _as_stream(spark, rows, tmp_path), bs, None, f"r{uuid.uuid4().hex[:5]}",
                        str(tmp_path / "wal"), str(tmp_path / "chk"))
     got = _by_writer(bs, [a, b], expected=N * 4)
-    assert {t for t, *_ in got["spark"].values()} == {a, b}
-    for name in names:
+    assert {t for t, *_ in got["spark"].values()} == {a, b} and len(got) == 1 + len(names)
+    for name in (w for w in got if w != "spark"):
         _same_as_spark(got, name, keyless_partition=False)
 
 

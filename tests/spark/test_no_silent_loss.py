@@ -87,7 +87,7 @@ def test_a_record_refused_for_good_fails_an_exactly_once_batch_naming_it(spark, 
     rows = pa.RecordBatch.from_pydict({"key": pa.array([str(i) for i in range(400)], pa.string()),
                                        "value": pa.array(["x" * 80000 if i == 123 else "small" for i in range(400)],
                                                          pa.string())})
-    assert refused == [ids_of(sink.name, "big", 0, 0, [rows], topic, scope="")[123]], errors
+    assert refused == [ids_of(sink.name, "big", 0, 0, [rows], topic)[123]], errors
     assert "too large" in errors[refused[0]].lower() and refused[0] in str(ei.value)  # named first, with its reason
     assert len(errors) == 400  # every record of the refused unit is in the dead-letter store
     assert read_topic(bs, topic, idle_s=1.0, timeout_s=5, isolation=RC).records == []  # no transaction committed

@@ -23,7 +23,7 @@ import pytest
 
 from ..kafka_helpers import read_topic
 from ..notebook_cells import DS_SKIPPED, HEADER, NOTEBOOK, FakeDbutils, cells, is_magic, run_cells
-from ..record_ids import check_ids_per_prefix, reported_rows
+from ..record_ids import check_ids_per_group, id_batch, id_run, reported_rows, run_of
 
 pytestmark = pytest.mark.spark
 
@@ -125,10 +125,10 @@ def test_notebook_runs_both_forms_against_the_broker(spark, broker, topic, tmp_p
     assert [(r.batch_id, r.rows) for r in shown[1].collect()] == progress
     got = read_topic(broker.bootstrap, topic, expected=sum(expected.values()) + 300 * len(progress))
     ids = got.ids
-    check_ids_per_prefix(ids, expected, others=True)
-    ds_ids = [i for i in ids if i and i.startswith(f"{name}-ds:")]
-    assert len({i.split(":")[1] for i in ds_ids}) == 1, "one streaming query: one run"
-    per_batch = Counter(int(i.split(":")[2]) for i in ds_ids)
+    check_ids_per_group(ids, expected, others=True)
+    ds_run = str(ns["ds_query"].id).replace("-", "")[:16]  # one streaming query: one run
+    ds_ids = [i for i in ids if i and id_run(i) == run_of(f"{name}-ds", ds_run)]
+    per_batch = Counter(id_batch(i) for i in ds_ids)
     for batch_id, rows in progress:
         assert per_batch[batch_id] == rows, f"data source batch {batch_id}"
     assert all(ids[i] == 1 for i in ds_ids)

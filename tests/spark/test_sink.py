@@ -25,7 +25,7 @@ from spark_recoverable_sink import ConfigError, RecoverableKafkaSink, SchemaErro
 
 from ..java_settings import PRODUCTION
 from ..kafka_helpers import create_topic, read_topic
-from ..record_ids import ids_of
+from ..record_ids import id_batch, id_run, ids_of, run_of
 
 pytestmark = pytest.mark.spark
 
@@ -88,8 +88,8 @@ def test_string_value_and_per_row_topic_partition_headers_timestamp(spark, broke
         assert r.value == b"v%d" % i
         hdrs = dict(r.headers)
         assert hdrs["h"] == str(i).encode()
-        sink_name, run, batch, _content = hdrs["rks-id"].split(b":")
-        assert (sink_name, batch) == (b"perrow", b"3") and len(run) == 16
+        rid = hdrs["rks-id"].hex()
+        assert id_run(rid) == run_of("perrow", report.run) and id_batch(rid) == 3
         assert r.timestamp == int(ts.replace(tzinfo=dt.datetime.now().astimezone().tzinfo).timestamp() * 1000)
 
 
@@ -208,10 +208,10 @@ def test_ids_differ_between_queries_and_repeat_when_a_query_restarts_from_its_ch
     c = _ids_by_key(read_topic(broker.bootstrap, rerun, expected=rerun_rows).records)
     assert len(a) == len(b) == n and len(set(a.values())) == n
     assert not set(a.values()) & set(b.values()), "two queries of one sink name share record ids"
-    assert {i.split(":")[1] for i in a.values()} == {q1.id.replace("-", "")[:16]}
-    assert {i.split(":")[1] for i in b.values()} == {q2.id.replace("-", "")[:16]}
+    assert {id_run(i) for i in a.values()} == {run_of(name, q1.id.replace("-", "")[:16])}
+    assert {id_run(i) for i in b.values()} == {run_of(name, q2.id.replace("-", "")[:16])}
     # the re-run batch gave every row the id it had the first time
-    assert c == {k: a[k] for k in c} and {i.split(":")[2] for i in c.values()} == {str(last)}
+    assert c == {k: a[k] for k in c} and {id_batch(i) for i in c.values()} == {last}
 
 
 def test_each_write_gets_its_own_ids_and_a_run_id_reproduces_them(spark, broker, tmp_path):
@@ -230,11 +230,11 @@ def test_each_write_gets_its_own_ids_and_a_run_id_reproduces_them(spark, broker,
         ids_per_key.setdefault(r.key, set()).add(r.rid)
     assert len(two_writes) == 800 and set(ids_per_key) == {str(i).encode() for i in range(400)}
     assert all(len(v) == 2 for v in ids_per_key.values()), "two write() calls share record ids"
-    runs = {rid.split(":")[1] for v in ids_per_key.values() for rid in v}
+    runs = {id_run(rid) for v in ids_per_key.values() for rid in v}
     assert len(runs) == 2, runs
     for v in ids_per_key.values():
-        a, b = (rid.split(":") for rid in sorted(v))
-        assert a[:1] + a[2:] == b[:1] + b[2:] and a[1] != b[1], (a, b)
+        a, b = sorted(v)
+        assert a[:2] + a[18:] == b[:2] + b[18:] and id_run(a) != id_run(b), (a, b)
 
     # two write() calls with one run_id: every row twice, under the same id
     same_run = read_topic(broker.bootstrap, rerun, expected=800).records
@@ -247,7 +247,7 @@ def test_each_write_gets_its_own_ids_and_a_run_id_reproduces_them(spark, broker,
     assert set(Counter(r.rid for r in same_run).values()) == {2}, "a row not written exactly twice"
     three = _ids_by_key(same_run)
     assert len(set(three.values())) == 400
-    assert all(i.startswith(f"{sink.name}:backfill-2024.05.06:4:") for i in three.values())
+    assert all(id_run(i) == run_of(sink.name, "backfill-2024.05.06") and id_batch(i) == 4 for i in three.values())
     with pytest.raises(ConfigError, match="run_id"):
         sink.write(df.withColumn("topic", F.lit(fresh)), run_id="a:b")
 
@@ -282,10 +282,10 @@ def test_a_batch_of_more_partitions_than_cores_runs_one_task_per_core_and_keeps_
         assert [(p.partition, p.rows, p.acked) for p in report.partition_reports] == [
             (i, per_part, per_part) for i in range(parts)]
         expected |= {rid for i, part in enumerate(rows) for rid in ids_of(
-            sink.name, run, 2, i, [pa.RecordBatch.from_pylist([r.asDict() for r in part], schema)], topic, scope="")}
+            sink.name, run, 2, i, [pa.RecordBatch.from_pylist([r.asDict() for r in part], schema)], topic)}
     got = read_topic(broker.bootstrap, topic, expected=2 * parts * per_part).records
     assert len(got) == 2 * parts * per_part and {r.rid for r in got} == expected
-    by_run = {run: sorted(r.rid.split(":", 2)[2] for r in got if r.rid.split(":")[1] == run)
+    by_run = {run: sorted(r.rid[18:] for r in got if id_run(r.rid) == run_of(sink.name, run))
               for run in ("coalesced", "spread")}
     assert by_run["coalesced"] == by_run["spread"], "coalescing changed record ids"
 

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from spark_recoverable_sink import RecoverableKafkaSink
 
 from ..kafka_helpers import read_topic
-from ..record_ids import ids_of, spark_places
+from ..record_ids import POSITION, id_batch, id_kind, id_run, ids_of, run_of
 
 pytestmark = pytest.mark.spark
 
@@ -51,14 +51,9 @@ def test_the_last_batch_of_an_available_now_query_raises_its_dead_letter(spark, 
     last = sink.last_report
     assert last is not None and last.batch_id == 1 and len(last.dead_letters) == 1, last
     rid, _err = last.dead_letters[0]
-    assert rid.split(":")[2] == "1"
-    # the id of row 150 (row 50 of the last batch's file), computed from its content
-    last_rows = pa.RecordBatch.from_pydict({"key": pa.array([str(i) for i in range(100, 200)], pa.string()),
-                                            "value": pa.array([b"x" * POISON if i == 150 else b"v%d" % i
-                                                               for i in range(100, 200)], pa.binary())})
+    # the id of row 150: row 50 of the last batch's file split (a named input: ids by position)
     run = q.id.replace("-", "")[:16]
-    places = spark_places(spark, last_rows.to_pylist(), "key string, value binary", topic)
-    assert rid == ids_of(sink.name, run, 1, 0, [last_rows], topic, places=places)[50], rid
+    assert (id_kind(rid), id_run(rid), id_batch(rid), int(rid[-16:], 16)) == (POSITION, run_of(sink.name, run), 1, 50)
     assert "DeadLetterError" in str(exc) and rid in str(exc), str(exc)[:1000]
     got = read_topic(broker.bootstrap, topic, expected=199)
     assert {r.key for r in got.records} == {str(i).encode() for i in range(200) if i != 150}
@@ -93,7 +88,7 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
     def run() -> None:
         spark.sparkContext.setJobGroup("dl-lost-report", "dead letter in a failed job")  # a thread-local property
         try:
-            sink.write(df, batch_id=1)
+            sink.write(df, batch_id=1, run_id="lost")
         except BaseException as exc:  # noqa: BLE001 -- inspected by the test
             errors.append(exc)
         finally:
@@ -136,6 +131,5 @@ def test_a_dead_letter_whose_report_a_failed_job_dropped_is_raised_later(spark, 
     part0 = pa.RecordBatch.from_pydict({"key": pa.array([str(i) for i in range(1000)], pa.string()),
                                         "value": pa.array([b"x" * POISON if i == 500 else b"v%d" % i
                                                            for i in range(1000)], pa.binary())})
-    run = rid.split(":")[1]
-    assert len(run) == 16 and rid == ids_of(sink.name, run, 1, 0, [part0], topic, scope="")[500], ei.value.record_ids
+    assert rid == ids_of(sink.name, "lost", 1, 0, [part0], topic)[500], ei.value.record_ids
     sink.write(clean, batch_id=3)  # held by the driver now: not raised twice

@@ -25,12 +25,10 @@ from typing import Any
 import pytest
 
 from spark_recoverable_sink import jobs
-from spark_recoverable_sink.ids import record_id_prefix
-from spark_recoverable_sink.schema import BATCH_SCOPE
 
 from ..job_files import load_job
 from ..kafka_helpers import create_topic, produce_all, read_topic
-from ..record_ids import check_ids_per_prefix, reported_rows
+from ..record_ids import check_ids_per_group, group_of, reported_rows
 
 pytestmark = pytest.mark.spark
 
@@ -77,11 +75,11 @@ def _submit(script: str, raw: dict[str, Any], tmp_path: Any, bootstrap: str,
 
 
 def _expected_rows(summary: dict[str, Any]) -> dict[str, int]:
-    """Rows per id prefix ``sink:run:batch:`` the summary counts (the templates' ids: ``record_ids="content"``)."""
+    """Rows per batch the summary counts (the templates' ids: ``record_ids="content"``, named by their place)."""
     out: dict[str, int] = {}
     for r in summary["reports"]:
-        for p, rows in r["partition_rows"].items():
-            key = record_id_prefix(summary["sink"], r["batch_id"], int(p), r["run"], BATCH_SCOPE).decode()
+        for _p, rows in r["partition_rows"].items():
+            key = group_of(summary["sink"], r["run"], r["batch_id"])
             out[key] = out.get(key, 0) + rows
     return out
 
@@ -96,7 +94,7 @@ def _check_delivery(summary: dict[str, Any], line: dict[str, str], bootstrap: st
     assert sum(expected.values()) == summary["rows"]
     got = read_topic(bootstrap, topic, expected=summary["rows"])
     # per (run, batch, partition): as many distinct ids as rows the summary counts, none twice
-    check_ids_per_prefix(got.ids, expected, others=True)
+    check_ids_per_group(got.ids, expected, others=True)
     return got
 
 
@@ -198,7 +196,7 @@ def test_kafka_to_kafka_transform_writes_through_the_sink_and_source_secrets_res
     got = read_topic(broker.bootstrap, topic, expected=2)
     assert {json.loads(r.value)["offset"]: r.key for r in got.records} == {10: b"k1", 11: None}
     assert {json.loads(r.value)["payload"] for r in got.records} == {'{"a":1}', "x"}
-    check_ids_per_prefix(got.ids, reported_rows("tpl-k2k", [report]))
+    check_ids_per_group(got.ids, reported_rows("tpl-k2k", [report]))
 
     # The streaming plan: options are set and secrets resolved before the source is looked up.
     with pytest.raises(jobs.SettingsError, match="RKS_TPL_JAAS is not set"):

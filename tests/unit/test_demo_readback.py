@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 
 from spark_recoverable_sink.report import BatchReport, PartitionReport
-from spark_recoverable_sink.schema import BATCH_SCOPE
 
 from ..record_ids import ids_of
 
@@ -38,8 +37,9 @@ def _written(scope: str) -> tuple[list[BatchReport], list[tuple[bytes, bytes]]]:
         for p in (0, 1):
             first = batch * 100 + p * 50
             rows = _batch(first, 50)
-            ids = ids_of(SINK, RUN, batch, p, [rows], topic="t", scope=scope)
-            records += [(i.encode(), v) for i, v in zip(ids, rows.column(1).to_pylist())]
+            places = None if scope == "partition" else range(p * 1000, p * 1000 + 50)
+            ids = ids_of(SINK, RUN, batch, p, [rows], topic="t", places=places)
+            records += [(bytes.fromhex(i), v) for i, v in zip(ids, rows.column(1).to_pylist())]
             parts.append(PartitionReport(partition=p, spark_attempt=0, rows=50, bytes=0, acked=50, pending=0, retried=0,
                                          dead_lettered=0, replayed=0, seconds=0.1, pid=1, slot="s"))
         reports.append(BatchReport.from_partitions(batch, parts, 0.1, run=RUN))
@@ -53,7 +53,7 @@ def _read(records: list[tuple[bytes, bytes]]) -> ReadBack:
     return got
 
 
-@pytest.mark.parametrize("scope", [BATCH_SCOPE, ""], ids=["batch-scope", "partition-scope"])
+@pytest.mark.parametrize("scope", ["place", "partition"])
 def test_every_record_once_passes_in_either_scope(scope):
     reports, records = _written(scope)
     numbers = summarize(SINK, reports, _read(records))
@@ -62,37 +62,37 @@ def test_every_record_once_passes_in_either_scope(scope):
 
 
 def test_a_copy_of_an_id_is_counted_and_passes():
-    reports, records = _written(BATCH_SCOPE)
+    reports, records = _written("place")
     numbers = summarize(SINK, reports, _read(records + records[:3]))
     assert numbers["duplicates"] == 3 and numbers["lost"] == 0
     assert verdict(numbers)  # at-least-once: a consumer drops them by rks-id
 
 
 def test_a_lost_record_fails():
-    reports, records = _written(BATCH_SCOPE)
+    reports, records = _written("place")
     numbers = summarize(SINK, reports, _read(records[:-1]))
     assert numbers["lost"] == 1 and numbers["missing_values"] == 1
     assert not verdict(numbers)
 
 
 def test_a_value_sent_again_under_another_id_fails():
-    reports, records = _written(BATCH_SCOPE)
+    reports, records = _written("place")
     rid, value = records[0]
-    numbers = summarize(SINK, reports, _read(records + [(rid[:-1] + b"9", value)]))
+    numbers = summarize(SINK, reports, _read(records + [(rid[:-1] + bytes([rid[-1] ^ 1]), value)]))
     assert numbers["values_under_other_ids"] == 1 and numbers["unexpected_ids"] == 1
     assert not verdict(numbers)
 
 
 def test_ids_of_another_run_are_unexpected_and_their_batch_lost():
-    reports, records = _written(BATCH_SCOPE)
-    other = [(rid.replace(RUN.encode(), b"0" * 16), v) for rid, v in records]
+    reports, records = _written("place")
+    other = [(rid[:1] + b"\0" * 8 + rid[9:], v) for rid, v in records]  # another run's key
     numbers = summarize(SINK, reports, _read(other))
     assert numbers["lost"] == 200 and numbers["unexpected_ids"] == 200
     assert not verdict(numbers)
 
 
 def test_records_without_an_id_fail():
-    reports, records = _written(BATCH_SCOPE)
+    reports, records = _written("place")
     got = _read(records)
     got.add(None, json.dumps({"n": 0}).encode())
     numbers = summarize(SINK, reports, got)

@@ -33,6 +33,7 @@ from spark_recoverable_sink.wal.records import (
     encode_attempt,
     encode_dead_letter,
 )
+from tests.record_ids import TEST_IDS
 
 
 def _batch() -> pa.RecordBatch:
@@ -43,7 +44,7 @@ def _batch() -> pa.RecordBatch:
         "partition": pa.array([0, None, 2, 1], pa.int32()),
         "headers": pa.array([[{"key": "h", "value": b"1"}], None, [], [{"key": "x", "value": None}]], HEADERS_TYPE),
     })
-    return with_ids(normalize_batch(raw, "default", "s:r:1:2:", 0, "r"), new_occurrences())
+    return with_ids(normalize_batch(raw, "default", 0, "r"), TEST_IDS, new_occurrences())
 
 
 def test_chunk_round_trip_keeps_null_and_empty_apart():
@@ -101,12 +102,12 @@ def test_attempt_and_dead_letter_round_trip():
 
 def test_the_run_travels_in_the_chunk_so_a_replay_rebuilds_the_same_ids():
     rb = pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})
-    norm = with_ids(normalize_batch(rb, "t", "s:r1:4:2:", 10, "r1"), new_occurrences())
+    norm = with_ids(normalize_batch(rb, "t", 10, "r1"), TEST_IDS, new_occurrences())
     back = decode_chunk(encode_chunk(norm))
     assert chunk_run(back) == "r1"
     assert back.schema.metadata[b"rks.topic"] == b"t"  # the default topic stays next to it
     assert [r["topic"] for r in iter_rows(back, None)] == ["t", "t"]
-    no_run = with_ids(normalize_batch(rb, None, "s::4:2:", 0), new_occurrences())  # no run given: tools, tests
+    no_run = with_ids(normalize_batch(rb, None, 0), TEST_IDS, new_occurrences())  # no run given: tools, tests
     assert chunk_run(decode_chunk(encode_chunk(no_run))) == ""
 
 

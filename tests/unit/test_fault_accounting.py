@@ -5,6 +5,7 @@ from __future__ import annotations
 from tests.faults.readback import tally
 from tests.faults.slots import explain_missing
 from tests.kafka_helpers import Record, TopicContents
+from tests.record_ids import TEST_IDS
 
 
 def _rec(partition: int, offset: int, row: int) -> Record:
@@ -48,7 +49,7 @@ def test_missing_rows_still_in_a_wal_slot_are_called_pending(tmp_path):
     wal = Wal(wal_path, sink_name="s", map_size=64 << 20, sync=False)
     key = ChunkKey(1, 0, 0, wal.reserve_gen())
     rb = pa.RecordBatch.from_pydict({"key": [b"1", b"2"], "value": [b"a", b"b"]})
-    chunk = encode_chunk(with_ids(normalize_batch(rb, "t", "s:r:1:0:", 0, "r"), new_occurrences()))
+    chunk = encode_chunk(with_ids(normalize_batch(rb, "t", 0, "r"), TEST_IDS, new_occurrences()))
     wal.append(key, chunk, new_attempt=AttemptState(OPEN, 0, 0, 0.0))
     wal.close()
     t = tally(TopicContents(records=[_rec(0, 0, 0)]), range(3))

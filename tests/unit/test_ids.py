@@ -1,4 +1,5 @@
-"""Tier 1: record ids depend on a record's content and its occurrence among equal records, never on row order."""
+"""Tier 1: record ids (format 1): what they are made of, that they never depend on row order where they must not, and
+what a fingerprint collision can cost."""
 
 from __future__ import annotations
 
@@ -8,19 +9,22 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_recoverable_sink import fingerprint
-from spark_recoverable_sink.fingerprint import (
-    _Occurrences,
-    fingerprints,
-    fingerprints_py,
-    mix_pairs,
-)
+from spark_recoverable_sink import fingerprint, ids
+from spark_recoverable_sink.fingerprint import _Occurrences, fingerprints, fingerprints_py, mix_pairs
 from spark_recoverable_sink.ids import (
-    FP_COLUMN,
+    CONTENT,
+    KEY,
+    POSITION,
+    batch_prefix,
+    batch_prefix_of,
+    describe,
+    id_fields,
+    key_hashes,
     new_occurrences,
     record_id_at,
-    record_id_prefix,
     record_ids,
+    run_key,
+    scheme_for,
     sequence_ids,
     unit_digest,
     valid_run_id,
@@ -29,7 +33,8 @@ from spark_recoverable_sink.ids import (
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.schema import HEADERS_TYPE, normalize_batch
 
-PREFIX = record_id_prefix("orders", 7, 3, "3ffbea5019c44624")
+RUN = "3ffbea5019c44624"
+SCHEME = scheme_for(CONTENT, "orders", RUN, 7, 3)
 
 
 def _rows(n: int, dup_every: int = 5, seed: int = 1) -> list[dict]:
@@ -47,23 +52,59 @@ def _rows(n: int, dup_every: int = 5, seed: int = 1) -> list[dict]:
 def _batches(rows: list[dict], size: int) -> list[pa.RecordBatch]:
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32()),
                         ("timestamp", pa.int64()), ("headers", HEADERS_TYPE)])
-    return [normalize_batch(pa.RecordBatch.from_pylist(rows[i:i + size], schema=schema), "t", "p", i)
+    return [normalize_batch(pa.RecordBatch.from_pylist(rows[i:i + size], schema=schema), "t", i)
             for i in range(0, len(rows), size)]
 
 
-def _ids_of(rows: list[dict], size: int, counter=None) -> list[tuple[bytes, bytes | None, bytes]]:
+def _ids_of(rows: list[dict], size: int, counter=None, scheme=SCHEME) -> list[tuple[bytes, bytes | None, bytes]]:
     occ = counter or new_occurrences()
     out, seq = [], 0
     for b in _batches(rows, size):
-        b = with_ids(b, occ)
-        for rid, k, v in zip(record_ids(PREFIX, b).to_pylist(), b.column("key").to_pylist(),
+        b = with_ids(b, scheme, occ)
+        for rid, k, v in zip(record_ids(b, seq).to_pylist(), b.column("key").to_pylist(),
                              b.column("value").to_pylist()):
             out.append((rid, k, v))
         seq += b.num_rows
     return out
 
 
-def test_ids_do_not_depend_on_row_order_or_batch_boundaries():
+def test_the_bytes_of_each_kind():
+    rk = run_key("orders", RUN)
+    assert len(rk) == 8 and rk != run_key("orders", "other") and rk != run_key("orders2", RUN)
+    assert batch_prefix("orders", RUN, 7) == rk + b"\0\0\0\x07"
+    one = pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})
+    pos = with_ids(normalize_batch(one, "t"), scheme_for(POSITION, "orders", RUN, 7, 3))
+    assert pos.schema.names == ["value"], "ids by position store nothing per row"
+    assert record_ids(pos, 40).to_pylist() == [bytes([0x11]) + rk + b"\0\0\0\x07" + (3).to_bytes(8, "big") +
+                                               (40 + i).to_bytes(8, "big") for i in range(2)]
+    content = with_ids(normalize_batch(one, "t"), SCHEME, new_occurrences())
+    rid = record_ids(content, 0).to_pylist()[0]
+    fp = int(content.column("rks_fp")[0].as_py())
+    assert rid == bytes([0x12]) + rk + b"\0\0\0\x07" + b"\0\0\0\x03" + fp.to_bytes(8, "big") + b"\0\0\0\0"
+    keyed = with_ids(normalize_batch(one, "t"), scheme_for(KEY, "orders", RUN, 7),
+                     keys=(np.array([1, 2], np.uint64), np.array([3, 4], np.uint64)))
+    assert record_ids(keyed, 0).to_pylist()[1] == bytes([0x13]) + rk + b"\0\0\0\x07" + (2).to_bytes(8, "big") + \
+        (4).to_bytes(8, "big")
+    for b, first in ((pos, 40), (content, 0), (keyed, 0)):
+        got = record_ids(b, first).to_pylist()
+        assert [batch_prefix_of(r) for r in got] == [batch_prefix("orders", RUN, 7)] * 2
+        assert record_id_at(b, first, 1) == got[1]
+    assert describe(rid) == f"content run={rk.hex()} batch=7 scope=3 fp={fp:016x} occ=0"
+    assert batch_prefix_of(b"orders:run:7:0:abc") is None and describe(b"abc") == "abc"
+
+
+def test_the_native_engine_gets_what_builds_the_same_ids():
+    one = normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"a"]}), "t")
+    content = with_ids(one, scheme_for(CONTENT, "s", "r", 1), new_occurrences(), np.array([5, 5, -1]))
+    prefix, cols, seq0 = id_fields(content, 9)
+    assert seq0 is None and [w for _c, w in cols] == [4, 8, 4] and prefix == content.schema.metadata[b"rks.idp"]
+    rows = [prefix + b"".join(int(c[i]).to_bytes(w, "big") for c, w in cols) for i in range(3)]
+    assert rows == record_ids(content, 9).to_pylist()
+    pos = with_ids(one, scheme_for(POSITION, "s", "r", 1, 0))
+    assert id_fields(pos, 9) == (pos.schema.metadata[b"rks.idp"], (), 9)
+
+
+def test_content_ids_do_not_depend_on_row_order_or_batch_boundaries():
     rows = _rows(3000)
     first = _ids_of(rows, 1000)
     shuffled = list(rows)
@@ -71,17 +112,15 @@ def test_ids_do_not_depend_on_row_order_or_batch_boundaries():
     second = _ids_of(shuffled, 777)  # other order, other Arrow batches: the same (id, record) pairs
     assert sorted(first) == sorted(second)
     assert len({rid for rid, _k, _v in first}) == len(first)  # unique, equal records included
-    assert all(rid.startswith(PREFIX) for rid, _k, _v in first)
+    assert all(rid.startswith(SCHEME.prefix) and len(rid) == 29 for rid, _k, _v in first)
 
 
 def test_equal_records_are_numbered_and_different_content_differs():
     rows = [{"value": b"same"}] * 3 + [{"value": b"other"}]
-    suffixes = [rid[len(PREFIX):].decode().split("-") for rid, _k, _v in _ids_of(rows, 2)]
-    by_fp: dict[str, list[str]] = {}
-    for fp, occ in suffixes:
-        by_fp.setdefault(fp, []).append(occ)
-    assert sorted(sorted(v) for v in by_fp.values()) == [["0"], ["0", "1", "2"]]
-    assert all(len(fp) == 16 for fp in by_fp)
+    by_fp: dict[bytes, list[int]] = {}
+    for rid, _k, _v in _ids_of(rows, 2):
+        by_fp.setdefault(rid[17:25], []).append(int.from_bytes(rid[25:], "big"))
+    assert sorted(sorted(v) for v in by_fp.values()) == [[0], [0, 1, 2]]
     # null and empty are told apart, and so are key and value swapped
     fp = fingerprints(pa.RecordBatch.from_pylist(
         [{"key": None, "value": b"a"}, {"key": b"", "value": b"a"}, {"key": b"a", "value": b"b"},
@@ -89,14 +128,15 @@ def test_equal_records_are_numbered_and_different_content_differs():
     assert len(set(fp.tolist())) == 4
 
 
-def test_content_ids_need_fingerprints_and_the_sink_s_own_records_are_numbered():
-    b = normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", "p", 0)
-    for name_them in (lambda: record_ids(PREFIX, b), lambda: record_id_at(PREFIX, b, 1), lambda: unit_digest(b)):
-        with pytest.raises(ValueError, match="fingerprints"):  # never positions in their place
+def test_a_chunk_names_its_ids_and_the_sink_s_own_records_are_numbered():
+    b = normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t")
+    for name_them in (lambda: record_ids(b, 0), lambda: record_id_at(b, 0, 1), lambda: unit_digest(b, 0)):
+        with pytest.raises(ValueError, match="id scheme"):  # never positions in their place
             name_them()
-    with_fp = with_ids(b, new_occurrences())
-    assert record_id_at(PREFIX, with_fp, 1) == record_ids(PREFIX, with_fp).to_pylist()[1].decode()
-    assert record_ids(PREFIX, with_fp.slice(0, 0)).to_pylist() == []
+    with pytest.raises(ValueError, match="occurrence counter"):
+        with_ids(b, SCHEME)
+    with_fp = with_ids(b, SCHEME, new_occurrences())
+    assert record_ids(with_fp.slice(0, 0), 0).to_pylist() == []
     assert sequence_ids(b"rks-eo.s:r:0:sweep:", 3, 2).to_pylist() == [b"rks-eo.s:r:0:sweep:3", b"rks-eo.s:r:0:sweep:4"]
 
 
@@ -120,57 +160,72 @@ def test_occurrence_counters_agree_across_calls():
 
 
 def test_unit_digest_is_order_independent_and_accumulates():
-    b = with_ids(_batches(_rows(500, seed=5), 500)[0], new_occurrences())
-    whole = unit_digest(b)
-    parts = unit_digest(b.slice(200), unit_digest(b.slice(0, 200)))
+    b = with_ids(_batches(_rows(500, seed=5), 500)[0], SCHEME, new_occurrences())
+    whole = unit_digest(b, 0)
+    parts = unit_digest(b.slice(200), 200, unit_digest(b.slice(0, 200), 0))
     assert whole == parts
     rev = b.take(pa.array(list(range(b.num_rows - 1, -1, -1))))
-    assert unit_digest(rev) == whole
-    other = b.set_column(b.schema.get_field_index(FP_COLUMN), FP_COLUMN,
-                         pa.array(b.column(FP_COLUMN).to_numpy() + np.uint64(1)))
-    assert unit_digest(other) != whole
-    fps, occs = b.column(FP_COLUMN).to_numpy(), b.column("rks_occ").to_numpy()
+    assert unit_digest(rev, 0) == whole
+    other = b.set_column(b.schema.get_field_index("rks_fp"), "rks_fp",
+                         pa.array(b.column("rks_fp").to_numpy() + np.uint64(1)))
+    assert unit_digest(other, 0) != whole
+    fps, occs = b.column("rks_fp").to_numpy(), b.column("rks_occ").to_numpy()
     assert mix_pairs(fps, occs) == fingerprint.mix_pairs(fps[::-1].copy(), occs[::-1].copy())
+    pos = with_ids(_batches(_rows(10), 10)[0], scheme_for(POSITION, "s", "r", 1, 0))
+    assert unit_digest(pos, 0) == unit_digest(pos.slice(4), 4, unit_digest(pos.slice(0, 4), 0))
+    assert unit_digest(pos, 0) != unit_digest(pos, 1), "positions are what a POSITION unit's digest proves"
 
 
 def test_run_ids():
     assert all(valid_run_id(r) for r in ("3ffbea5019c44624", "nightly-2024.05_06", "x" * 64))
     assert not any(valid_run_id(r) for r in ("", "a:b", "x" * 65, "sp ace", "é"))
-    assert record_id_prefix("orders", 7, 3) == b"orders::7:3:"  # no run given (tools, tests): an empty component
-    assert PREFIX == b"orders:3ffbea5019c44624:7:3:"
+    with pytest.raises(ValueError, match="batch ids"):
+        scheme_for(CONTENT, "s", "r", 1 << 32, 0)
 
 
-def test_timestamp_id_columns_do_not_depend_on_the_session_time_zone():
+def test_key_ids_are_128_bits_of_the_values_and_do_not_depend_on_the_session_time_zone():
     """PySpark sends timestamps in spark.sql.session.timeZone: the same instants in two zones give the same ids."""
-    from spark_recoverable_sink.ids import id_fingerprints
-
     micros = [1_700_000_000_123_456, 0, None]
     utc = pa.array(micros, pa.timestamp("us", tz="UTC"))
     ny = pa.array(micros, pa.timestamp("us", tz="America/New_York"))
-    a = id_fingerprints(pa.RecordBatch.from_arrays([utc], names=["ts"]))
-    b = id_fingerprints(pa.RecordBatch.from_arrays([ny], names=["ts"]))
-    assert list(a) == list(b)
-    assert len(set(a.tolist())) == 3, "the instants and the null stay apart"
+    a = key_hashes(pa.RecordBatch.from_arrays([utc], names=["ts"]))
+    b = key_hashes(pa.RecordBatch.from_arrays([ny], names=["ts"]))
+    assert [list(x) for x in a] == [list(x) for x in b]
+    assert len({(int(x), int(y)) for x, y in zip(*a)}) == 3, "the instants and the null stay apart"
+    # the Kafka source's (topic, partition, offset): 200,000 tuples, no two alike in either 64-bit half
+    n = 200_000
+    cols = pa.RecordBatch.from_arrays([pa.array(["orders", "payments"] * (n // 2)),
+                                       pa.array(np.arange(n, dtype=np.int32) % 7),
+                                       pa.array(np.arange(n, dtype=np.int64))], names=["topic", "partition", "offset"])
+    k1, k2 = key_hashes(cols)
+    assert len(set(k1.tolist())) == n and len(set(k2.tolist())) == n and not np.array_equal(k1, k2)
 
 
-def test_a_place_tells_apart_records_whose_fingerprints_collide_in_different_tasks():
+def test_a_place_tells_apart_records_whose_fingerprints_collide_in_different_tasks(monkeypatch):
     """record_ids="content": two different records whose 64-bit fingerprints collide, placed in two tasks (each
     numbers its own occurrences from 0), still get two ids: the place is in the id."""
-    from spark_recoverable_sink.ids import PLACE_COLUMN, has_place
-
+    monkeypatch.setattr(ids, "fingerprints", lambda b: np.full(b.num_rows, 0x1234, dtype=np.uint64))
     batch = _batches([{"key": b"a", "value": b"1"}, {"key": b"b", "value": b"2"}], 2)[0]
-    prefix = record_id_prefix("orders", 7, 0, "3ffbea5019c44624", scope="batch")
-    collide = np.array([0x1234, 0x1234], dtype=np.uint64)
-    task_a = with_ids(batch.slice(0, 1), new_occurrences(), collide[:1], np.array([-5], dtype=np.int32))
-    task_b = with_ids(batch.slice(1, 1), new_occurrences(), collide[1:], np.array([77], dtype=np.int32))
-    (id_a,), (id_b,) = record_ids(prefix, task_a).to_pylist(), record_ids(prefix, task_b).to_pylist()
+    placed = scheme_for(CONTENT, "orders", RUN, 7)
+    task_a = with_ids(batch.slice(0, 1), placed, new_occurrences(), np.array([-5], dtype=np.int32))
+    task_b = with_ids(batch.slice(1, 1), placed, new_occurrences(), np.array([77], dtype=np.int32))
+    (id_a,), (id_b,) = record_ids(task_a, 0).to_pylist(), record_ids(task_b, 1).to_pylist()
     assert id_a != id_b
-    assert id_a == prefix + b"fffffffb" + b"0000000000001234-0" and id_b == prefix + b"0000004d0000000000001234-0"
-    assert has_place(task_a) and task_a.column(PLACE_COLUMN).to_pylist() == [0xFFFFFFFB]
-    assert record_id_at(prefix, task_b, 0) == id_b.decode()
+    tail = (0x1234).to_bytes(8, "big") + b"\0\0\0\0"
+    assert id_a == placed.prefix + b"\xff\xff\xff\xfb" + tail and id_b == placed.prefix + b"\0\0\0\x4d" + tail
     # one task, two places, one colliding fingerprint: each (place, fingerprint) numbered on its own
-    both = with_ids(batch, new_occurrences(), collide, np.array([-5, 77], dtype=np.int32))
-    assert record_ids(prefix, both).to_pylist() == [id_a, id_b]
-    # and equal records (same place, same fingerprint) are numbered 0, 1
-    same = with_ids(batch, new_occurrences(), collide, np.array([9, 9], dtype=np.int32))
-    assert [i[-2:] for i in record_ids(prefix, same).to_pylist()] == [b"-0", b"-1"]
+    both = with_ids(batch, placed, new_occurrences(), np.array([-5, 77], dtype=np.int32))
+    assert record_ids(both, 0).to_pylist() == [id_a, id_b]
+
+
+def test_what_a_fingerprint_collision_within_one_scope_can_cost(monkeypatch):
+    """Two different records of one scope whose 64-bit fingerprints collide are told apart by their occurrences,
+    in arrival order. A re-run that brings them in the other order swaps their ids: if only the first run's copy of
+    record A reached Kafka, the re-run's copy of record B carries A's id, and a consumer de-duplicating by id drops
+    B. What docs/guarantees.md states (about n**2 / 2**65 per scope of n records)."""
+    monkeypatch.setattr(ids, "fingerprints", lambda b: np.full(b.num_rows, 0x1234, dtype=np.uint64))
+    a, b = {"key": b"a", "value": b"A"}, {"key": b"b", "value": b"B"}
+    first = dict((v, rid) for rid, _k, v in _ids_of([a, b], 2))
+    rerun = dict((v, rid) for rid, _k, v in _ids_of([b, a], 2))
+    assert first[b"A"] != first[b"B"], "unique within a run"
+    assert rerun[b"B"] == first[b"A"], "the re-run's B carries the first run's A id: a de-duplicator drops it"

@@ -153,40 +153,45 @@ def test_wrapper_rejects_bad_types():
         library.column(pa.array([[1]]), "int32")
 
 
-def gen(p, prefix=b"pre:", fps=None, occs=None, ids=None, indices=None):
-    """produce_chunk with ids formatted in C from (prefix, fps, occs)."""
-    fps = np.array([1, 2], np.uint64) if fps is None else fps
-    occs = np.array([0, 0], np.uint32) if occs is None else occs
+def gen(p, prefix=b"pre:", cols=None, seq0=-1, ids=None, indices=None):
+    """produce_chunk with ids made in C from (prefix, id columns, first position)."""
+    cols = ((np.array([1, 2], np.uint64), 8), (np.array([0, 0], np.uint32), 4)) if cols is None else cols
     return p.produce_chunk(1, "t", GOOD, None, None, None, None, None, ids, b"rks-id", indices, 0.0,
-                           prefix, fps, occs)
+                           prefix, cols, seq0)
 
 
-def test_ids_formatted_in_c_are_bounds_checked(raw):
+def test_ids_made_in_c_are_bounds_checked(raw):
     assert gen(raw) == (2, [])
-    with pytest.raises(ValueError, match="fps has 1 rows, expected 2"):
-        gen(raw, fps=np.array([1], np.uint64))
-    with pytest.raises(ValueError, match="fps has 3 rows, expected 2"):
-        gen(raw, fps=np.array([1, 2, 3], np.uint64))
-    with pytest.raises(ValueError, match="occs has 1 rows, expected 2"):
-        gen(raw, occs=np.array([0], np.uint32))
-    with pytest.raises(TypeError, match="occs"):
-        gen(raw, occs=np.array([0, 0], np.uint64))
-    with pytest.raises(TypeError, match="fps"):
-        gen(raw, fps=np.array([1, 2], np.int64))
-    with pytest.raises(TypeError, match="fps"):
-        gen(raw, fps=np.arange(4, dtype=np.uint64)[::2])  # strided
-    with pytest.raises(TypeError, match="fps"):
-        gen(raw, fps=b"\x00" * 16)  # raw bytes carry no element type
+    u64 = np.array([1, 2], np.uint64)
+    with pytest.raises(ValueError, match="id_cols has 1 rows, expected 2"):
+        gen(raw, cols=((np.array([1], np.uint64), 8),))
+    with pytest.raises(ValueError, match="id_cols has 3 rows, expected 2"):
+        gen(raw, cols=((np.array([1, 2, 3], np.uint64), 8),))
+    with pytest.raises(TypeError, match="id_cols"):
+        gen(raw, cols=((np.array([0, 0], np.uint64), 4),))  # the width says 4 bytes, the array holds 8
+    with pytest.raises(TypeError, match="id_cols"):
+        gen(raw, cols=((np.array([1, 2], np.int64), 8),))
+    with pytest.raises(TypeError, match="id_cols"):
+        gen(raw, cols=((np.arange(4, dtype=np.uint64)[::2], 8),))  # strided
+    with pytest.raises(TypeError, match="id_cols"):
+        gen(raw, cols=((b"\x00" * 16, 8),))  # raw bytes carry no element type
+    with pytest.raises(ValueError, match="4 or 8"):
+        gen(raw, cols=((u64, 2),))
+    with pytest.raises(ValueError, match="at most 3"):
+        gen(raw, cols=((u64, 8),) * 4)
+    with pytest.raises(TypeError, match="tuple"):
+        gen(raw, cols=[(u64, 8)])
     with pytest.raises(TypeError, match="id_prefix"):
         gen(raw, prefix="pre:")
-    with pytest.raises(ValueError, match="at most 480"):
-        gen(raw, prefix=b"x" * 481)
-    assert gen(raw, prefix=b"x" * 480)[0] == 2
+    with pytest.raises(ValueError, match="at most 64"):
+        gen(raw, prefix=b"x" * 65)
+    assert gen(raw, prefix=b"x" * 64, seq0=7)[0] == 2  # the longest prefix, three columns and a position fit
+    assert gen(raw, prefix=b"x" * 64, cols=((u64, 8),) * 3, seq0=7)[0] == 2
     with pytest.raises(ValueError, match="not both"):
         gen(raw, ids=IDS)
-    with pytest.raises(ValueError, match="go together"):
-        raw.produce_chunk(1, "t", GOOD, None, None, None, None, None, None, b"rks-id", None, 0.0,
-                          b"p", np.array([1, 2], np.uint64))
+    with pytest.raises(ValueError, match="go with id_prefix"):
+        raw.produce_chunk(1, "t", GOOD, None, None, None, None, None, IDS, b"rks-id", None, 0.0,
+                          None, ((u64, 8),))
     with pytest.raises(ValueError, match="out of range"):
         gen(raw, indices=np.array([2], np.int64))
     assert gen(raw, indices=np.array([1], np.int64)) == (1, [])
@@ -195,14 +200,8 @@ def test_ids_formatted_in_c_are_bounds_checked(raw):
 def test_wrapper_checks_id_arguments_before_the_c_call():
     p = Producer.__new__(Producer)  # no C producer behind it: the checks come first
     with pytest.raises(ValueError, match="not both"):
-        p.produce_chunk(1, "t", pa.array([b"a"]), ids=pa.array([b"a"]), id_prefix=b"p", fps=[1], occs=[0])
-    with pytest.raises(ValueError, match="go together"):
-        p.produce_chunk(1, "t", pa.array([b"a"]), id_prefix=b"p", fps=[1])
+        p.produce_chunk(1, "t", pa.array([b"a"]), ids=pa.array([b"a"]), id_prefix=b"p", id_cols=(([1], 8),))
+    with pytest.raises(ValueError, match="go with id_prefix"):
+        p.produce_chunk(1, "t", pa.array([b"a"]), ids=pa.array([b"a"]), id_seq0=0)
     with pytest.raises(ValueError, match="required"):
         p.produce_chunk(1, "t", pa.array([b"a"]))
-
-
-def test_places_go_only_with_generated_ids():
-    p = Producer.__new__(Producer)  # no C producer behind it: the checks come first
-    with pytest.raises(ValueError, match="places go with"):
-        p.produce_chunk(1, "t", pa.array([b"a"]), ids=pa.array([b"a"]), places=[1])

@@ -16,6 +16,7 @@ import pytest
 
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.wal import format as wal_format
+from tests.record_ids import TEST_IDS
 
 pytestmark = pytest.mark.skipif(not library.available(),
                                 reason=f"native extension not built: {library.why_unavailable()}")
@@ -58,7 +59,7 @@ def test_the_folded_path_runs_where_the_cpu_has_it_and_the_wal_uses_it_only_ther
 def test_a_chunk_checksummed_natively_is_checked_by_zlib_and_back(monkeypatch):
     from spark_recoverable_sink.ids import new_occurrences, with_ids
 
-    batch = with_ids(pa.RecordBatch.from_pylist([{"value": os.urandom(300)} for _ in range(50)]), new_occurrences())
+    batch = with_ids(pa.RecordBatch.from_pylist([{"value": os.urandom(300)} for _ in range(50)]), TEST_IDS, new_occurrences())
     monkeypatch.setattr(wal_format, "_CRC32", library.module().crc32)
     native_chunk = bytes(wal_format.encode_chunk(batch))
     monkeypatch.setattr(wal_format, "_CRC32", zlib.crc32)  # as a build without the extension

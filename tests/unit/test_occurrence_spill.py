@@ -21,6 +21,7 @@ from spark_recoverable_sink import WalWriteError, fingerprint
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.schema import normalize_batch
 from spark_recoverable_sink.task.writer import _with_ids
+from tests.record_ids import TEST_IDS
 
 pytestmark = pytest.mark.skipif(not library.available(),
                                 reason=f"native extension not built: {library.why_unavailable()}")
@@ -47,7 +48,7 @@ def test_a_spill_file_that_cannot_be_made_is_an_oserror_and_the_table_is_not_use
 def test_the_writer_names_a_refused_spill_file_as_the_wal_disk_refusing_a_write(tmp_path, monkeypatch):
     monkeypatch.setattr(fingerprint, "SPILL_ABOVE", 0)
     rt = SimpleNamespace(config=SimpleNamespace(name="s"), sdir=str(tmp_path / "missing"))
-    batch = normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", "s:r:1:0:", 0, "r")
+    batch = normalize_batch(pa.RecordBatch.from_pydict({"value": [b"a", b"b"]}), "t", 0, "r")
     with pytest.raises(WalWriteError, match="occurrence table") as ei:
-        _with_ids(rt, batch, fingerprint.new_occurrences(rt.sdir))
+        _with_ids(rt, batch, SimpleNamespace(scheme=TEST_IDS, occurrences=fingerprint.new_occurrences(rt.sdir)))
     assert ei.value.path == rt.sdir and isinstance(ei.value.__cause__, OSError)

@@ -18,13 +18,16 @@ from spark_recoverable_sink.delivery.exactly_once import subunits
 from spark_recoverable_sink.delivery.exactly_once.lanes import Lane
 from spark_recoverable_sink.delivery.exactly_once.parts import plan_parts
 from spark_recoverable_sink.delivery.exactly_once.transactions import COMMITTED, Committer, Unit
-from spark_recoverable_sink.ids import FP_COLUMN, OCC_COLUMN, unit_digest
+from spark_recoverable_sink.ids import new_occurrences, unit_digest, with_ids
 from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey, encode_chunk
+from tests.record_ids import TEST_IDS
 
 N = 1000
 _FPS = np.arange(1, N + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-BATCH = pa.RecordBatch.from_arrays([pa.array([b"v%d" % i for i in range(N)], pa.binary()), pa.array(_FPS, pa.uint64()),
-                                    pa.array(np.zeros(N, np.uint32), pa.uint32())], names=["value", FP_COLUMN, OCC_COLUMN])
+_IDS = with_ids(pa.RecordBatch.from_arrays([pa.array([b"v%d" % i for i in range(N)], pa.binary())], names=["value"]),
+                TEST_IDS, new_occurrences())
+BATCH = _IDS.set_column(_IDS.schema.get_field_index("rks_fp"), pa.field("rks_fp", pa.uint64(), nullable=False),
+                        pa.array(_FPS, pa.uint64())).replace_schema_metadata(_IDS.schema.metadata)  # known prints
 RAW = bytes(encode_chunk(BATCH))
 
 
@@ -70,7 +73,7 @@ def test_a_plan_of_parts_left_by_another_unit_never_commits_an_inline_transactio
     committer = Committer(cfg)
     monkeypatch.setattr(subunits, "SUB_UNIT_BYTES", len(RAW) // 2 + 1)  # this unit: 2 parts
     monkeypatch.setattr(subunits, "PARTS_RATE", 1)  # and in parts from its first try
-    digest = unit_digest(BATCH)
+    digest = unit_digest(BATCH, 0)
     earlier = Unit(Wal("slot-a"), AttemptKey(5, 0, 1), "r", N, [(ChunkKey(5, 0, 0, 1), len(RAW))], digest=digest)
     lane = Lane(Producer(), None)
     lane.ready = lane.swept = True

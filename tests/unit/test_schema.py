@@ -114,7 +114,7 @@ def test_normalize_keeps_null_and_empty_and_converts():
         "topic": pa.array([None, "x"]),
         "timestamp": pa.array(ts, pa.timestamp("us", tz="UTC")),
     })
-    n = normalize_batch(b, "dflt", "s:0:0:", 0)
+    n = normalize_batch(b, "dflt", 0)
     assert n.schema.field("value").type == pa.binary()
     assert n.column(n.schema.get_field_index("key")).to_pylist() == [b"k", None]
     assert n.column(0).to_pylist() == [b"", None]
@@ -126,16 +126,16 @@ def test_normalize_keeps_null_and_empty_and_converts():
 def test_null_topic_without_default_names_the_record():
     b = pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"c"], "topic": ["t", None, "t"]})
     with pytest.raises(InvalidRecordError) as ei:
-        normalize_batch(b, None, "s:4:2:", 10)
-    assert ei.value.record_id == "s:4:2:11"
-    assert "row 11" in str(ei.value) and "s:4:2:11" in str(ei.value)
+        normalize_batch(b, None, 10, "r", "batch 4 partition 2")
+    assert ei.value.record_id == "row 11 of batch 4 partition 2"
+    assert "record row 11 of batch 4 partition 2 has a null topic" in str(ei.value)
 
 
 def test_invalid_utf8_in_string_key_passes_through_as_bytes():
     raw = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(b"\x00\x00\x00\x00\x02\x00\x00\x00"),
                                                  pa.py_buffer(b"\xff\xfe")])
     b = pa.RecordBatch.from_arrays([raw, pa.array([b"v"])], ["key", "value"])
-    n = normalize_batch(b, "t", "s:0:0:", 0)
+    n = normalize_batch(b, "t", 0)
     assert n.column(n.schema.get_field_index("key")).to_pylist() == [b"\xff\xfe"]
 
 

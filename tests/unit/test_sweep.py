@@ -18,6 +18,7 @@ from spark_recoverable_sink.delivery.exactly_once.sweep import (SWEEP_KEY, Sweep
                                                                unswept_topics)
 from spark_recoverable_sink.ids import new_occurrences, with_ids
 from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
+from tests.record_ids import TEST_IDS
 
 
 class _Err:
@@ -133,7 +134,7 @@ def test_a_sweep_whose_abort_fails_leaves_the_lane_to_abort_first():
 def test_a_topic_column_sweeps_the_topics_of_the_units_records():
     chunks = [pa.RecordBatch.from_pydict({"value": [b"a", b"b"], "topic": ["t1", "t2"]}),
               pa.RecordBatch.from_pydict({"value": [b"c"], "topic": ["t1"]})]
-    stored = {ChunkKey(1, 0, i * 2, 0): bytes(encode_chunk(with_ids(b, new_occurrences()))) for i, b in enumerate(chunks)}
+    stored = {ChunkKey(1, 0, i * 2, 0): bytes(encode_chunk(with_ids(b, TEST_IDS, new_occurrences()))) for i, b in enumerate(chunks)}
     unit = SimpleNamespace(chunks=[(ck, len(raw)) for ck, raw in stored.items()],
                            wal=SimpleNamespace(read_chunk=stored.get))
     assert lane_topics(_config(topic=None), unit) == {"t1", "t2"}

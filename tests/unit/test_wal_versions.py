@@ -81,7 +81,7 @@ def _recovered_by_a_worker(tmp_path, path: str) -> tuple[dict[int, str], int, in
         rt.close()
 
 
-@pytest.mark.parametrize("version", [b"1", b"2", b"3", b"5", b"99"])
+@pytest.mark.parametrize("version", [b"1", b"2", b"3", b"4", b"6", b"99"])
 def test_a_slot_of_a_version_this_build_does_not_know_is_refused_naming_it_and_left_as_it_is(tmp_path, version):
     """Versions 1-3 are this sink's pre-release formats: version 3's chunks got other meanings (the ``rks.ids`` scope,
     the ``rks_place`` column) without a new version, so a build that reads them may send other ids. 5 and 99:
@@ -156,7 +156,7 @@ def test_a_slot_of_another_version_that_holds_nothing_is_taken_as_a_new_one_of_t
 
 
 #: What each WAL version means, pinned: the digest of :func:`_meaning` under that version.
-PINNED = {4: "8605c221a95db36444e27738c76c89e235160cb8bc6862fd33aee3550607556f"}
+PINNED = {5: "54160698f17c35b61dcde80af49218404b866a517bf4d410ade18ed3d72db739"}
 
 
 def _meaning() -> str:
@@ -168,8 +168,8 @@ def _meaning() -> str:
     import numpy as np
     import pyarrow as pa
 
-    from spark_recoverable_sink.ids import new_occurrences, record_id_prefix, record_ids, unit_digest, with_ids
-    from spark_recoverable_sink.schema import BATCH_SCOPE, normalize_batch
+    from spark_recoverable_sink.ids import CONTENT, POSITION, new_occurrences, record_ids, scheme_for, unit_digest, with_ids
+    from spark_recoverable_sink.schema import normalize_batch
     from spark_recoverable_sink.wal.format import encode_chunk
     from spark_recoverable_sink.wal.records import EXACTLY_ONCE, DeadLetter, encode_attempt, encode_dead_letter
 
@@ -178,14 +178,15 @@ def _meaning() -> str:
         "topic": pa.array(["a", None, "a"]), "partition": pa.array([0, None, 0], pa.int32()),
         "timestamp": pa.array([1_700_000_000_000, None, 1_700_000_000_000], pa.int64())})
     out = []
-    for scope, places in (("", None), (BATCH_SCOPE, np.array([-5, 77, -5], dtype=np.int32))):
-        prefix = record_id_prefix("s", 7, 3, "run-1", scope)
-        chunk = with_ids(normalize_batch(rows, "t", prefix.decode(), 0, "run-1", scope), new_occurrences(), None,
+    for kind, scope, places in ((CONTENT, 3, None), (CONTENT, None, np.array([-5, 77, -5], dtype=np.int32)),
+                                (POSITION, 3, None)):
+        scheme = scheme_for(kind, "s", "run-1", 7, scope)
+        chunk = with_ids(normalize_batch(rows, "t", 0, "run-1"), scheme, new_occurrences() if kind == CONTENT else None,
                          places)
         out.append({"columns": [(f.name, str(f.type)) for f in chunk.schema],
-                     "metadata": sorted((k.decode(), v.decode()) for k, v in chunk.schema.metadata.items()),
-                     "ids": [i.decode() for i in record_ids(prefix, chunk).to_pylist()],
-                     "digest": unit_digest(chunk), "header": bytes(encode_chunk(chunk)[:12]).hex()})
+                     "metadata": sorted((k.decode(), v.hex()) for k, v in chunk.schema.metadata.items()),
+                     "ids": [i.hex() for i in record_ids(chunk, 5).to_pylist()],
+                     "digest": unit_digest(chunk, 5), "header": bytes(encode_chunk(chunk)[:12]).hex()})
     out.append(encode_attempt(AttemptState(2, 1, 3, 1.5, EXACTLY_ONCE, 2**64 - 5)).hex())
     out.append(encode_dead_letter(DeadLetter("s:run-1:7:3:x-0", 10, "too large", "t", 4, b"k", None, (("h", b"1"),),
                                              1_700_000_000_000, forwarded=True)).hex())

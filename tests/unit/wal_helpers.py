@@ -10,13 +10,14 @@ from spark_recoverable_sink.schema import normalize_batch
 from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
 from spark_recoverable_sink.wal.log import Wal
 from spark_recoverable_sink.wal.records import OPEN, AttemptState
+from tests.record_ids import TEST_IDS
 
 MIB = 1024 * 1024
 
 
 def _chunk(n: int, size: int = 100, start: int = 0) -> bytes:
     b = pa.RecordBatch.from_pydict({"value": [b"%010d" % i + b"x" * (size - 10) for i in range(start, start + n)]})
-    return encode_chunk(with_ids(normalize_batch(b, "t", "s:r:0:0:", start, "r"), new_occurrences()))
+    return encode_chunk(with_ids(normalize_batch(b, "t", start, "r"), TEST_IDS, new_occurrences()))
 
 
 def _wal(tmp_path, **kw) -> Wal:

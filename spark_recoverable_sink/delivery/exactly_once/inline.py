@@ -16,7 +16,6 @@ from typing import Any, Callable
 
 from ... import _points
 from ...config import SinkConfig
-from ...ids import record_id_prefix
 from ...wal.format import AttemptKey
 from . import subunits
 from .lanes import Lane, on_delivery
@@ -33,8 +32,7 @@ class InlineTransaction:
         self._config = config
         self._note_error = note_error  # the committer's: what a Kafka error leaves the lane to do
         self._lid, self._lane, self._ident = lid, lane, ident
-        self._key = key = ident[1]
-        self._prefix = record_id_prefix(config.name, key.batch, key.partition, run)
+        self._key = ident[1]
         self.broken = False
         self._bytes = 0  # of the chunks produced into it
         self._limit = subunits.whole_limit(subunits.txn_timeout_ms(config.kafka_conf_items))
@@ -57,7 +55,7 @@ class InlineTransaction:
         try:
             _n, sync_failed = lane.producer.produce_chunk(
                 lane.round_for(lane.chunks_in), partial(on_delivery, lane, lane.chunks_in), batch, None, cfg.topic,
-                cfg.id_header, self._prefix, first_seq, block_s)
+                cfg.id_header, b"", first_seq, block_s)  # the chunk's ids come from its own id scheme
             lane.collect(lane.producer.poll(0))
         except KafkaException as exc:
             self._note_error(self._lid, exc.args[0])

@@ -31,10 +31,10 @@ import numpy as np
 import pyarrow as pa
 
 from ... import _points
-from ...arrays import column, values
+from ...arrays import column
 from ...config import SinkConfig
 from ...deadline import Deadline
-from ...ids import FP_COLUMN, OCC_COLUMN, record_id_prefix
+from ...ids import digest_terms
 from ...wal.format import decode_chunk
 from . import subunits
 from .lanes import Lane, on_delivery, send_marker
@@ -65,9 +65,9 @@ class Parts:
         return sum(self.sums[:n]) & _MASK64
 
 
-def chunk_terms(batch: pa.RecordBatch) -> np.ndarray:
+def chunk_terms(batch: pa.RecordBatch, first_seq: int) -> np.ndarray:
     """Each record's term of the unit digest (:func:`.subunits.terms`); its bucket is the term mod the count."""
-    return subunits.terms(values(batch.column(FP_COLUMN)), values(batch.column(OCC_COLUMN)))
+    return subunits.terms(*digest_terms(batch, first_seq))
 
 
 def plan_parts(unit: Any, marker: Marker | None, txn_ms: int = 60000) -> Parts | None:
@@ -92,7 +92,7 @@ def plan_parts(unit: Any, marker: Marker | None, txn_ms: int = 60000) -> Parts |
         raw = unit.wal.read_chunk(ck)
         if raw is None:
             raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
-        t = chunk_terms(decode_chunk(raw))
+        t = chunk_terms(decode_chunk(raw), ck.first_seq)
         b = (t % np.uint64(count)).astype(np.int64)
         for k in np.unique(b).tolist():
             sums[k] = (sums[k] + int(t[b == k].sum(dtype=np.uint64))) & _MASK64
@@ -181,7 +181,6 @@ def produce_unit(config: SinkConfig, lane: Lane, unit: Any, deadline: Deadline, 
         StepTimeout: no time left, or a chunk writes topics its lane has not swept (resumed by a later attempt).
         confluent_kafka.KafkaException: a record failed (``lane.failures``; the transaction must abort).
     """
-    prefix = record_id_prefix(config.name, unit.batch, unit.partition, unit.run)
     for i in range(lane.chunks_in, len(unit.chunks)):
         if lane.failures:
             break
@@ -192,17 +191,18 @@ def produce_unit(config: SinkConfig, lane: Lane, unit: Any, deadline: Deadline, 
         if raw is None:
             raise RuntimeError(f"WAL slot {unit.wal.path}: chunk {ck} of a committed attempt is missing")
         batch = decode_chunk(raw)
-        rows = None if count <= 1 else np.flatnonzero(chunk_terms(batch) % np.uint64(count) == np.uint64(j))
-        sub = batch if rows is None else batch.take(pa.array(rows))
+        rows = None if count <= 1 else np.flatnonzero(chunk_terms(batch, ck.first_seq) % np.uint64(count)
+                                                       == np.uint64(j))
         n = 0
-        if sub.num_rows:
+        if rows is None or len(rows):  # the bucket's rows by index: a row keeps its id (and position) in the chunk
+            sub = batch if rows is None else batch.take(pa.array(rows))
             if unswept_topics(lane, sub, config.topic):  # swept first by the next attempt
                 lane.must_abort = True
                 raise StepTimeout(f"chunk {i} writes topics {sorted(lane.need_topics)} its lane has not swept yet")
             n, failed = lane.producer.produce_chunk(
-                lane.round_for(i, rows), partial(on_delivery, lane, i), sub, None, config.topic, config.id_header,
-                prefix, ck.first_seq, max(0.5, deadline.cap(30.0)))
-            lane.failures.extend((e, r if rows is None else int(rows[r]), i) for r, e in failed)
+                lane.round_for(i), partial(on_delivery, lane, i), batch, rows, config.topic, config.id_header,
+                b"", ck.first_seq, max(0.5, deadline.cap(30.0)))
+            lane.failures.extend((e, r, i) for r, e in failed)
             lane.collect(lane.producer.poll(0))
         if not lane.failures:
             lane.chunks_in = i + 1
@@ -215,10 +215,10 @@ def produce_unit(config: SinkConfig, lane: Lane, unit: Any, deadline: Deadline, 
         raise KafkaException(lane.failures[0][0])
 
 
-def uncommitted_rows(unit: Any, batch: pa.RecordBatch) -> Callable[[int], bool]:
+def uncommitted_rows(unit: Any, batch: pa.RecordBatch, first_seq: int) -> Callable[[int], bool]:
     """Whether row ``i`` of a chunk of ``unit`` is not in Kafka: all of them, unless buckets were committed."""
     if unit.parts is None or unit.parts[1] == 0:
         return lambda i: True
     count, done = unit.parts
-    b = chunk_terms(batch) % np.uint64(count)
+    b = chunk_terms(batch, first_seq) % np.uint64(count)
     return lambda i: int(b[i]) >= done

@@ -26,7 +26,7 @@ from typing import Any
 from ... import _points
 from ...config import SinkConfig
 from ...deadline import Deadline
-from ...ids import record_id_at, record_id_prefix
+from ...ids import record_id_at
 from ...schema import chunk_run
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
 from ...wal.records import AttemptState
@@ -194,7 +194,6 @@ class UnitBook:
     def _refuse(self, unit: Unit) -> None:
         """Every record of a refused unit into the dead-letter store, the unit out of the WAL, in one transaction."""
         refused = {(ck, i): (code, text) for ck, i, code, text in unit.refused}
-        prefix = record_id_prefix(self.config.name, unit.batch, unit.partition, unit.run)
         named = []
         dead = []
         for ck, _size in unit.chunks:
@@ -202,13 +201,13 @@ class UnitBook:
             if raw is None:
                 continue
             batch = decode_chunk(raw)
-            named += [record_id_at(prefix, batch, i) for (k, i) in refused if k == ck and i >= 0]
+            named += [record_id_at(batch, ck.first_seq, i).hex() for (k, i) in refused if k == ck and i >= 0]
             dead.append((ck, batch))
         first = ", ".join(named) or "(not identified)"
         reason = unit.refused[0][3] if unit.refused else "refused"
         letters = []
         for ck, batch in dead:  # (of a unit committed in parts, only the parts not committed before)
-            pending = uncommitted_rows(unit, batch)
+            pending = uncommitted_rows(unit, batch, ck.first_seq)
             mine = [(i, *refused[(ck, i)]) for i in range(batch.num_rows) if (ck, i) in refused]
             others = [(i, UNIT_REFUSED_CODE, f"not published: the exactly-once unit (batch {unit.batch}, partition "
                        f"{unit.partition}) is published whole or not at all, and its record {first} was refused "
