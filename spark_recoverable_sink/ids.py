@@ -327,7 +327,8 @@ def unit_digest(chunk: pa.RecordBatch, first_seq: int, seed: int = 0) -> int:
 
     The terms: ``mix(fingerprint, occurrence)`` for CONTENT (the place, when
     there is one, folded into the fingerprint as occurrences count it),
-    ``mix(position, 0)`` for POSITION, ``mix(k1 ^ k2 * P1, 0)`` for KEY.
+    ``mix(position ^ scope * P1, 0)`` for POSITION (two inputs of as many
+    records have other digests), ``mix(k1 ^ k2 * P1, 0)`` for KEY.
     Accumulated chunk by chunk, it gives the digest of a whole unit.
 
     Raises:
@@ -345,8 +346,11 @@ def digest_terms(chunk: pa.RecordBatch, first_seq: int) -> tuple[np.ndarray, np.
     """
     scheme = chunk_scheme(chunk)
     n = chunk.num_rows
-    if scheme.layout == "seq":
-        return np.arange(first_seq, first_seq + n, dtype=np.uint64), np.zeros(n, dtype=np.uint32)
+    if scheme.layout == "seq":  # the scope folded in: a unit's digest names its input, not only its row count
+        scope = np.uint64(int.from_bytes(scheme.prefix[13:21], "big"))
+        with np.errstate(over="ignore"):
+            return (np.arange(first_seq, first_seq + n, dtype=np.uint64) ^ (scope * _PLACE_MIX),
+                    np.zeros(n, dtype=np.uint32))
     if scheme.layout == "k1,k2":
         with np.errstate(over="ignore"):
             return (values(chunk.column("rks_k1")) ^ (values(chunk.column("rks_k2")) * _PLACE_MIX),

@@ -42,7 +42,7 @@ from .encode import encode_columns
 from .formats import RegistryFormat
 from .resplit import LANE_COLUMN, by_lane, with_lane
 from .settle import check_marker_topic, settle, tagged_drains
-from .split import plan_batch
+from .split import auto_lanes, plan_batch
 from .versions import check_supported
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -255,13 +255,14 @@ class RecoverableKafkaSink:
         self._say_ignored(columns)
         with self._lock:
             confirmed = self._dead.confirmed()
-        marker_topic, plan = check_marker_topic(self.config, run, batch_id, lambda: lane_cores(df)) if eo else \
-            (None, None)  # (the cores are asked at once, of the batch's DataFrame)
+        marker_topic, plan = check_marker_topic(self.config, run, batch_id,
+                                                lambda: auto_lanes(df, lane_cores(df), fresh)) if eo else \
+            (None, None)  # ("auto" is asked at once, of the batch's DataFrame)
         lanes = plan.lanes if plan is not None and tagged else 0  # "auto" adopts a run's 0: the tag is dropped
         df = df.select(*[F.col(f"`{c}`") for c in columns.select + ([LANE_COLUMN] if lanes else [])])
         if lanes:
             df = by_lane(df, self.config, lanes)
-        df, ids = plan_batch(df, self.config, fresh)  # tasks, and ids the same in every run of the batch
+        df, ids = plan_batch(df, self.config, fresh, lanes)  # tasks, and ids the same in every run of the batch
         writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic, ids)
         try:
             rows = df.mapInArrow(writer, REPORT_DDL).collect()

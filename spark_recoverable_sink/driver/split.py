@@ -8,8 +8,16 @@ order; a task's retry reads its partition again. :func:`plan_batch` reads
 how the batch's partitions get their rows (:mod:`.lineage`, without running
 anything) and picks, in this order:
 
-1. exactly-once: its lanes (:mod:`.resplit`), CONTENT ids in each lane's
-   scope (unchanged by this module);
+1. exactly-once: its units are lanes, each one transaction per batch.
+   With ``exactly_once_lanes`` a count, the batch is re-split into that many
+   lanes by each record's key (:mod:`.resplit`, a shuffle): CONTENT ids in
+   each lane's scope. With ``0`` (and with ``"auto"`` at a run's first batch
+   when each partition reads one named input, at most
+   :data:`INPUT_LANES_PER_CORE` per core, which it then pins), each Spark
+   partition is a lane, named by its input's rank among the batch's inputs
+   (the same set in every run of the batch: a re-run's range lands at another
+   index, never in another lane): POSITION ids, no shuffle; a partition whose
+   input has no name is its lane by index (sources that keep their split);
 2. ``record_ids="columns"``: KEY ids of the user's ``id_columns``; the batch
    coalesced to the cores, untagged;
 3. ``record_ids="partition"``: CONTENT ids in each Spark partition's scope;
@@ -58,13 +66,17 @@ from .placement import place_for_ids
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["IdPlan", "plan_ids", "plan_batch"]
+__all__ = ["IdPlan", "plan_ids", "plan_batch", "auto_lanes", "INPUT_LANES_PER_CORE"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")
 
 #: How a task names its records: by position, by content in its partition's scope, by content and place, by key.
 BY_POSITION, BY_CONTENT, BY_PLACE, BY_KEY = "position", "content", "place", "key"
 _SAID: set[tuple[str, str]] = set()
+#: Exactly-once "auto": a batch of named inputs gets a lane per input when it has at most this many per core (a
+#: lane is a task and a transactional producer per worker that runs it; more would only add waves and producers).
+INPUT_LANES_PER_CORE = 4
+_UNKNOWN_CORES_LANES = 8
 
 
 @dataclass(frozen=True)
@@ -72,12 +84,19 @@ class IdPlan:
     """How the tasks of one batch name their records; picklable (a few bytes per Spark partition).
 
     ``scopes``: with :data:`BY_POSITION`, each Spark partition's scope by its
-    index (empty: the index itself); ``why``: the reason, for the log.
+    index (empty: the index itself); ``lanes``: exactly-once, each Spark
+    partition's lane by its index (empty: the index itself); ``why``: the
+    reason, for the log.
     """
 
     how: str
     scopes: tuple[int, ...] = ()
     why: str = field(default="", compare=False)
+    lanes: tuple[int, ...] = ()
+
+    def lane(self, partition: int) -> int:
+        """Exactly-once: the lane of Spark partition ``partition`` (its unit, its transactional id)."""
+        return self.lanes[partition] if self.lanes else partition
 
     def scheme(self, sink: str, run: str, batch: int, partition: int) -> IdScheme:
         """The id scheme of the rows of Spark partition ``partition`` (:mod:`..ids`).
@@ -96,16 +115,45 @@ class IdPlan:
         return scheme_for(POSITION, sink, run, batch, self.scopes[partition] if self.scopes else partition)
 
 
-def plan_ids(df: "DataFrame", config: SinkConfig, fresh: bool) -> IdPlan:
-    """How the tasks of ``df`` name their records (steps 2 to 4 of the module's docstring); ``fresh``: the run is
-    never run again (``write()`` without ``run_id``)."""
-    return _decide(df, config, fresh)[0]
+def plan_ids(df: "DataFrame", config: SinkConfig, fresh: bool, lanes: int = 0) -> IdPlan:
+    """How the tasks of ``df`` name their records (the module's docstring); ``fresh``: the run is never run again
+    (``write()`` without ``run_id``); ``lanes``: exactly-once, the run's pinned lane count (0: Spark's split)."""
+    return _decide(df, config, fresh, lanes)[0]
 
 
-def _decide(df: "DataFrame", config: SinkConfig, fresh: bool) -> tuple[IdPlan, int | None]:
+def auto_lanes(df: "DataFrame", cores: int | None, fresh: bool) -> int | None:
+    """Exactly-once ``"auto"``, at a run's first batch: 0 (a lane per Spark partition, named by its input) when each
+    partition of ``df`` reads one named input (or, in a run never run again, one input read in a fixed order) and
+    there are at most :data:`INPUT_LANES_PER_CORE` per core; else ``cores`` (``None``: not known)."""
+    lineage = describe(df)
+    if lineage is None or lineage.path != NARROW:
+        return cores
+    if not (all(leaf.identity for leaf in lineage.leaves) or fresh and all(leaf.ordered for leaf in lineage.leaves)):
+        return cores
+    return 0 if lineage.partitions <= INPUT_LANES_PER_CORE * (cores or _UNKNOWN_CORES_LANES // 2) else cores
+
+
+def _exactly_once(df: "DataFrame", lanes: int) -> IdPlan:
+    """Exactly-once ids: CONTENT in each lane's scope after a re-split (``lanes`` > 0); with Spark's split, POSITION
+    ids and lanes named by each input's rank among the batch's inputs, or CONTENT and lanes by index where an input
+    has no name."""
+    if lanes:
+        return IdPlan(BY_CONTENT, why=f"{lanes} lanes, re-split by key")
+    lineage = describe(df)
+    if lineage is None or lineage.path != NARROW or not all(leaf.identity for leaf in lineage.leaves):
+        return IdPlan(BY_CONTENT, why="a lane per Spark partition, by index")
+    names = [leaf.identity or "" for leaf in lineage.leaves]
+    rank = {name: i for i, name in enumerate(sorted(set(names)))}
+    return IdPlan(BY_POSITION, tuple(scope_of(n) for n in names), why="a lane per named input (Kafka ranges, files)",
+                  lanes=tuple(rank[n] for n in names))
+
+
+def _decide(df: "DataFrame", config: SinkConfig, fresh: bool, lanes: int = 0) -> tuple[IdPlan, int | None]:
     """:func:`plan_ids`, and ``df``'s partition count where the lineage tells it."""
-    if config.guarantee == EXACTLY_ONCE or config.record_ids == PARTITION_IDS:
-        return IdPlan(BY_CONTENT, why="record_ids=partition" if config.guarantee != EXACTLY_ONCE else "lanes"), None
+    if config.guarantee == EXACTLY_ONCE:
+        return _exactly_once(df, lanes), None
+    if config.record_ids == PARTITION_IDS:
+        return IdPlan(BY_CONTENT, why="record_ids=partition"), None
     if config.record_ids == COLUMN_IDS:
         return IdPlan(BY_KEY, why="record_ids=columns"), None
     lineage = describe(df)
@@ -132,14 +180,14 @@ def _from_lineage(lineage: Lineage | None, fresh: bool) -> IdPlan:
     return IdPlan(BY_PLACE, why=f"the batch's partitions read {what}")
 
 
-def plan_batch(df: "DataFrame", config: SinkConfig, fresh: bool) -> tuple["DataFrame", IdPlan]:
+def plan_batch(df: "DataFrame", config: SinkConfig, fresh: bool, lanes: int = 0) -> tuple["DataFrame", IdPlan]:
     """``df`` split into the at-least-once batch's tasks (coalesced or re-split), and how they name their records.
 
     ``df`` holds the columns the sink selected (:class:`..schema.Columns`).
-    Exactly-once batches come back as they are (their lanes are split by
-    :mod:`.resplit`).
+    Exactly-once batches come back as they are (a re-split into ``lanes``
+    lanes was done by :mod:`.resplit`).
     """
-    ids, partitions = _decide(df, config, fresh)
+    ids, partitions = _decide(df, config, fresh, lanes)
     key = (config.name, ids.how)
     if key not in _SAID:
         _SAID.add(key)

@@ -231,7 +231,7 @@ def _split(piece: pa.RecordBatch, columns: Columns | None) -> tuple[pa.RecordBat
 
 
 def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch_id: int, p: int,
-             run: str, placed: bool, ids: Any = None) -> _Part:
+             run: str, placed: bool, ids: Any = None, key: int | None = None) -> _Part:
     """The part of Spark partition ``p``, begun at its first rows; the one before it ends (its occurrence table is
     freed: a worker holds one at a time, as a coalesced task reads its partitions one after another).
 
@@ -239,18 +239,19 @@ def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch
         RecoverableSinkError: rows of a partition that had ended came again (its occurrences are gone: its ids
             could repeat).
     """
-    last = next(reversed(parts.values()), None)
-    if last is not None and last.partition == p:
-        return last
+    last = next(reversed(parts), None)
+    if last == p:
+        return parts[p]
     if p in parts:
         raise RecoverableSinkError(f"sink={rt.config.name} batch={batch_id}: rows of Spark partition {p} came "
                                    "again after other partitions' rows in one task: their ids cannot be numbered")
     if last is not None:
-        last.occurrences = None
+        parts[last].occurrences = None
     scheme = ids.scheme(rt.config.name, run, batch_id, p) if ids is not None else \
         id_scheme(rt.config, run, batch_id, p, placed)
     occurrences = new_occurrences(rt.sdir) if scheme.kind == CONTENT else None
-    part = parts[p] = _Part(p, mode.begin(p), scheme, occurrences)
+    key = p if key is None else key  # the part's WAL keys and report: its partition, or its exactly-once lane
+    part = parts[p] = _Part(key, mode.begin(key), scheme, occurrences)
     return part
 
 
@@ -263,7 +264,9 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         publisher.confirm_dead_letters(frozenset(confirmed))
     retried0 = publisher.retried_records
     wal = rt.own_wal()  # every task holds a slot (or fails naming why), whether rows come or not
-    mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, partition, wal.reserve_gen()), run)
+    eo = config.guarantee == EXACTLY_ONCE
+    lane = ids.lane if eo and ids is not None else (lambda p: p)  # exactly-once: WAL keys and units by lane
+    mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, lane(partition), wal.reserve_gen()), run)
                       if config.guarantee == EXACTLY_ONCE else AtLeastOnceTask(rt, batch_id, t0))
     parts: dict[int, _Part] = {}
     started = time.time()
@@ -275,11 +278,11 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                     if piece.num_rows == 0:
                         continue
                     rows_in, keys, places = _split(piece, columns)
-                    part = _part_of(rt, mode, parts, batch_id, p, run, places is not None, ids)
+                    part = _part_of(rt, mode, parts, batch_id, p, run, places is not None, ids, lane(p))
                     norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.seq, run,
                                                          f"batch {batch_id} partition {p}"), part, places, keys)
                     chunk = encode_chunk(norm)
-                    key = ChunkKey(batch_id, p, part.seq, part.akey.gen)
+                    key = ChunkKey(batch_id, part.partition, part.seq, part.akey.gen)
                     rt.reserve_space(len(chunk))
                     first = None if part.seq else AttemptState(OPEN, spark_attempt, 0, started, mode.guarantee)
                     _append(rt, key, chunk, first)  # WAL first ...
@@ -287,8 +290,9 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                     part.seq += norm.num_rows
                     part.nbytes += payload_bytes(norm)
                     rows += norm.num_rows
-                    _points.point("task.mid_task", batch=batch_id, partition=p, attempt=spark_attempt, rows=rows)
-        if parts and config.guarantee == EXACTLY_ONCE and input_complete() is False:  # raises when it cannot tell
+                    _points.point("task.mid_task", batch=batch_id, partition=part.partition, attempt=spark_attempt,
+                                  rows=rows)
+        if parts and eo and input_complete() is False:  # raises when it cannot tell
             why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={spark_attempt} rows={rows}: "
                    "the task's input ended without Spark's end marker (its source failed part-way: a lost shuffle, "
                    "a cancelled stage or a speculative copy); nothing of its unit is committed, Spark re-runs it")
@@ -305,7 +309,8 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
         publisher.contact.mark_reached()
     kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
     reports = []
-    for i, x in enumerate(parts.values() or [_Part(partition, AttemptKey(batch_id, partition, 0), None, None)]):
+    for i, x in enumerate(parts.values() or [_Part(lane(partition), AttemptKey(batch_id, lane(partition), 0), None,
+                                                   None)]):
         acked, dead, skipped = mode.share(x.akey) if x.seq else (0, 0, 0)
         first = i == 0  # the task's own figures go with its first report
         report = PartitionReport(

@@ -62,8 +62,9 @@ __all__ = [
 #: 4: one version for the slot and its chunks; ids by content only (rks_fp and rks_occ in every chunk), always with
 #: a run; rks.ids and rks_place.
 #: 5: record ids of format 1 (fixed-length bytes: ..ids), each chunk naming its ids' prefix and layout (rks.idp,
-#: rks.idl) and holding the fields its layout needs (none for ids by position). (1-4: pre-release, not read.)
-WAL_VERSION = 5
+#: rks.idl) and holding the fields its layout needs (none for ids by position).
+#: 6: the unit digest of ids by position folds in their scope. (1-5: pre-release, not read.)
+WAL_VERSION = 6
 
 _CHUNK_KEY = struct.Struct(">QIQI")
 _ATTEMPT_KEY = struct.Struct(">QII")

@@ -1,8 +1,9 @@
 """Scenario 20: exactly-once restarted after an outage longer than the brokers keep offsets, on more cores.
 
 ``jobs/kafka_to_kafka.py`` (spark-submit, ``guarantee=exactly_once``,
-``exactly_once_lanes`` left at ``"auto"``) copies a Kafka topic on
-``local[2]``: the run pins 2 lanes. In batch 1, lane 0 commits and lane 1 is
+``exactly_once_lanes`` left at ``"auto"``) copies a Kafka topic of 9
+partitions on ``local[2]``: more inputs than a lane each would take on 2
+cores, so the run pins 2 lanes, re-split by key. In batch 1, lane 0 commits and lane 1 is
 parked before its commit; the whole query is SIGKILLed there. The broker
 keeps committed offsets one minute (``offsets.retention.minutes=1``, looked
 for every second), the sink is told so (``offsets_retention_s=60``), and the
@@ -10,8 +11,9 @@ test waits until the lane plan's offset and lane 0's marker offset are gone
 (premise). The query is then restarted from its checkpoint on ``local[4]``:
 Spark re-runs batch 1.
 
-An "auto" run with no plan would split batch 1 into 4 lanes by the cores of
-now, and lanes 2 and 3 would publish records lane 0 already committed. The
+An "auto" run with no plan would split batch 1 otherwise on the cores of now
+(a lane per input, or 4 lanes by key), and new lanes would publish records
+lane 0 already committed. The
 run's plan record (which compaction keeps) must pin it to its 2 lanes, and
 lane 0's marker record must stand in for its expired offset. Judged by a
 ``read_committed`` reader: every input record exactly once (or, had the lane
@@ -33,7 +35,9 @@ from .k2k import Job, k2k_conf, produce_source
 
 pytestmark = pytest.mark.spark
 
-N, IN_PARTS, OUT_PARTS, PER_TRIGGER = 20_000, 4, 3, 5_000
+# 9 input partitions on 2 cores: more than INPUT_LANES_PER_CORE per core, so "auto" re-splits by key into the
+# cores' lanes (a lane per input would not depend on the cores at all); on 4 cores it would take a lane per input
+N, IN_PARTS, OUT_PARTS, PER_TRIGGER = 18_000, 9, 3, 4_500
 RETENTION_S = 60  # the broker's offsets.retention.minutes=1, told to the sink
 EXPIRY_BOUND_S = 240.0  # the offsets' retention, the broker's expiry pass and the restart's slack
 

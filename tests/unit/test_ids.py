@@ -174,6 +174,8 @@ def test_unit_digest_is_order_independent_and_accumulates():
     pos = with_ids(_batches(_rows(10), 10)[0], scheme_for(POSITION, "s", "r", 1, 0))
     assert unit_digest(pos, 0) == unit_digest(pos.slice(4), 4, unit_digest(pos.slice(0, 4), 0))
     assert unit_digest(pos, 0) != unit_digest(pos, 1), "positions are what a POSITION unit's digest proves"
+    other_input = with_ids(_batches(_rows(10), 10)[0], scheme_for(POSITION, "s", "r", 1, 1))
+    assert unit_digest(other_input, 0) != unit_digest(pos, 0), "and its input's scope"
 
 
 def test_run_ids():

@@ -150,7 +150,8 @@ def forget_plans() -> None:
 
 def first_lanes(config: SinkConfig, run: str, cores: Callable[[], int | None], timeout_s: float,
                 records: dict[str, bytes] | None = None) -> int:
-    """Step 3's count: ``exactly_once_lanes`` when set, else (``"auto"``) ``cores()``, else :data:`.AUTO_LANES`.
+    """Step 3's count: ``exactly_once_lanes`` when set, else (``"auto"``) ``cores()`` (0: each Spark partition is a
+    lane, named by its input: see :mod:`...driver.split`), else :data:`.AUTO_LANES` where ``cores()`` cannot tell.
 
     ``"auto"`` first makes sure the run is new: no lane of it committed,
     by its offset (lanes up to the larger of that count and 8) or by a marker
@@ -164,7 +165,8 @@ def first_lanes(config: SinkConfig, run: str, cores: Callable[[], int | None], t
     """
     if config.exactly_once_lanes is not None:
         return config.exactly_once_lanes
-    lanes = cores() or AUTO_LANES
+    told = cores()
+    lanes = AUTO_LANES if told is None else told
     markers = lane_markers(config, run, range(max(lanes, AUTO_LANES)), timeout_s)
     done = {n for n, m in markers.items() if m is not None} | set(_recorded_lanes(config, run, timeout_s, records))
     if done:
@@ -212,7 +214,8 @@ def pin_lanes(config: SinkConfig, run: str, batch: int, timeout_s: float = 30.0,
               cores: Callable[[], int | None] = lambda: None) -> Plan:
     """Check (and pin) the run's lane count before batch ``batch`` runs; returns the plan it runs under.
 
-    ``cores()`` is asked only for ``exactly_once_lanes="auto"`` when the run has no plan yet.
+    ``cores()`` is asked only for ``exactly_once_lanes="auto"`` when the run has no plan yet: the lane count to
+    pin (0: Spark's split, each partition a lane named by its input), ``None`` where it cannot tell.
 
     Raises:
         ConfigError: ``exactly_once_lanes`` differs from the plan of a batch a lane already committed (or
