@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from spark_recoverable_sink.ids import (
     CONTENT,
+    KEY,
     POSITION,
     batch_prefix,
     new_occurrences,
@@ -127,7 +128,7 @@ def check_ids_per_group(ids: Mapping[str | None, int], want: Mapping[str, int], 
     assert not gaps, f"occurrences or positions with gaps (a lost or stray record): {sorted(gaps.items())[:5]}"
 
 
-__all__ = ["BATCH", "SCOPE", "POSITION", "CONTENT", "ids_of", "spark_places", "id_kind", "id_batch", "id_scope",
+__all__ = ["BATCH", "SCOPE", "POSITION", "CONTENT", "KEY", "ids_of", "spark_places", "id_kind", "id_batch", "id_scope",
            "id_group", "group_of", "reported_rows", "check_ids_per_group"]
 
 #: The id scheme of chunks the unit tests make by hand (CONTENT ids of sink "s", run "r", batch 1, scope 0).

@@ -19,12 +19,14 @@ Record ids (:mod:`..ids`): in a streaming query the run is the query's id
 (read in each task from the ``sql.streaming.queryId`` local property, the
 batch from ``streaming.sql.batchId``), in a batch write a fresh random run
 per save unless ``run_id`` is given. The data source has no driver step that
-could re-split a batch, so ``record_ids`` defaults to ``"partition"`` here
-(ids name the Spark partition Spark gave the row: the same across re-runs
-of sources that keep their split, such as files, not Spark's Kafka source);
-``record_ids="columns"`` with ``id_columns`` (e.g. the Kafka source's
-``topic,partition,offset``) gives ids that hold across any re-run;
-``"content"`` is refused (it needs that driver step).
+could read a batch's lineage or re-split it, so when ``record_ids`` is not
+set it picks by the input's columns: a DataFrame of Spark's Kafka source
+(``topic``, ``partition`` and ``offset`` columns, which need not be written)
+gets key ids of those three (``record_ids="columns"``), the same in every
+run of a batch whatever its split; any other gets ids that name the Spark
+partition (``"partition"``: the same across re-runs of sources that keep
+their split, such as files). ``"content"`` is refused (it needs that
+driver step).
 
 It needs PySpark 4.1 (a streaming Arrow writer): on 3.5 and 4.0 importing
 this module raises :class:`.SparkVersionError` (:func:`.versions.require_data_source`).
@@ -39,6 +41,7 @@ the job that settles a batch's transactions), and the Prometheus endpoint
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -46,7 +49,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from ..config import EXACTLY_ONCE, PARTITION_IDS, SinkConfig
+from ..config import COLUMN_IDS, EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import PartitionReport
 from ..schema import Columns, validate_spark_schema
@@ -55,6 +58,9 @@ from .batches import conclude_batch, dead_letter_error, first_contact_error
 from .options import parse_options
 from .query import QUERY_ID_PROPERTY, RUN_LEN
 from .versions import require_data_source
+
+#: The columns of Spark's Kafka source that name an input record for good: its ids when ``record_ids`` is not set.
+KAFKA_SOURCE_IDS = ("topic", "partition", "offset")
 
 require_data_source()  # PySpark 4.1+: before, a SparkVersionError naming foreachBatch(sink)
 
@@ -112,14 +118,19 @@ class RecoverableKafkaDataSource(DataSource):
                                               "short-lived Python workers that cannot keep an HTTP endpoint up; "
                                               "its batch reports are in the driver log (entry=recoverable-kafka)")
         config = parsed.config
+        if not parsed.ids_chosen and set(KAFKA_SOURCE_IDS) <= set(schema.fieldNames()):
+            # Spark's Kafka source's rows: named for good by their input's coordinates, whatever a re-run's split
+            config = dataclasses.replace(config, record_ids=COLUMN_IDS, id_columns=KAFKA_SOURCE_IDS)
+            log.info("sink=%s entry=%s ids=key id_columns=%s (the input's Kafka coordinates: a re-run of a batch gives "
+                     "its records the same ids)", config.name, FORMAT_NAME, ",".join(KAFKA_SOURCE_IDS))
         columns = validate_spark_schema(schema, config.topic, write_timestamp=config.write_timestamp,
                                         id_columns=config.id_columns)
         if columns.ignored:
             log.info("sink=%s entry=%s columns_ignored=%s", config.name, FORMAT_NAME, json.dumps(list(columns.ignored)))
-        if config.record_ids == PARTITION_IDS and {"topic", "partition", "offset"} <= set(schema.fieldNames()):
-            log.warning("sink=%s entry=%s record ids name the Spark partition (record_ids=partition, this format's "
-                        "default): Spark's Kafka source re-runs a batch with another split, so a re-run's records get "
-                        "other ids; option record_ids=columns with id_columns=topic,partition,offset keeps them",
+        if config.record_ids == PARTITION_IDS and set(KAFKA_SOURCE_IDS) <= set(schema.fieldNames()):
+            log.warning("sink=%s entry=%s record ids name the Spark partition (record_ids=partition, chosen): Spark's "
+                        "Kafka source re-runs a batch with another split, so a re-run's records get other ids; leave "
+                        "record_ids unset (or record_ids=columns, id_columns=topic,partition,offset) to keep them",
                         config.name, FORMAT_NAME)
         return config, columns, parsed.run_id
 

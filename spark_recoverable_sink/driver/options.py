@@ -40,10 +40,12 @@ _FIXED = ("kafka_conf_items", "name", "wal_dir")
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """What the data source's options say: the sink configuration and a fixed run id (or ``None``)."""
+    """What the data source's options say: the sink configuration, a fixed run id (or ``None``), and whether the user
+    chose ``record_ids`` (else the data source picks by the input's columns: :mod:`.datasource`)."""
 
     config: SinkConfig
     run_id: str | None
+    ids_chosen: bool = True
 
 
 def _convert(option: str, raw: str, hint: Any) -> Any:
@@ -99,6 +101,7 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
             raise ConfigError(opt, "needs a driver step that builds the batch's plan, which the data source does not "
                                    "have (Spark runs its writer per partition): use foreachBatch(sink), sink.write(df) "
                                    "or a job template")
+    ids_chosen = "record_ids" in sink_opts
     if sink_opts.get("guarantee", "").lower() != "exactly_once":  # (refused by the data source itself)
         sink_opts.setdefault("record_ids", PARTITION_IDS)  # no driver step to re-split by content (datasource.py)
     if sink_opts.get("record_ids") == CONTENT_IDS:
@@ -112,4 +115,4 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     typed = {k: _convert(k, v, hints[k]) for k, v in sink_opts.items()}
     if not kafka_conf.get("bootstrap.servers"):
         raise ConfigError("kafka.bootstrap.servers", "is required")
-    return SinkOptions(SinkConfig.build(name, kafka_conf, wal_dir, **typed), run_id)
+    return SinkOptions(SinkConfig.build(name, kafka_conf, wal_dir, **typed), run_id, ids_chosen)

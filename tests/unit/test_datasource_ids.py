@@ -1,4 +1,5 @@
-"""Tier 1: the data source's driver side warns when a Kafka source's DataFrame meets its partition-scoped ids."""
+"""Tier 1: the data source names a Kafka source's records by their coordinates unless told otherwise, and warns when
+told to name them by Spark partition."""
 
 from __future__ import annotations
 
@@ -25,8 +26,19 @@ def _warnings(caplog, **extra: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if "record ids name the Spark partition" in r.getMessage()]
 
 
-def test_a_kafka_source_dataframe_with_partition_ids_is_warned_about(caplog):
-    (said,) = _warnings(caplog)
+def test_a_kafka_source_dataframe_gets_key_ids_of_its_coordinates_by_default(caplog):
+    assert _warnings(caplog) == []
+    config, columns, _run = RecoverableKafkaDataSource({**OPTS, "wal_dir": "/tmp/rks-unit-ds"})._prepare(
+        KAFKA_SOURCE, False)
+    assert (config.record_ids, config.id_columns, columns.ids) == ("columns", ("topic", "partition", "offset"),
+                                                                 ("topic", "partition", "offset"))
+    other = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    config, _c, _r = RecoverableKafkaDataSource({**OPTS, "wal_dir": "/tmp/rks-unit-ds"})._prepare(other, False)
+    assert config.record_ids == "partition", "any other input: ids by Spark partition"
+
+
+def test_a_kafka_source_dataframe_with_partition_ids_chosen_is_warned_about(caplog):
+    (said,) = _warnings(caplog, record_ids="partition")
     assert "id_columns=topic,partition,offset" in said and "sink=dsw" in said
 
 
