@@ -23,6 +23,8 @@ REPORT_FIELDS: tuple[tuple[str, str], ...] = (
     ("kafka_txn_state", "string"),
     # exactly-once: rows not published again because their lane's marker proves Kafka has them
     ("skipped", "bigint"),
+    ("lanes_opened", "bigint"),
+    ("txns_aborted", "bigint"),
 )
 REPORT_DDL = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
@@ -40,6 +42,10 @@ class PartitionReport:
     in the Kafka configuration, ``kafka_queue_msgs`` (librdkafka's ``msg_cnt``),
     ``kafka_rtt_ms`` (mean broker round trip) and ``kafka_txn_state`` come
     from the worker's latest statistics; otherwise they are -1, -1.0 and "".
+    Exactly-once: ``lanes_opened`` counts the lane producers its worker opened
+    while the task ran (a lane new to the worker, or one replaced: each an
+    ``init_transactions`` and a sweep), ``txns_aborted`` the transactions it
+    aborted.
     """
 
     partition: int
@@ -63,6 +69,8 @@ class PartitionReport:
     kafka_rtt_ms: float = -1.0
     kafka_txn_state: str = ""
     skipped: int = 0
+    lanes_opened: int = 0
+    txns_aborted: int = 0
 
     def to_row(self) -> dict[str, Any]:
         d = asdict(self)
@@ -117,6 +125,8 @@ class BatchReport:
     kafka_rtt_ms_max: float = -1.0
     kafka_txn_states: tuple[str, ...] = ()
     skipped: int = 0
+    lanes_opened: int = 0
+    txns_aborted: int = 0
 
     @classmethod
     def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float,
@@ -140,7 +150,8 @@ class BatchReport:
             kafka_queue_msgs_max=max((p.kafka_queue_msgs for p in ps), default=-1),
             kafka_rtt_ms_avg=sum(rtts) / len(rtts) if rtts else -1.0, kafka_rtt_ms_max=max(rtts, default=-1.0),
             kafka_txn_states=tuple(sorted({p.kafka_txn_state for p in ps if p.kafka_txn_state})),
-            skipped=sum(p.skipped for p in ps),
+            skipped=sum(p.skipped for p in ps), lanes_opened=sum(p.lanes_opened for p in ps),
+            txns_aborted=sum(p.txns_aborted for p in ps),
         )
 
     def as_dict(self) -> dict[str, Any]:

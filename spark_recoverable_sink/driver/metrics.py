@@ -26,6 +26,14 @@ name                                   type       meaning
 ``rks_kafka_queue_messages``           gauge      largest librdkafka queue (``msg_cnt``) the tasks reported
 ``rks_kafka_rtt_avg_seconds``          gauge      mean broker round trip over the tasks
 ``rks_kafka_rtt_max_seconds``          gauge      largest of the tasks' broker round trips
+``rks_skipped_total``                  counter    exactly-once: records a re-run found already in Kafka
+``rks_eo_lanes_waiting``               gauge      exactly-once: lanes of the open batch the driver waits for
+``rks_eo_wait_seconds``                gauge      exactly-once: how long it has waited for them (0: none)
+``rks_eo_settle_seconds``              histogram  exactly-once: how long batches waited for their lanes
+``rks_eo_settle_timeouts_total``       counter    exactly-once: batches failed for lanes still waiting (SettleTimeoutError)
+``rks_eo_parts_total``                 counter    exactly-once: parts of large units committed while a batch waited
+``rks_eo_lanes_opened_total``          counter    exactly-once: lane producers opened (a lane new to a worker: a hop)
+``rks_eo_transactions_aborted_total``  counter    exactly-once: transactions the tasks' workers aborted
 =====================================  =========  ==========================================================
 
 The ``rks_kafka_*`` series exist only with ``statistics.interval.ms`` in the
@@ -61,7 +69,7 @@ from ..errors import ConfigError
 from ..report import BatchReport
 
 __all__ = ["SinkMetrics", "MetricsEndpoint", "FAMILIES", "METRIC_NAMES", "INSTALL_HINT", "registry", "sink_metrics",
-           "serve", "start", "record_batch"]
+           "serve", "start", "record_batch", "settle_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +95,14 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("rks_kafka_queue_messages", "gauge", "Largest librdkafka queue (msg_cnt) the last batch's tasks reported"),
     ("rks_kafka_rtt_avg_seconds", "gauge", "Mean broker round-trip time over the last batch's tasks"),
     ("rks_kafka_rtt_max_seconds", "gauge", "Largest broker round-trip time of the last batch's tasks"),
+    ("rks_skipped", "counter", "Exactly-once: records a re-run found already in Kafka"),
+    ("rks_eo_lanes_waiting", "gauge", "Exactly-once: lanes of the open batch the driver waits for"),
+    ("rks_eo_wait_seconds", "gauge", "Exactly-once: how long the driver has waited for the open batch's lanes"),
+    ("rks_eo_settle_seconds", "histogram", "Exactly-once: how long batches waited for their lanes"),
+    ("rks_eo_settle_timeouts", "counter", "Exactly-once: batches failed for lanes still waiting"),
+    ("rks_eo_parts", "counter", "Exactly-once: parts of large units committed while a batch waited"),
+    ("rks_eo_lanes_opened", "counter", "Exactly-once: lane producers opened (a lane new to a worker)"),
+    ("rks_eo_transactions_aborted", "counter", "Exactly-once: transactions the tasks' workers aborted"),
 )
 #: The exposed names of the metric families (counters with their ``_total``).
 METRIC_NAMES: tuple[str, ...] = tuple(n + "_total" if k == "counter" else n for n, k, _ in FAMILIES)
@@ -144,6 +160,9 @@ class SinkMetrics:
         for n, kind, _ in FAMILIES:
             if kind == "counter":  # every counter exists from the start: rate() needs its zero
                 self._m(n).inc(0)
+            elif kind == "histogram":  # and every histogram's count
+                self._m(n)
+        self.settling(0, 0.0)  # no batch waits for lanes yet
         if max_wal_bytes is not None:
             self.set_max_wal_bytes(max_wal_bytes)
 
@@ -161,7 +180,9 @@ class SinkMetrics:
         m("rks_batches").inc()
         for n, v in (("rks_rows", report.rows), ("rks_bytes", report.bytes), ("rks_acked", report.acked),
                      ("rks_retried", report.retried), ("rks_dead_lettered", report.dead_lettered),
-                     ("rks_dead_letters_reported", len(report.dead_letters)), ("rks_replayed", report.replayed)):
+                     ("rks_dead_letters_reported", len(report.dead_letters)), ("rks_replayed", report.replayed),
+                     ("rks_skipped", report.skipped), ("rks_eo_lanes_opened", report.lanes_opened),
+                     ("rks_eo_transactions_aborted", report.txns_aborted)):
             if v > 0:
                 m(n).inc(v)
         m("rks_pending_records").set(report.pending)
@@ -177,6 +198,21 @@ class SinkMetrics:
             for n, v in (("rks_kafka_rtt_avg_seconds", report.kafka_rtt_ms_avg),
                          ("rks_kafka_rtt_max_seconds", report.kafka_rtt_ms_max)):
                 m(n).set(v / 1000.0 if v >= 0 else math.nan)
+
+
+    def settling(self, lanes: int, seconds: float, parts: int = 0) -> None:
+        """The driver waits for ``lanes`` lanes of its open batch, ``seconds`` so far (0 lanes: none)."""
+        self._m("rks_eo_lanes_waiting").set(lanes)
+        self._m("rks_eo_wait_seconds").set(seconds if lanes else 0.0)
+        if parts > 0:
+            self._m("rks_eo_parts").inc(parts)
+
+    def settled(self, seconds: float, timed_out: bool = False) -> None:
+        """A batch's wait for its lanes ended (``timed_out``: with :class:`.SettleTimeoutError`)."""
+        self.settling(0, 0.0)
+        self._m("rks_eo_settle_seconds").observe(max(0.0, seconds))
+        if timed_out:
+            self._m("rks_eo_settle_timeouts").inc()
 
 
 def sink_metrics(name: str, max_wal_bytes: int | None = None) -> SinkMetrics:
@@ -286,3 +322,12 @@ def record_batch(config_or_name: SinkConfig | str, report: BatchReport,
     if port is not None:
         serve(port)
     return m
+
+
+def settle_metrics(config: SinkConfig) -> SinkMetrics | None:
+    """The sink's metrics for the settle to update while a batch waits for its lanes; ``None`` when the sink has no
+    metrics in this process (prometheus_client is then not imported)."""
+    with _LOCK:
+        if config.metrics_port is None and config.name not in _SINKS:
+            return None
+    return sink_metrics(config.name, config.max_wal_bytes)

@@ -71,15 +71,18 @@ _DRAIN_GRACE_S = 60.0  # past the bound, how long a drain job that has not retur
 
 def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any],
            cancel: Callable[[], Any] | None = None,
-           thread: Callable[..., threading.Thread] = threading.Thread) -> list[tuple[str, str, str]]:
+           thread: Callable[..., threading.Thread] = threading.Thread,
+           progress: Any = None) -> list[tuple[str, str, str]]:
     """Wait until every lane of ``report``'s batch with pending rows is committed (or refused).
 
     Runs on the driver. ``drain(timeout_s)`` runs one drain job
     (:meth:`.RecoverableKafkaSink.drain`) and returns its :class:`.DrainReport`;
     it runs in a ``thread(target=..., name=..., daemon=True)`` (PySpark's
     ``InheritableThread`` keeps the batch's job properties), and ``cancel()``
-    cancels a drain job that did not return in time. Returns the dead letters
-    (record id, error, token) the drain jobs offered.
+    cancels a drain job that did not return in time. ``progress`` (the sink's
+    metrics, :meth:`.metrics.SinkMetrics.settling` and ``settled``) hears the
+    lanes still waiting before each drain job and the wait's end. Returns the
+    dead letters (record id, error, token) the drain jobs offered.
 
     Raises:
         SettleTimeoutError: lanes still waiting after ``config.settle_timeout_s``,
@@ -93,10 +96,30 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
     if not lanes:
         return []
     t0 = time.monotonic()
+    try:
+        offered_letters = _wait(config, report, drain, cancel, thread, progress, lanes, offered, t0)
+    except SettleTimeoutError:
+        if progress is not None:
+            progress.settled(time.monotonic() - t0, timed_out=True)
+        raise
+    except BaseException:
+        if progress is not None:
+            progress.settling(0, 0.0)
+        raise
+    if progress is not None:
+        progress.settled(time.monotonic() - t0)
+    return offered_letters
+
+
+def _wait(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any], cancel: Callable[[], Any] | None,
+          thread: Callable[..., threading.Thread], progress: Any, lanes: list[int],
+          offered: dict[str, tuple[str, str, str]], t0: float) -> list[tuple[str, str, str]]:
+    """:func:`settle`'s loop (steps 1-3)."""
     bound = Deadline(config.settle_timeout_s)
     rounds = 0
     units: list[dict[str, Any]] = []
     parts: dict[int, int] = {}
+    seen_parts = 0
     while True:
         left = _uncommitted(config, report, lanes, parts)  # Step 1
         if left is not None and not left:
@@ -104,6 +127,10 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
         waiting = lanes if left is None else left
         if parts.pop(-1, 0):  # a lane committed another part of its unit since the last round
             bound = Deadline(config.settle_timeout_s)
+        if progress is not None:
+            done_parts = sum(parts.values())
+            progress.settling(len(waiting), time.monotonic() - t0, max(0, done_parts - seen_parts))
+            seen_parts = max(seen_parts, done_parts)
         if bound.expired():  # Step 3
             raise _timeout(config, report, waiting, units, time.monotonic() - t0)
         rounds += 1

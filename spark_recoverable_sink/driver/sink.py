@@ -40,6 +40,7 @@ from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, qu
 from .coalesce import drain_tasks, lane_cores
 from .encode import encode_columns
 from .formats import RegistryFormat
+from .metrics import settle_metrics
 from .resplit import LANE_COLUMN, by_lane, with_lane
 from .settle import check_marker_topic, settle, tagged_drains
 from .split import auto_lanes, plan_batch
@@ -305,7 +306,8 @@ class RecoverableKafkaSink:
             SettleTimeoutError, or a drain job's own error: see :func:`.settle`.
         """
         tag = f"rks-settle-{uuid.uuid4().hex}"
-        return settle(self.config, report, **tagged_drains(spark, lambda s, t: self.drain(s, t), tag))
+        return settle(self.config, report, **tagged_drains(spark, lambda s, t: self.drain(s, t), tag),
+                      progress=settle_metrics(self.config))
 
     def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:
         """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.

@@ -114,3 +114,6 @@ class AtLeastOnceTask:
 
     def skipped(self) -> int:
         return 0  # at-least-once never skips a record
+
+    def counts(self) -> tuple[int, int]:
+        return 0, 0  # no lanes, no transactions

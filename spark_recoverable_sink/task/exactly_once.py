@@ -21,6 +21,7 @@ from .. import _points
 from ..config import SinkConfig
 from ..delivery.contact import ContactDeadline
 from ..delivery.exactly_once.inline import InlineTransaction
+from ..delivery.exactly_once.lanes import COUNTS
 from ..delivery.exactly_once.transactions import (
     COMMITTED,
     MISMATCH,
@@ -57,6 +58,7 @@ class ExactlyOnceTask:
         self._outcome = ""
         self._rows = 0
         self._dead = 0
+        self._counts0 = dict(COUNTS)  # this worker's lane counts when the task began (its report's deltas)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -111,6 +113,10 @@ class ExactlyOnceTask:
     def dead(self) -> int:
         """Rows of a refused unit in the dead-letter store: all of them, but those of parts committed before."""
         return self._dead if self._outcome == REFUSED else 0
+
+    def counts(self) -> tuple[int, int]:
+        """(lane producers opened, transactions aborted) by this worker while the task ran."""
+        return COUNTS["opened"] - self._counts0["opened"], COUNTS["aborted"] - self._counts0["aborted"]
 
     def skipped(self) -> int:
         """Rows of a unit the lane's marker proves Kafka already has (not published again)."""

@@ -172,6 +172,7 @@ class TaskMode(Protocol):
     def share(self, key: AttemptKey) -> tuple[int, int, int]: ...  # (acked, dead, skipped) of one attempt
     def dead(self) -> int: ...  # rows refused for good
     def skipped(self) -> int: ...  # rows Kafka already had (exactly-once re-runs)
+    def counts(self) -> tuple[int, int]: ...  # exactly-once: (lane producers opened, transactions aborted)
 
 
 def _append(rt: "WorkerRuntime", key: ChunkKey, chunk: bytes, first: AttemptState | None) -> None:
@@ -325,6 +326,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
             wal_bytes=rt.wal.live_bytes if rt.wal is not None else 0,
             kafka_queue_msgs=kstats.queue_msgs if kstats else -1, kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0,
             kafka_txn_state=kstats.txn_state if kstats else "",
+            lanes_opened=mode.counts()[0] if first else 0, txns_aborted=mode.counts()[1] if first else 0,
         )
         log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
                  "replayed=%d seconds=%.3f", config.name, batch_id, x.partition, spark_attempt, x.seq, acked,

@@ -36,3 +36,47 @@ def test_written_batches_are_counted_on_the_endpoint(spark, broker, topic, tmp_p
     assert _sample(text, "rks_pending_records", name) == reports[-1].pending
     assert _sample(text, "rks_wal_max_bytes", name) == sink.config.max_wal_bytes
     assert f'rks_batch_seconds_count{{sink="{name}"}} 2.0' in text
+
+
+def test_an_exactly_once_batch_waiting_for_a_lane_is_seen_on_the_endpoint(spark, broker, topic, tmp_path, hooks):
+    """A lane's commit is held past its task's deadline (the task returns with its unit pending), the worker's own
+    retry is held too, and the driver waits for the lane: a scrape then shows one lane waiting and for how long;
+    once the lane commits, none, and the wait in the settle histogram."""
+    import threading
+    import time
+
+    name = f"eo-metrics-{uuid.uuid4().hex[:8]}"
+    sink = RecoverableKafkaSink(name, {"bootstrap.servers": broker.bootstrap}, topic=topic,
+                                wal_dir=str(tmp_path / "wal"), metrics_port=0, guarantee="exactly_once",
+                                ack_timeout_s=2.0, exactly_once_lanes=1)
+    df = spark.range(0, 300, 1, 1).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+    committing = hooks.park("eo.committing", batch=0)
+    settling = hooks.park("eo.settle_drain", batch=0, round=1)
+    done: list[object] = []
+    writer = threading.Thread(target=lambda: done.append(sink.write(df, batch_id=0)), daemon=True)
+    writer.start()
+    idle = None
+    try:
+        owner = committing.wait(120)["pid"]
+        idle = hooks.park("eo.idle_retry", pid=owner, sink=name)
+        time.sleep(3.0)  # the task's deadline (ack_timeout_s) passes while its commit is held: not a synchronisation
+        committing.release()
+        settling.wait(120)  # the driver found the lane uncommitted: it waits
+        text = urllib.request.urlopen(sink.metrics_endpoint.url, timeout=10).read().decode()
+        assert _sample(text, "rks_eo_lanes_waiting", name) == 1
+        assert _sample(text, "rks_eo_wait_seconds", name) > 0
+        assert f'rks_eo_settle_seconds_count{{sink="{name}"}} 0.0' in text
+    finally:
+        for p in (committing, settling, idle):
+            if p is not None:
+                p.release()
+        writer.join(180)
+    try:
+        assert done and done[0].pending == 300, done  # the task returned with its unit pending
+        text = urllib.request.urlopen(sink.metrics_endpoint.url, timeout=10).read().decode()
+    finally:
+        sink.metrics_endpoint.close()
+    assert _sample(text, "rks_eo_lanes_waiting", name) == 0 and _sample(text, "rks_eo_wait_seconds", name) == 0
+    assert f'rks_eo_settle_seconds_count{{sink="{name}"}} 1.0' in text
+    assert _sample(text, "rks_eo_lanes_opened_total", name) >= 1
+    assert _sample(text, "rks_skipped_total", name) == 0

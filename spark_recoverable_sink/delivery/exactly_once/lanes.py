@@ -27,10 +27,13 @@ from .marker_reads import MarkerReader
 from .markers import Marker, client_conf, encode_offset, encode_record, lane_id, sink_lane_prefix
 from .topic import marker_topic_id
 
-__all__ = ["Lane", "LanePool", "on_delivery", "lane_conf", "send_marker", "lane_markers", "sink_lanes",
+__all__ = ["COUNTS", "Lane", "LanePool", "on_delivery", "lane_conf", "send_marker", "lane_markers", "sink_lanes",
            "former_lanes", "abort_lingering"]
 
 log = logging.getLogger(__name__)
+#: This process's counts, read by each exactly-once task around its work for its report (metrics): lane producers
+#: opened (a lane new to this worker, or one replaced) and transactions aborted.
+COUNTS = {"opened": 0, "aborted": 0}
 
 class Lane:
     """One lane's producer, its marker consumer, and what its open transaction holds."""
@@ -99,6 +102,7 @@ class Lane:
             self.producer.commit_transaction(timeout)
         else:
             self.producer.abort_transaction(timeout)
+            COUNTS["aborted"] += 1
             self.swept = False
         self.ending = False
         self.reset()
@@ -191,6 +195,7 @@ class LanePool:
         from confluent_kafka import Consumer
 
         producer = open_engine(self.config, lane_conf(self.config, lid), error_cb=self._on_error)
+        COUNTS["opened"] += 1  # a lane new to this worker (a hop), or its producer replaced
         cconf = client_conf(self.config)
         if self._on_error is not None:
             cconf["error_cb"] = self._on_error
