@@ -57,7 +57,7 @@ def _until_batch(q: Any, batch: int, bound_s: float) -> None:
 
 #: Spark's answer when the Python process of a Spark Connect foreachBatch did not connect back to the JVM within
 #: its fixed 10 s (the import of PySpark's Connect client can take longer on a loaded machine): nothing ran yet.
-_NOT_STARTED = "Python worker failed to connect back"
+_NOT_STARTED = "to connect back"  # "Python worker failed to connect back", "Timed out while waiting ... to connect back"
 _STARTS = 5
 #: Spark 4.1's Kafka source can fail a query in its progress metrics, after a batch (SPARK-55271: a null
 #: ``latestPartitionOffsets``), nothing to do with the sink; the query is restarted from its checkpoint then,

@@ -15,14 +15,13 @@ import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink, SchemaError
 from tests.kafka_helpers import header_dict, read_topic
-from tests.record_ids import id_run, ids_of, run_of, spark_places
+from tests.record_ids import POSITION, id_batch, id_kind, id_run, ids_of, run_of
 
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .readback import LiveReader, read_back
 from .streams import (
     BatchProbe,
     partition_reports,
-    row_value,
     start_stream,
     write_source,
 )
@@ -33,20 +32,12 @@ POISON_SIZE = 200_000
 MAX_BYTES = 100_000
 
 
-def _poison_id(spark, name: str, run: str, batch: int, lo: int, hi: int, poison: int, topic: str) -> str:
-    """The id of row ``poison`` of the source file holding rows ``lo..hi-1`` (as :func:`_poison_stream` wrote it).
-
-    The id has the batch scope (``record_ids="content"``): no partition in it, whichever task wrote the row; its
-    place is Spark's hash of the row's key (computed by Spark here).
-    """
-    import pyarrow as pa
-
-    rows = pa.RecordBatch.from_pydict({
-        "key": pa.array([str(i) for i in range(lo, hi)], pa.string()),
-        "value": pa.array([row_value(i, POISON_SIZE if i == poison else 200) for i in range(lo, hi)], pa.binary())})
-    places = spark_places(spark, [{"key": str(i), "value": b""} for i in range(lo, hi)], "key string, value binary",
-                          topic)  # the place of a row with a key is its key's
-    return ids_of(name, run, batch, 0, [rows], None, places=places)[poison - lo]
+def _is_poison_id(rid: str, name: str, run: str, batch: int, lo: int, poison: int) -> bool:
+    """Whether ``rid`` (hex) is the id of row ``poison`` of the source file holding rows from ``lo`` (as
+    :func:`_poison_stream` wrote it, one file per batch): a file split is a named input, so the id names it by
+    position, the row's rank in its file (its scope, the split's name hashed, is not checked here)."""
+    return (id_kind(rid), id_run(rid), id_batch(rid), int(rid[-16:], 16)) == (POSITION, run_of(name, run), batch,
+                                                                              poison - lo)
 
 
 def _poison_stream(spark, broker, tmp_path, name, topic, dlq, poison, n, files, engine):
@@ -95,9 +86,9 @@ def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, sc
     h = header_dict(rec)
     scenario.figures["dlq_headers"] = sorted(h)
     assert rec.key == str(poison).encode()
-    rid = h.get("rks-id", b"").decode()
-    # sink:run:batch:<fingerprint>-<occurrence>: batch 1 of the query's run, from the row's content alone
-    assert rid == _poison_id(spark, name, q.id.replace("-", "")[:16], 1, 5000, 10000, poison, topic), h
+    rid = h.get("rks-id", b"").hex()
+    # batch 1 of the query's run, the row's position in its file
+    assert _is_poison_id(rid, name, q.id.replace("-", "")[:16], 1, 5000, poison), h
     assert h.get("rks-error"), "the dead letter carries no error text"
     scenario.figures["dlq_error"] = h["rks-error"].decode()[:200]
     assert len(dead_later.records) == len(dead.records), "the dead letter was forwarded again and again"
@@ -125,7 +116,7 @@ def test_07b_poison_without_dlq_fails_its_own_batch_naming_the_id(spark, broker,
     assert t.lost == 0, f"lost {t.lost} good rows of batch 0, e.g. {t.lost_sample}"
     assert first is not None and len(first.dead_letters) == 1, "batch 0's report does not list the dead letter"
     rid, err = first.dead_letters[0]
-    assert rid == _poison_id(spark, name, q.id.replace("-", "")[:16], 0, 0, 5000, poison, topic), rid
+    assert _is_poison_id(rid, name, q.id.replace("-", "")[:16], 0, 0, poison), rid
     assert err, rid
     assert exc is not None, "the query went on although a record was dead-lettered and no DLQ topic is set"
     assert probe.calls == [0] and probe.errors and probe.errors[0][0] == 0, (probe.calls, probe.errors)
@@ -181,8 +172,8 @@ def test_13b_null_topic_without_default_fails_the_task_naming_the_row(spark, bro
     scenario.notes.append("the write fails (nothing silent); rows of the partition's earlier Arrow batches and "
                           "of the other partition may already be in Kafka")
     assert "InvalidRecordError" in msg and "null topic" in msg, msg[:2000]
-    # a row refused before it was accepted has no content id: it is named sink:run:batch:partition:row
-    assert re.search(rf"{sink.name}:[0-9a-f]{{16}}:5:\d+:\d+", msg), "the error does not name the row"
+    # a row refused before it was accepted has no id: it is named by its row, batch and Spark partition
+    assert re.search(r"row \d+ of batch 5 partition \d+", msg), "the error does not name the row"
     assert 3333 not in keys
 
 
@@ -223,7 +214,7 @@ def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, sc
     named = {rid for rid, _e in ei.value.errors.items()} if hasattr(ei.value, "errors") else set()
     assert len(named) == len(bad), named
     # each out-of-range row named by its id (run of that write, batch 2, Spark partition 0: rows 0..2999,
-    # 1: rows 3000..5999), computed from the row's content
+    # 1: rows 3000..5999): a write() never run again of spark.range, so by its position in its partition
     run = without.last_report.run
     assert {id_run(rid) for rid in named} == {run_of(without.name, run)}, named
     import pyarrow as pa
@@ -235,8 +226,7 @@ def test_13c_partition_out_of_range_is_dead_lettered(spark, broker, tmp_path, sc
             "key": pa.array([str(i) for i in rows], pa.string()),
             "value": pa.array([b"row-%d" % i for i in rows], pa.binary()),
             "partition": pa.array([7 if i % 1000 == 7 else i % 3 for i in rows], pa.int32())})
-        places = spark_places(spark, part.to_pylist(), "key string, value binary, partition int", topic)
-        ids += ids_of(without.name, run, 2, p, [part], topic, places=places)
+        ids += ids_of(without.name, run, 2, p, [part], topic, kind=POSITION)
     assert named == {ids[i] for i in bad}, named
     assert any(rid in str(ei.value) for rid in named), str(ei.value)[:500]
 

@@ -51,6 +51,23 @@ def _avro(spark: Any, conf: dict, topic: str, wal: str, n: int, out: dict[str, A
     out.update(avro_rows=report.rows, avro_acked=report.acked)
 
 
+#: Spark Connect's answer when the Python process of a foreachBatch did not connect back to the JVM within its fixed
+#: 10 s (importing PySpark's Connect client can take longer on a loaded machine): nothing ran yet, so the start is
+#: tried again, at most _STARTS times (tests/compat/scenarios.py does the same).
+_NOT_STARTED = "to connect back"
+_STARTS = 5
+
+
+def _start(writer: Any) -> Any:
+    for attempt in range(1, _STARTS + 1):
+        try:
+            return writer.start()
+        except Exception as exc:  # noqa: BLE001 - told apart by Spark's message
+            if _NOT_STARTED not in str(exc) or attempt == _STARTS:
+                raise
+    raise AssertionError("unreachable")
+
+
 def main(argv: list[str]) -> int:
     bootstrap, topic, work, rows, mode = argv[:5]
     n = int(rows)
@@ -79,16 +96,16 @@ def main(argv: list[str]) -> int:
         report = RecoverableKafkaSink("cx-write", conf, topic=topic, wal_dir=wal).write(batch)
         out.update(write_rows=report.rows, write_acked=report.acked, write_run=report.run)
         sink = RecoverableKafkaSink("cx-stream", conf, topic=topic, wal_dir=wal, run_id="cxrun1")
-        q = (_rate(spark, n // 2, "c-").writeStream.foreachBatch(sink)
-             .option("checkpointLocation", os.path.join(work, "chk-fb")).trigger(processingTime="500 milliseconds")
-             .start())
+        q = _start(_rate(spark, n // 2, "c-").writeStream.foreachBatch(sink)
+                   .option("checkpointLocation", os.path.join(work, "chk-fb"))
+                   .trigger(processingTime="500 milliseconds"))
         _until_batch(q, 2)
         out.update(fb_exception=str(q.exception()) if q.exception() else None)
         if os.environ.get("RKS_TEST_REGISTRY_URL"):
             _avro(spark, conf, f"{topic}-avro", wal, n, out)
         sink = RecoverableKafkaSink("cx-norun", conf, topic=topic, wal_dir=wal)
-        q = (_rate(spark, 10, "x-").writeStream.foreachBatch(sink)
-             .option("checkpointLocation", os.path.join(work, "chk-norun")).start())
+        q = _start(_rate(spark, 10, "x-").writeStream.foreachBatch(sink)
+                   .option("checkpointLocation", os.path.join(work, "chk-norun")))
         try:
             q.awaitTermination(120)
         except Exception as exc:  # noqa: BLE001 - the failure is the result
