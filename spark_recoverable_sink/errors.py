@@ -208,8 +208,7 @@ class MarkerError(RecoverableSinkError):
 
     Raised when the marker topic was deleted or replaced while the query ran
     (Kafka deletes a deleted topic's committed offsets with it: every lane's
-    proof is gone), when a lane's marker written under the former lane
-    naming cannot be told to be this sink's, or when a lane group's offset
+    proof is gone), or when a lane group's offset
     metadata, or a lane's latest marker record, is not one this version reads
     (another client's, a newer version's, damaged). ``marker_topic`` names the topic,
     ``lane`` the lane concerned (empty for the whole topic). The message says

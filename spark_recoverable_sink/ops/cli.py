@@ -1,7 +1,7 @@
 """``rks``: the operator's command line, run on the host where a sink's WAL lives.
 
 Commands: ``inspect``, ``replay``, ``dead-letters``, ``quarantine``,
-``abort-transactions``, ``adopt-lanes`` (``rks COMMAND --help`` for each). Exit status: 0 done;
+``abort-transactions`` (``rks COMMAND --help`` for each). Exit status: 0 done;
 1 done in part (records left in the WAL, re-sends that failed, slots that
 cannot be read); 2 nothing done (a wrong path, sink, option or Kafka conf
 file, a slot a live process owns). Errors are one line on stderr; values of
@@ -283,19 +283,16 @@ def quarantine(wal_dir: str, sink: str, slot: int) -> None:
 @main.command("abort-transactions")
 @click.option("--sink", required=True, help="The sink's name.")
 @_conf_option()
-@click.option("--topic", help="Not needed: lanes are found by the sink's name (accepted, unused).")
-@click.option("--lane", "lanes", multiple=True, help="A lane (rks-eo.<sink>:<run>:<lane>, or one of the former "
-                                                     "naming rks-eo.<sink>.<run>.<lane>); default: every lane "
+@click.option("--lane", "lanes", multiple=True, help="A lane (rks-eo.<sink>:<run>:<lane>); default: every lane "
                                                      "that ever committed. Repeatable.")
 @click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True)
-def abort_transactions(sink: str, kafka_conf: str, topic: str | None, lanes: tuple[str, ...],
-                       timeout_s: float) -> None:
+def abort_transactions(sink: str, kafka_conf: str, lanes: tuple[str, ...], timeout_s: float) -> None:
     """Exactly-once: abort every transaction the sink's lanes left open."""
     from ..delivery.exactly_once.lanes import abort_lingering
 
     with _failing():
         conf = _client_conf(kafka_conf)
-        config = build_config(sink, conf, "/nonexistent-wal-dir-not-used", topic=topic, guarantee=EXACTLY_ONCE)
+        config = build_config(sink, conf, "/nonexistent-wal-dir-not-used", guarantee=EXACTLY_ONCE)
     with _failing(scrubber(conf)):
         done = abort_lingering(config, list(lanes) or None, timeout_s)
     for lane in done:
@@ -303,37 +300,3 @@ def abort_transactions(sink: str, kafka_conf: str, topic: str | None, lanes: tup
     click.echo(f"abort-transactions sink={sink} lanes={len(done)}")
 
 
-@main.command("adopt-lanes")
-@click.option("--sink", required=True, help="The sink's name.")
-@click.option("--run", required=True, help="The run id (a query's) whose lanes committed under the former naming.")
-@_conf_option()
-@click.option("--topic", required=True, help="The sink's default topic (swept under the former lane names).")
-@click.option("--marker-topic", default="rks-markers", show_default=True, help="The sink's marker_topic.")
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
-def adopt_lanes(sink: str, run: str, kafka_conf: str, topic: str, marker_topic: str, timeout_s: float) -> None:
-    """Exactly-once: take RUN's lane markers of the former naming (rks-eo.<sink>.<run>.<n>) as this sink's.
-
-    For when the sink refused one (MarkerError): say that they are this sink's.
-    """
-    from ..deadline import Deadline
-    from ..delivery.exactly_once.lanes import former_lanes
-    from ..delivery.exactly_once.legacy import adopt_legacy
-    from ..delivery.exactly_once.markers import lane_id
-    from ..delivery.exactly_once.transactions import Committer
-
-    with _failing():
-        conf = _client_conf(kafka_conf)
-        config = build_config(sink, conf, "/nonexistent-wal-dir-not-used", topic=topic, guarantee=EXACTLY_ONCE,
-                              marker_topic=marker_topic)
-    with _failing(scrubber(conf)):
-        committer = Committer(config)
-        try:
-            for partition in former_lanes(config, run, timeout_s):
-                lid = lane_id(sink, run, partition)
-                lane = committer.lanes.get(lid, timeout_s)
-                marker = adopt_legacy(committer, lid, lane, None, Deadline(timeout_s), vouched=True, topics={topic})
-                found = (f"batch={marker.batch}" if marker is not None
-                         else "nothing adopted (a marker of its own, or none under the former name)")
-                click.echo(f"adopt-lanes sink={sink} lane={lid} former=rks-eo.{sink}.{run}.{partition} {found}")
-        finally:
-            committer.close()

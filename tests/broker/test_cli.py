@@ -245,13 +245,13 @@ def test_errors_are_one_line_with_a_non_zero_exit(broker, topic, tmp_path):
 
 def test_abort_transactions_and_module_entry_point(broker, topic, tmp_path):
     good = _conf(tmp_path, "good", broker.bootstrap)
-    r = _rks("abort-transactions", "--sink", "eo", "--kafka-conf", good, "--topic", topic,
-             "--lane", "rks-eo.eo:run1:0", "--lane", "rks-eo.eo.run1.1")  # a lane of the former naming, named
+    r = _rks("abort-transactions", "--sink", "eo", "--kafka-conf", good,
+             "--lane", "rks-eo.eo:run1:0", "--lane", "rks-eo.eo:run1:1")
     assert r.exit_code == 0, r.stderr
-    assert "lane=rks-eo.eo:run1:0 initialised" in r.stdout and "lane=rks-eo.eo.run1.1 initialised" in r.stdout
+    assert "lane=rks-eo.eo:run1:0 initialised" in r.stdout and "lane=rks-eo.eo:run1:1 initialised" in r.stdout
     assert "lanes=2" in r.stdout
-    for other in ("rks-eo.x:r:0", "rks-eo.x.r.0", "rks-eo.eo-2:r:0"):
-        r = _rks("abort-transactions", "--sink", "eo", "--kafka-conf", good, "--topic", topic, "--lane", other)
+    for other in ("rks-eo.x:r:0", "rks-eo.eo.run1.1", "rks-eo.eo-2:r:0"):
+        r = _rks("abort-transactions", "--sink", "eo", "--kafka-conf", good, "--lane", other)
         assert r.exit_code == 2 and "is not a lane of sink 'eo'" in r.stderr
     proc = subprocess.run([sys.executable, "-m", "spark_recoverable_sink", "inspect", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)

@@ -31,7 +31,6 @@ from spark_recoverable_sink.delivery.exactly_once.markers import (
     encode_offset,
     encode_record,
     lane_id,
-    legacy_lane_id,
     parse_lane_id,
 )
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
@@ -107,9 +106,8 @@ def test_marker_encoding_round_trips():
     assert lane_id("orders", "3ffbea5019c44624", 4) == "rks-eo.orders:3ffbea5019c44624:4"
     # sink and run joined by a separator neither may hold: names that joined alike before are apart now
     assert lane_id("orders", "eu.prod", 0) != lane_id("orders.eu", "prod", 0)
-    assert legacy_lane_id("orders", "eu.prod", 0) == legacy_lane_id("orders.eu", "prod", 0) == "rks-eo.orders.eu.prod.0"
     assert parse_lane_id(lane_id("orders.eu", "prod", 7)) == ("orders.eu", "prod", 7)
-    assert parse_lane_id("rks-eo.orders.eu.prod.0") is None  # a former name is never read as a current one
+    assert parse_lane_id("rks-eo.orders.eu.prod.0") is None  # not a lane id
     longest = lane_id("s" * 100, "r" * 64, 2**31 - 1)
     assert len(longest) == LANE_ID_MAX <= 249  # within every Kafka name limit (transactional.id, group.id)
     with pytest.raises(ValueError):

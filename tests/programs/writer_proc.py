@@ -6,8 +6,7 @@ or "mid_task:<rows>" (the test hook ends the process once <rows> rows are in the
 or "settled" (waits, at most 60 s, until the publisher holds nothing, then os._exit without close),
 or "then:<batch>:<go-file>" (prints the first report, waits at most 120 s for <go-file>, writes
 <batch> of the same partition in the same process, prints its report, then os._exit without close).
-CONFIG_JSON holds the sink's options, "run", and "former_lane_names": true for a process that names lanes
-as the sink did before lane ids became unambiguous (rks-eo.<sink>.<run>.<n>).
+CONFIG_JSON holds the sink's options and "run".
 """
 
 from __future__ import annotations
@@ -17,15 +16,6 @@ import os
 import sys
 
 from tests.broker.rows import batches
-
-
-def name_lanes_as_before() -> None:
-    """This process names lanes ``rks-eo.<sink>.<run>.<n>``, as the sink did before lane ids became unambiguous:
-    it writes markers and WALs as a process of that version did (and adopts nothing: its names are the former)."""
-    from spark_recoverable_sink.delivery.exactly_once import lanes, markers, transactions, units
-
-    for module in (markers, lanes, transactions, units):
-        module.lane_id = markers.legacy_lane_id
 
 
 def main() -> None:
@@ -39,8 +29,6 @@ def main() -> None:
 
     opts = json.loads(conf_json)
     run = opts.pop("run", "")
-    if opts.pop("former_lane_names", False):
-        name_lanes_as_before()
     cfg = SinkConfig.build(opts.pop("name"), opts.pop("kafka_conf"), opts.pop("wal_dir"), **opts)
     report = write_partition(cfg, int(batch), int(partition), 0, batches(int(partition), int(rows), int(size)),
                              run=run)

@@ -2,8 +2,7 @@
 
 Every lane of a sink is named ``rks-eo.<sink>:<run>:<lane>``: its
 ``transactional.id``, the consumer group holding its marker offset and the
-key of its marker record (:mod:`.markers`; lanes of the former naming:
-:mod:`.legacy`). Inside a worker,
+key of its marker record (:mod:`.markers`). Inside a worker,
 :class:`LanePool` keeps each lane's producer, marker consumer and what its
 open transaction holds (:class:`Lane`), and creates the sink's marker topic
 once; from outside, the driver asks whether every lane of a batch is
@@ -28,7 +27,7 @@ from .markers import Marker, client_conf, encode_offset, encode_record, lane_id,
 from .topic import marker_topic_id
 
 __all__ = ["COUNTS", "Lane", "LanePool", "on_delivery", "lane_conf", "send_marker", "lane_markers", "sink_lanes",
-           "former_lanes", "abort_lingering"]
+           "abort_lingering"]
 
 log = logging.getLogger(__name__)
 #: This process's counts, read by each exactly-once task around its work for its report (metrics): lane producers
@@ -172,7 +171,6 @@ class LanePool:
         self._lanes: OrderedDict[str, Lane] = OrderedDict()
         self._max_lanes = max_lanes
         self.markers = MarkerReader(config)
-        self.adopted: set[str] = set()  # lanes whose former name was looked at in this process (.legacy)
         self.wedged_at = 0.0  # when a lane producer of this process last wedged (drop)
 
     def get(self, lid: str, timeout_s: float = 10.0) -> Lane:
@@ -265,10 +263,6 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
 def sink_lanes(config: SinkConfig, timeout_s: float = 10.0) -> list[str]:
     """The lane names of the sink that committed at least once (their marker groups exist).
 
-    Only lanes of the current naming: one of the former naming
-    (``rks-eo.<sink>.<run>.<n>``) may be another sink's, and is adopted by the
-    lane's first use after the upgrade (:mod:`.legacy`).
-
     Raises:
         concurrent.futures.TimeoutError: the admin client gave no answer within ``timeout_s`` + 5 s.
         confluent_kafka.KafkaException: the broker refused the listing.
@@ -281,22 +275,6 @@ def sink_lanes(config: SinkConfig, timeout_s: float = 10.0) -> list[str]:
     return sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix))
 
 
-def former_lanes(config: SinkConfig, run: str, timeout_s: float = 10.0) -> list[int]:
-    """The partitions of ``run``'s lanes that committed under the former naming (``rks-eo.<sink>.<run>.<n>``).
-
-    Raises:
-        concurrent.futures.TimeoutError: the admin client gave no answer within ``timeout_s`` + 5 s.
-        confluent_kafka.KafkaException: the broker refused the listing.
-    """
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(client_conf(config))
-    prefix = f"rks-eo.{config.name}.{run}."
-    listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s + 5.0)
-    return sorted(int(g.group_id[len(prefix):]) for g in listed.valid
-                  if g.group_id.startswith(prefix) and g.group_id[len(prefix):].isdigit())
-
-
 def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, timeout_s: float = 30.0) -> list[str]:
     """Abort every transaction a lane of the sink left open; returns the lanes handled.
 
@@ -305,9 +283,7 @@ def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, time
     earlier producer of the lane and aborts its open transaction (Apache
     Kafka; a broker that makes such a transaction visible instead does not
     give this guarantee). A lane that is in use is fenced too: its owner
-    re-initialises, reads its marker again and carries on. A lane of the
-    former naming is taken only when named in ``lanes`` (it may be the lane
-    of another sink whose name and run join to the same string).
+    re-initialises, reads its marker again and carries on.
 
     Raises:
         confluent_kafka.KafkaException: a lane could not be initialised in ``timeout_s``.
@@ -315,8 +291,8 @@ def abort_lingering(config: SinkConfig, lanes: Iterable[str] | None = None, time
     from confluent_kafka import Producer
 
     names = list(lanes) if lanes is not None else sink_lanes(config, timeout_s)
-    for lid in names:  # a lane of the former naming is taken when named (it may be another sink's: .legacy)
-        if not lid.startswith((sink_lane_prefix(config.name), f"rks-eo.{config.name}.")):
+    for lid in names:
+        if not lid.startswith(sink_lane_prefix(config.name)):
             raise ValueError(f"{lid!r} is not a lane of sink {config.name!r}")
         p = Producer(lane_conf(config, lid))
         p.init_transactions(timeout_s)

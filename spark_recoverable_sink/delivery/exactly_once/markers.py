@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ...config import SinkConfig
 from .subunits import PARTIAL_RECORD_VERSION, Partial, decode_partial, decode_partial_record
 
-__all__ = ["lane_id", "legacy_lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
+__all__ = ["lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
            "decode_offset", "encode_record", "decode_record", "client_conf", "MAX_BATCH",
            "DIGEST_BITS", "PRE_INIT_READ_S", "PRE_INIT_SHARE", "UNANSWERED"]
 
@@ -56,8 +56,7 @@ def lane_id(sink: str, run: str, partition: int) -> str:
 
     ``rks-eo.<sink>:<run>:<lane>``. Sink names and run ids hold no
     ``:`` (``[A-Za-z0-9._-]``), so no two (sink, run, partition) share a lane
-    (:func:`parse_lane_id` reads one back), and no lane id is one of the
-    former naming (:func:`legacy_lane_id`, which holds no ``:``).
+    (:func:`parse_lane_id` reads one back).
 
     Raises:
         ValueError: ``sink`` or ``run`` holds a ``:`` (never so for a validated sink name and run id).
@@ -73,21 +72,11 @@ def sink_lane_prefix(sink: str) -> str:
 
 
 def parse_lane_id(lid: str) -> tuple[str, str, int] | None:
-    """``(sink, run, partition)`` of a lane id of :func:`lane_id`; ``None`` for anything else (a former one)."""
+    """``(sink, run, partition)`` of a lane id of :func:`lane_id`; ``None`` for anything else."""
     parts = lid[len(_LANE_PREFIX):].split(":") if lid.startswith(_LANE_PREFIX) else []
     if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
         return None
     return parts[0], parts[1], int(parts[2])
-
-
-def legacy_lane_id(sink: str, run: str, partition: int) -> str:
-    """The lane's name before lane ids became unambiguous: ``rks-eo.<sink>.<run>.<lane>``.
-
-    Dots are allowed in sink names and run ids, so sink ``orders`` with run
-    ``eu.prod`` and sink ``orders.eu`` with run ``prod`` shared a lane.
-    Read only to adopt what a lane committed under it (:mod:`.legacy`).
-    """
-    return f"{_LANE_PREFIX}{sink}.{run}.{partition}"
 
 
 @dataclass(frozen=True)

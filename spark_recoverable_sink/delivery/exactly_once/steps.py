@@ -1,7 +1,7 @@
 """The bound of one step of a unit's publication (a client call), and how a step ends a try early.
 
 Where it runs: a worker, inside :meth:`.transactions.Committer.commit` and
-the steps it calls (:mod:`.legacy`, :mod:`.sweep`); nothing here pickles.
+the steps it calls (:mod:`.sweep`); nothing here pickles.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ Steps of :meth:`Committer.commit`, each resumable after a failure or a deadline:
 1. the lane's producer, ``init_transactions()``-ed once; re-created when the
    lane's marker moved since this producer last saw it (another worker
    committed there, so this producer was fenced); swept (:mod:`.sweep`) since its init or last abort;
-   the first time in a process, what the lane committed under its former name adopted (:mod:`.legacy`);
 2. read the marker; decide (:meth:`Committer.decide`): a unit the marker
    proves committed (same batch, same digest) is *skipped*; a later batch on
    the marker skips a recovered unit (batches end in order) but is a
@@ -50,7 +49,6 @@ from ..engine import WEDGED
 from ..rows import record_index
 from .inline import InlineTransaction
 from .lanes import Lane, LanePool, send_marker
-from .legacy import adopt_legacy
 from .markers import PRE_INIT_READ_S, PRE_INIT_SHARE, UNANSWERED, Marker, encode_offset, lane_id
 from .parts import commit_parts, plan_parts, produce_unit
 from .steps import COMMITTED, MISMATCH, PENDING, REFUSED, SKIPPED, Decided, StepTimeout, left
@@ -197,8 +195,6 @@ class Committer:
                          "re-initialised", self.config.name, lid)
                 self.lanes.drop(lid)
                 lane = self.lanes.get(lid, left(deadline, "marker topic"))
-        if lid not in self.lanes.adopted:  # once per process: what the lane committed under its former name
-            adopt_legacy(self, lid, lane, unit, deadline)
         if not lane.ready:
             if unit is not None:  # a unit Kafka already has is skipped without fencing anyone (if its marker reads)
                 marker = self._marker(lid, lane, deadline, before_init=True)
