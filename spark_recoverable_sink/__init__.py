@@ -7,9 +7,9 @@ docs/guarantees.md for the guarantees and docs/DESIGN.md for the data path.
 """
 
 from .config import SinkConfig
+from .driver import versions as _versions
 from .driver.formats import Avro, JsonSchema
 from .driver.sink import RecoverableKafkaSink
-from .driver import versions as _versions
 from .errors import (
     BrokerUnreachableError,
     ConfigError,

@@ -24,8 +24,8 @@ from .checks import (
     JAVA_PARTITIONER,
     check_exactly_once,
     check_kafka_conf,
-    check_record_ids,
     check_option_names,
+    check_record_ids,
     check_wal_dir,
     warn_ack_timeout,
 )

@@ -38,7 +38,7 @@ from ..errors import ConfigError, SchemaError
 from .registry import RegistryClient, scrub_url
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql import DataFrame
+    pass
 
 __all__ = ["Avro", "JsonSchema", "RegistryFormat", "encode_columns", "check_json_fields", "STRATEGIES"]
 
@@ -146,7 +146,7 @@ class Avro(RegistryFormat):
     schema_type = "AVRO"
 
     def record_name(self) -> str:
-        s = getattr(self, "_parsed")
+        s = self._parsed
         if not isinstance(s, dict) or not isinstance(s.get("name"), str):
             raise ConfigError("schema", "the 'record' strategies need a named Avro schema (a record's 'name')")
         name, ns = s["name"], s.get("namespace")
@@ -159,7 +159,7 @@ class JsonSchema(RegistryFormat):
     schema_type = "JSON"
 
     def record_name(self) -> str:
-        s = getattr(self, "_parsed")
+        s = self._parsed
         if not isinstance(s, dict) or not isinstance(s.get("title"), str):
             raise ConfigError("schema", "the 'record' strategies need a JSON Schema with a 'title'")
         return s["title"]
@@ -171,7 +171,7 @@ def check_json_fields(fmt: JsonSchema, column: str, data_type: Any) -> None:
     Raises:
         SchemaError: naming the column and the property.
     """
-    s = getattr(fmt, "_parsed")
+    s = fmt._parsed
     names = {f.name for f in getattr(data_type, "fields", ())}
     if not isinstance(s, dict) or not names:
         return

@@ -44,7 +44,7 @@ Where it runs: the driver, once per batch (it builds the plan, runs nothing).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..config import COLUMN_IDS, CONTENT_IDS, EXACTLY_ONCE, SinkConfig
 from ..ids import PLACE_INPUT_COLUMN

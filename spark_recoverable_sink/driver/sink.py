@@ -36,11 +36,11 @@ from ..schema import Columns, validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
 from ..task.writer import PartitionWriter
 from .batches import conclude_batch, dead_letter_error, first_contact_error, warn_pending
-from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
 from .coalesce import drain_tasks, lane_cores
 from .encode import encode_columns
 from .formats import RegistryFormat
 from .metrics import settle_metrics
+from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
 from .resplit import LANE_COLUMN, by_lane, with_lane
 from .settle import check_marker_topic, settle, tagged_drains
 from .split import auto_lanes, plan_batch

@@ -18,11 +18,11 @@ from typing import Any, Collection, ContextManager, Iterable, Iterator, Protocol
 import pyarrow as pa
 
 from .. import _points
+from ..arrays import record_batch, values
 from ..config import COLUMN_IDS, EXACTLY_ONCE, PARTITION_IDS, SinkConfig
-from ..errors import RecoverableSinkError, WalWriteError
 from ..delivery.exactly_once.topic import expect_marker_topic
 from ..delivery.stats import latest_summary
-from ..arrays import record_batch, values
+from ..errors import RecoverableSinkError, WalWriteError
 from ..ids import CONTENT, KEY, PLACE_INPUT_COLUMN, IdScheme, key_hashes, new_occurrences, scheme_for, with_ids
 from ..report import REPORT_FIELDS, PartitionReport
 from ..schema import Columns, normalize_batch, payload_bytes
