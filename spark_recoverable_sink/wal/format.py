@@ -138,15 +138,15 @@ def _crc32_impl() -> Any:
 _CRC32: Any = None
 
 
-def encode_chunk(batch: pa.RecordBatch) -> bytearray:
-    """Serialise one normalised record batch as a chunk value (one copy of the IPC bytes)."""
+def encode_chunk(batch: pa.RecordBatch) -> memoryview:
+    """Serialise one normalised record batch as a chunk value: the header and the IPC bytes written into one
+    buffer (the rows are copied once, into the IPC stream; the header is filled in place after it)."""
     sink = pa.BufferOutputStream()
+    sink.write(bytes(_CHUNK_HEAD.size))
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    ipc = sink.getvalue()
-    out = bytearray(_CHUNK_HEAD.size)
-    out += memoryview(ipc)
-    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, WAL_VERSION, 0, batch.num_rows, crc32(ipc))
+    out = memoryview(sink.getvalue())  # a resizable buffer's: writable
+    _CHUNK_HEAD.pack_into(out, 0, _CHUNK_MAGIC, WAL_VERSION, 0, batch.num_rows, crc32(out[_CHUNK_HEAD.size:]))
     return out
 
 
