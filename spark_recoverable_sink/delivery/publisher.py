@@ -49,6 +49,8 @@ __all__ = ["Publisher"]
 log = logging.getLogger(__name__)
 
 _LIVE = (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT)
+#: A sync task's flush at its end waits at most this long (and never past its deadline); polling goes on after it.
+FLUSH_S = 10.0
 
 
 class Publisher:
@@ -284,7 +286,16 @@ class Publisher:
         self.checkpoint()
 
     def wait_finished(self, trackers: list[ChunkTracker], deadline: Deadline) -> bool:
-        """Poll (on this thread) until every tracker's records are acked or dead, or the deadline."""
+        """Flush, then poll (on this thread) until every tracker's records are acked or dead, or the deadline.
+
+        The flush (bounded by the deadline) makes the client send what it
+        holds back for ``linger.ms`` at once, as a flush-style producer loop
+        (and Spark's own sink, at the end of a task) does; polling alone left
+        a task's last records waiting their linger.
+        """
+        if not all(t.finished for t in trackers) and not deadline.expired():
+            with self._lock:
+                self._step("poller.flush", lambda: self._slot.get().flush(deadline.cap(FLUSH_S)))
         while not all(t.finished for t in trackers):
             if deadline.expired():
                 return False
