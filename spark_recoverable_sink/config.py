@@ -15,7 +15,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
 from .auth import CALLBACK_OPTIONS, load_callable, with_callbacks
@@ -35,7 +35,7 @@ from .javaconf import to_librdkafka
 
 __all__ = ["SinkConfig", "AT_LEAST_ONCE", "EXACTLY_ONCE", "WAL_SYNC_MODES", "DELIVERY_ENGINES", "DEFAULT_MAX_WAL_BYTES",
            "DEFAULT_WAL_DIR", "RECORD_IDS", "CONTENT_IDS", "PARTITION_IDS", "COLUMN_IDS", "AUTO_LANES", "AUTO_OPTIONS",
-           "redact",
+           "default_of", "redact",
            "scrub_secrets", "is_secret_option", "resolve_env_values"]
 
 log = logging.getLogger(__name__)
@@ -343,3 +343,14 @@ class SinkConfig:
         )
 
     __str__ = __repr__
+
+
+def default_of(option: str) -> Any:
+    """The default of a :class:`SinkConfig` option: the one place every other default (the sink's signature, the job
+    templates' settings, the ``rks`` command's options) is taken from.
+
+    Raises:
+        KeyError: no such option.
+    """
+    f = {f.name: f for f in fields(SinkConfig)}[option]
+    return f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]

@@ -79,7 +79,6 @@ class RecoverableKafkaSink:
         topic: The topic of every record (overrides a ``topic`` column, as in
             Spark's sink); unset, each row's ``topic`` column.
         wal_dir: Executor-local directory for the write-ahead log.
-        ack_timeout_s: How long a task waits for broker acks (0 = fully async).
         history: How many batch reports ``reports`` keeps.
         drain_on_failure_s: After a batch's job fails, how long a drain job
             waits for acks before the error is re-raised (0: no drain). The
@@ -106,12 +105,11 @@ class RecoverableKafkaSink:
 
     def __init__(
         self, name: str, kafka_conf: Mapping[str, Any], topic: str | None = None,
-        wal_dir: str = DEFAULT_WAL_DIR, ack_timeout_s: float = 30.0,
-        history: int = 100, drain_on_failure_s: float = 10.0, run_id: str | None = None,
+        wal_dir: str = DEFAULT_WAL_DIR, history: int = 100, drain_on_failure_s: float = 10.0, run_id: str | None = None,
         value_format: RegistryFormat | None = None, key_format: RegistryFormat | None = None, **options: Any,
     ) -> None:
         check_supported()  # this PySpark: 3.5 or 4.x
-        self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, ack_timeout_s=ack_timeout_s, **options)
+        self.config = SinkConfig.build(name, kafka_conf, wal_dir, topic=topic, **options)
         self.formats = {"value": value_format, "key": key_format}
         for column, fmt in self.formats.items():
             if fmt is not None and not isinstance(fmt, RegistryFormat):

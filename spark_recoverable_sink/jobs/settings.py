@@ -30,7 +30,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
-from ..config import AUTO_OPTIONS, is_secret_option
+from ..config import AUTO_OPTIONS, default_of, is_secret_option
 
 __all__ = [
     "SettingsError", "SparkSettings", "KafkaSettings", "SinkSettings", "QuerySettings", "JobSettings",
@@ -95,19 +95,19 @@ class SinkSettings:
 
     name: str
     wal_dir: str
-    ack_timeout_s: float = 30.0
-    wal_sync: str = "commit"
-    max_wal_bytes: int = 20 * 1024**3
-    max_block_s: float = 60.0
-    checkpoint_interval_s: float = 1.0
-    dead_letter_topic: str | None = None
-    guarantee: str = "at_least_once"
-    exactly_once_lanes: int | None = None  # None: "auto" (SinkConfig.exactly_once_lanes)
-    settle_timeout_s: float = 600.0
-    offsets_retention_s: float = 7 * 24 * 3600.0  # the brokers' offsets.retention.minutes, in seconds
-    record_ids: str = "content"
-    id_columns: list = field(default_factory=list)
-    write_timestamp: bool = False
+    ack_timeout_s: float = default_of("ack_timeout_s")  # every default is SinkConfig's (config.default_of)
+    wal_sync: str = default_of("wal_sync")
+    max_wal_bytes: int = default_of("max_wal_bytes")
+    max_block_s: float = default_of("max_block_s")
+    checkpoint_interval_s: float = default_of("checkpoint_interval_s")
+    dead_letter_topic: str | None = default_of("dead_letter_topic")
+    guarantee: str = default_of("guarantee")
+    exactly_once_lanes: int | None = default_of("exactly_once_lanes")  # None: "auto"
+    settle_timeout_s: float = default_of("settle_timeout_s")
+    offsets_retention_s: float = default_of("offsets_retention_s")  # the brokers' offsets.retention.minutes, in s
+    record_ids: str = default_of("record_ids")
+    id_columns: list = field(default_factory=lambda: list(default_of("id_columns")))
+    write_timestamp: bool = default_of("write_timestamp")
     value_format: dict | None = field(default=None, repr=False)
     key_format: dict | None = field(default=None, repr=False)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from ..config import AT_LEAST_ONCE, EXACTLY_ONCE
+from ..config import AT_LEAST_ONCE, EXACTLY_ONCE, default_of
 from ..errors import RecoverableSinkError
 from ..wal.slots import slot_paths
 from . import render
@@ -137,7 +137,7 @@ def inspect(wal_dir: str, sink: str | None, as_json: bool) -> None:
 
 
 def _id_header_option() -> Callable[[Any], Any]:
-    return click.option("--id-header", default="rks-id", show_default=True,
+    return click.option("--id-header", default=default_of("id_header"), show_default=True,
                         help="The sink's id_header: the header the record ids go in (must match the sink's).")
 
 
@@ -158,7 +158,7 @@ def _conf_option(required: bool = True) -> Callable[[Any], Any]:
                    "(give --topic and --marker-topic as the sink has them).")
 @click.option("--topic", help="The sink's topic= option, if it has one (records keep the topics they were "
                               "written with; exactly-once lanes sweep it before they commit).")
-@click.option("--marker-topic", default="rks-markers", show_default=True,
+@click.option("--marker-topic", default=default_of("marker_topic"), show_default=True,
               help="Exactly-once: the sink's marker_topic= (the lanes' markers: a unit they show committed is "
                    "skipped).")
 @_id_header_option()
