@@ -194,12 +194,16 @@ def header_dict(r: Any) -> dict[str, Any]:
     return {k: v for k, v in r.headers}
 
 
-def wait_for_uncommitted(bootstrap: str, topic: str, batch: int, partition: int, timeout_s: float = 30.0) -> int:
+def wait_for_uncommitted(bootstrap: str, topic: str, batch: int, partition: int | None,
+                         timeout_s: float = 30.0) -> int:
     """Wait until records of (``batch``, Spark ``partition``) are on the broker, read_uncommitted; returns how many.
 
     For a test that kills a worker inside its open transaction: the kill
     comes once the transaction holds records on the broker (ids of that
     batch in the scope of that partition), not after a guessed delay.
+    ``partition=None``: any record of the batch, for a batch of one task
+    whose ids are scoped by its input's name rather than its partition
+    (exactly-once lanes named by their input).
 
     Raises:
         AssertionError: none within ``timeout_s``.
@@ -207,7 +211,8 @@ def wait_for_uncommitted(bootstrap: str, topic: str, batch: int, partition: int,
     end = time.monotonic() + timeout_s
     while True:
         got = read_topic(bootstrap, topic, idle_s=0.2, timeout_s=10)
-        n = sum(1 for r in got.records if r.rid and id_batch(r.rid) == batch and id_scope(r.rid) == partition)
+        n = sum(1 for r in got.records if r.rid and id_batch(r.rid) == batch
+                and (partition is None or id_scope(r.rid) == partition))
         if n:
             return n
         if time.monotonic() > end:

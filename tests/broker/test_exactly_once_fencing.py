@@ -259,5 +259,7 @@ def test_a_lane_a_killed_worker_left_in_its_commit_is_taken_over_within_one_ack_
     assert (rep.acked + rep.skipped, rep.pending) == (3000, 0), rep
     waits = [float(m.group(1)) for r in caplog.records
              if (m := re.search(r"marker not read in ([0-9.]+)s before the lane's init", r.getMessage()))]
-    assert len(waits) == 1 and waits[0] <= cfg.ack_timeout_s / 3, f"unanswered reads waited {waits} s"
+    # At most one read waited out, and briefly. A fresh worker whose own attempt opens its inline transaction first
+    # initialises the lane before any read (its init aborts the dead transaction): then no read waits at all.
+    assert len(waits) <= 1 and all(w <= cfg.ack_timeout_s / 3 for w in waits), f"unanswered reads waited {waits} s"
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=sum(units.values()), isolation=RC), cfg, "r", units)

@@ -91,8 +91,9 @@ def test_16_exactly_once_workers_sigkilled_inside_open_transactions(spark, broke
     try:
         for k in range(kills):
             at = parked.wait(120)
-            # its chunk on the broker, inside the open transaction
-            wait_for_uncommitted(broker.bootstrap, topic, at["coords"]["batch"], at["coords"]["partition"])
+            # its chunk on the broker, inside the open transaction. One file per trigger: a batch is one task, one
+            # lane named by its file, whose ids are scoped by the file's name (not by the Spark partition)
+            wait_for_uncommitted(broker.bootstrap, topic, at["coords"]["batch"], None)
             since = started(at["pid"])
             fault_at = kill9(at["pid"])
             parked.release()  # nobody is left to read it: the process is gone
