@@ -9,7 +9,6 @@ and tools.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -29,7 +28,6 @@ from ..report import REPORT_FIELDS, PartitionReport
 from ..schema import Columns, normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import COMMITTED, OPEN, AttemptState
-from .append_ahead import AppendAhead
 from .at_least_once import AtLeastOnceTask
 from .exactly_once import ExactlyOnceTask
 from .input_end import input_complete
@@ -116,9 +114,7 @@ def write_partitions(
        all rows are ``partition``'s): normalise them, append them to the WAL
        in one committed transaction (the first chunk of a partition opens its
        attempt), *then* produce them (each with its deterministic id header);
-       block for space first if the WAL is full. A chunk's append runs on the
-       worker's appending thread while the chunk before it is produced
-       (:mod:`.append_ahead`); it is produced only once committed;
+       block for space first if the WAL is full;
     4. exactly-once: prove the input was read whole (:mod:`.input_end`);
        mark the task's attempts committed in the WAL (one durable
        transaction), wait for acks up to ``ack_timeout_s``, prune what is
@@ -277,7 +273,7 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
     started = time.time()
     rows = 0
     try:
-        with mode.writing(), AppendAhead(f"sink={config.name} slot={wal.path}") as ahead:
+        with mode.writing():
             for batch in batches:  # Step 3
                 for p, piece in split_by_partition(batch, partition):
                     if piece.num_rows == 0:
@@ -290,9 +286,8 @@ def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: in
                     key = ChunkKey(batch_id, part.partition, part.seq, part.akey.gen)
                     rt.reserve_space(len(chunk))
                     first = None if part.seq else AttemptState(OPEN, spark_attempt, 0, started, mode.guarantee)
-                    ahead.append(functools.partial(_append, rt, key, chunk, first),  # WAL first ...
-                                 functools.partial(mode.chunk, key, norm, len(chunk)),  # ... then Kafka
-                                 inline=first is not None)
+                    _append(rt, key, chunk, first)  # WAL first ...
+                    mode.chunk(key, norm, len(chunk))  # ... then Kafka
                     part.seq += norm.num_rows
                     part.nbytes += payload_bytes(norm)
                     rows += norm.num_rows

@@ -85,10 +85,7 @@ def test_async_mode_returns_before_acks_and_delivers_later(broker, topic, tmp_pa
 
 
 def test_async_poller_delivers_committed_chunks_while_a_long_task_still_writes(broker, topic, tmp_path):
-    """An async task writing for longer than OVERLAP_AFTER_S gives the poll lock back: chunks get acked mid-task.
-
-    A chunk is handed on once the next one is appended (task/append_ahead.py): the first two chunks are handed on
-    by the time the generator is asked for the fourth."""
+    """An async task writing for longer than OVERLAP_AFTER_S gives the poll lock back: chunks get acked mid-task."""
     from spark_recoverable_sink.task.at_least_once import OVERLAP_AFTER_S
 
     cfg = _config(broker.bootstrap, str(tmp_path), topic, ack_timeout_s=0, name="overlap")
@@ -98,8 +95,7 @@ def test_async_poller_delivers_committed_chunks_while_a_long_task_still_writes(b
         it = batches(0, 4000, 40)
         yield next(it)
         time.sleep(OVERLAP_AFTER_S + 0.1)  # the task has now been writing longer than the bound
-        yield next(it)
-        yield next(it)  # its append hands the second chunk on, and the task lends the lock to the poller
+        yield next(it)  # after this chunk's append, the task lends the lock to the poller
         pub = get_runtime(cfg).publisher
         end = time.monotonic() + 60
         while pub.in_flight() and time.monotonic() < end:  # the task waits in this generator meanwhile
