@@ -24,9 +24,19 @@ _LINK = re.compile(r"(?<![\\])!?\[([^\]]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")
 _HTML_ID = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 
 
+#: The documents written for the developers of the package, not its users: they may name its modules and inner
+#: workings (the others say what a user does, in the package's public names).
+DEVELOPER_DOCS = ("CHANGELOG.md", "DESIGN.md", "PERFORMANCE.md", "RELIABILITY.md")
+
+
 def doc_paths(root: str = REPO) -> list[str]:
     """README.md and every docs/*.md under ``root``, sorted."""
     return [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+
+
+def user_doc_paths(root: str = REPO) -> list[str]:
+    """README.md and the docs/*.md written for users (every one but :data:`DEVELOPER_DOCS`)."""
+    return [p for p in doc_paths(root) if os.path.basename(p) not in DEVELOPER_DOCS]
 
 
 def read(path: str) -> str:
