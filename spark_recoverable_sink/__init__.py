@@ -9,6 +9,7 @@ docs/guarantees.md for the guarantees and docs/DESIGN.md for the data path.
 from .config import SinkConfig
 from .driver import versions as _versions
 from .driver.formats import Avro, JsonSchema
+from .driver.metrics import registry as metrics_registry
 from .driver.sink import RecoverableKafkaSink
 from .errors import (
     BrokerUnreachableError,
@@ -57,6 +58,7 @@ __all__ = [
     "SinkConfig",
     "BatchReport",
     "PartitionReport",
+    "metrics_registry",
     "RecoverableSinkError",
     "ConfigError",
     "SparkVersionError",
