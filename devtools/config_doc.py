@@ -44,16 +44,21 @@ METRICS_BEGIN, METRICS_END = "<!-- BEGIN metrics -->", "<!-- END metrics -->"
 #: SinkConfig fields under the name users give them (``kafka_conf`` is stored as its items).
 _USER_NAME = {"kafka_conf_items": "kafka_conf"}
 _ROLE = re.compile(r":[a-z]+:`~?\.*([^`]+)`")
+_INTERNAL = re.compile(r":(?:mod|data):`[^`]+`")
+_DOC_PAGE = re.compile(r"\bdocs/([a-z-]+)\.md(#[a-z0-9_-]+)?")
 _GIB, _DAY = 1024 ** 3, 24 * 3600
 
 
 def docstring_entries(doc: str, section: str) -> dict[str, str]:
     """The entries of a Google-style docstring ``section`` (``Attributes``, ``Args``): name -> one-line text.
 
-    An entry ``a / b: text`` gives ``text`` to both names; reST roles and double backquotes become Markdown code.
+    Each entry is one option's row of a user's table, so each says what its option does, and nothing sends a
+    user into the code: reST roles of classes and functions and double backquotes become Markdown code, a
+    ``docs/<page>.md`` a link to that page.
 
     Raises:
-        ValueError: the docstring has no such section.
+        ValueError: the docstring has no such section; an entry names several options (``a / b: text``, one
+            meaning in two rows) or a module or constant (``:mod:``, ``:data:``).
     """
     lines = inspect.cleandoc(doc).splitlines()
     try:
@@ -67,16 +72,33 @@ def docstring_entries(doc: str, section: str) -> dict[str, str]:
             break  # the next section
         if line.startswith("    ") and not line.startswith("        "):
             names, _, text = line.strip().partition(": ")
+            if " / " in names:
+                raise ValueError(f"the entry {names} gives one text to several options: give each its own")
             current = [text]
-            for name in names.split(" / "):
-                entries[name.strip().lstrip("*")] = current
+            entries[names.strip().lstrip("*")] = current
         elif line.strip():
             current.append(line.strip())
-    return {name: _markdown(" ".join(parts)) for name, parts in entries.items()}
+    return {name: _markdown(name, " ".join(parts)) for name, parts in entries.items()}
 
 
-def _markdown(text: str) -> str:
-    return _ROLE.sub(r"`\1`", text).replace("``", "`").replace("|", "\\|")
+def _markdown(name: str, text: str) -> str:
+    internal = _INTERNAL.search(text)
+    if internal:
+        raise ValueError(f"the entry of {name} names a module or constant ({internal.group(0)}): a user reads it; "
+                         "say what it does, or name a page of docs/")
+    text = _ROLE.sub(r"`\1`", text).replace("``", "`").replace("|", "\\|")
+    return _DOC_PAGE.sub(lambda m: f"[{_title(m.group(1))}]({m.group(1)}.md{m.group(2) or ''})", text)
+
+
+def _title(page: str) -> str:
+    """How the docs name ``docs/<page>.md`` in a sentence (``[operations](operations.md)``).
+
+    Raises:
+        ValueError: no such page (a docstring names a page that does not exist).
+    """
+    if not os.path.exists(os.path.join(_DOCS_DIR, f"{page}.md")):
+        raise ValueError(f"a docstring names docs/{page}.md, which does not exist")
+    return page.split("-")[0]
 
 
 def _type(hint: Any) -> str:

@@ -75,7 +75,7 @@ class RecoverableKafkaSink:
         kafka_conf: confluent-kafka producer configuration, passed through
             (``enable.idempotence=true`` and ``acks=all`` unless set); the Java
             producer's settings, as ``format("kafka")`` takes them, are mapped
-            to librdkafka's or refused (:mod:`..javaconf`).
+            to librdkafka's, ignored or refused (docs/migrating-from-spark-kafka.md#producer-settings).
         topic: The topic of every record (overrides a ``topic`` column, as in
             Spark's sink); unset, each row's ``topic`` column.
         wal_dir: Executor-local directory for the write-ahead log.
@@ -85,10 +85,12 @@ class RecoverableKafkaSink:
             waits for acks before the error is re-raised (0: no drain). The
             drain leaves a live worker delivering what the failed workers had
             accepted, even if the broker is still down.
-        value_format / key_format: A Schema Registry format of the
-            ``value`` / ``key`` column (:class:`.Avro`, :class:`.JsonSchema`):
-            the column (a ``struct``) is encoded in the JVM, in Confluent's
-            wire format, before the batch is written (:mod:`.formats`).
+        value_format: A Schema Registry format of the ``value`` column
+            (:class:`.Avro`, :class:`.JsonSchema`): the column (a ``struct``) is
+            encoded in the JVM, in Confluent's wire format, before the batch is
+            written (docs/formats.md).
+        key_format: A Schema Registry format of the ``key`` column, as
+            ``value_format`` is of the value (its subject ``<topic>-key`` by default).
         run_id: A fixed run for every ``foreachBatch`` batch instead of the
             query's id (where it cannot be read, e.g. Spark Connect): then the
             caller keeps it different between queries and the same across
