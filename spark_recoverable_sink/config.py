@@ -150,7 +150,8 @@ class SinkConfig:
         id_header: Name of the header carrying each record's id.
         wait_for_broker: When the first batch of a sink cannot reach any
             broker: ``False`` (default) fails it with ``BrokerUnreachableError``,
-            ``True`` only warns and keeps waiting (records stay in the WAL).
+            ``True`` logs that error's message at ERROR instead and goes on (records
+            stay in the WAL, delivered once a broker answers).
         metrics_port: Driver only: serve Prometheus metrics on this port
             (``0`` = a free port; ``None`` = no endpoint; docs/monitoring.md).
         marker_topic: Exactly-once: the compacted topic holding the lanes'

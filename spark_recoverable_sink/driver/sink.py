@@ -312,7 +312,7 @@ class RecoverableKafkaSink:
                       progress=settle_metrics(self.config))
 
     def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:
-        """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
+        """Fail (or log an ERROR, with ``wait_for_broker``) when a sink that never reached a broker still has not.
 
         Raises:
             BrokerUnreachableError: no task of this batch, nor any earlier one,
