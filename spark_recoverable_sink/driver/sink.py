@@ -91,10 +91,11 @@ class RecoverableKafkaSink:
             written (docs/formats.md).
         key_format: A Schema Registry format of the ``key`` column, as
             ``value_format`` is of the value (its subject ``<topic>-key`` by default).
-        run_id: A fixed run for every ``foreachBatch`` batch instead of the
-            query's id (where it cannot be read, e.g. Spark Connect): then the
-            caller keeps it different between queries and the same across
-            restarts of one query. 1-64 of ``[A-Za-z0-9._-]``.
+        run_id: A fixed run of the record ids of every streaming batch, instead of
+            the query's id (needed where that cannot be read: ``foreachBatch``
+            under Spark Connect); the data source's batch saves take it too. Keep
+            it the same across restarts of one query and different between
+            queries. 1-64 of ``[A-Za-z0-9._-]``.
         **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
             ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
             ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
@@ -143,7 +144,7 @@ class RecoverableKafkaSink:
         return self.reports[-1] if self.reports else None
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        """``foreachBatch`` entry point.
+        """Write one micro-batch: the function ``foreachBatch`` calls.
 
         Raises:
             DeadLetterError: this batch's tasks dead-lettered records (or

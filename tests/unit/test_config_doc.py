@@ -54,3 +54,42 @@ def test_the_tables_name_no_internal_module_and_link_the_docs_they_name():
     assert "[guarantees](guarantees.md)" in tables  # docs/guarantees.md named in a docstring: a link here
     with pytest.raises(ValueError, match="names a module"):
         config_doc.docstring_entries("Doc.\n\nArgs:\n    a: See :mod:`.driver.metrics`.\n", "Args")
+
+
+def _data_source_takes(option: str, value: str) -> bool:
+    from spark_recoverable_sink.driver.options import parse_options
+    from spark_recoverable_sink.errors import ConfigError
+
+    try:
+        parse_options({"name": "n", "kafka.bootstrap.servers": "b:9092", option: value})
+    except ConfigError as e:
+        if e.option == option:
+            return False
+        raise
+    return True
+
+
+def test_the_keywords_table_says_which_the_data_source_takes_as_it_does():
+    values = {"history": "5", "drain_on_failure_s": "1", "run_id": "r1", "value_format": "x", "key_format": "x"}
+    rows = {row.split(" | ")[0].strip("| `"): row for row in config_doc.keywords_table().splitlines()[2:]}
+    assert set(rows) == set(values)
+    head = config_doc.keywords_table().splitlines()[0]
+    assert "data source" in head
+    column = head.strip("| ").split(" | ").index("data source")
+    for name, value in values.items():
+        cell = rows[name].strip("| ").split(" | ")[column]
+        assert cell.startswith("yes" if _data_source_takes(name, value) else "no"), (name, cell)
+    assert rows["run_id"].strip("| ").split(" | ")[column].startswith("yes")
+
+
+def test_the_methods_are_documented_with_their_signatures():
+    import inspect
+
+    from spark_recoverable_sink.driver.sink import RecoverableKafkaSink
+
+    with open(config_doc.CONFIG_DOC, encoding="utf-8") as f:
+        doc = f.read()
+    for method in ("write", "drain"):
+        params = list(inspect.signature(getattr(RecoverableKafkaSink, method)).parameters.values())[1:]
+        shown = ", ".join(str(p.replace(annotation=inspect.Parameter.empty)) for p in params)
+        assert f"`sink.{method}({shown})`" in doc, method
