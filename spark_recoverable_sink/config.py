@@ -31,7 +31,7 @@ from .checks import (
 )
 from .errors import ConfigError
 from .jaas import options as jaas_options
-from .javaconf import to_librdkafka
+from .javaconf import ignored, to_librdkafka
 
 __all__ = ["SinkConfig", "AT_LEAST_ONCE", "EXACTLY_ONCE", "WAL_SYNC_MODES", "DELIVERY_ENGINES", "DEFAULT_MAX_WAL_BYTES",
            "DEFAULT_WAL_DIR", "RECORD_IDS", "CONTENT_IDS", "PARTITION_IDS", "COLUMN_IDS", "AUTO_LANES", "AUTO_OPTIONS",
@@ -261,6 +261,8 @@ class SinkConfig:
         check_kafka_conf(conf.producer_conf(), conf.scrub, origin)
         if origin:
             log.info("sink=%s java_settings_mapped=%s", name, ",".join(sorted(set(origin.values()))))
+        if dropped := ignored(dict(items)):  # no counterpart in librdkafka, none needed (javaconf.TABLE says why)
+            log.info("sink=%s java_settings_ignored=%s", name, ",".join(dropped))
         return conf
 
     def __post_init__(self) -> None:
