@@ -265,7 +265,7 @@ TABLE: tuple[JavaSetting, ...] = (
        "job settings and rks --kafka-conf files"),
     _u("transaction.two.phase.commit.enable", "—", "two-phase commit has no librdkafka counterpart: the sink's "
        "guarantee='exactly_once' runs its own transactions", ("", "false")),
-    _r("transactional.id", "—", "the sink sets it itself (exactly-once mode: one per lane)"),
+    _r("transactional.id", "—", "the sink sets it itself (exactly-once: one per transactional producer it runs)"),
     _r("key.serializer", "—", "Spark's format(\"kafka\") refuses it too: keys are bytes; give the key column as "
        "binary or string, or the sink's key_format= (Avro / JSON Schema with a registry)"),
     _r("value.serializer", "—", "Spark's format(\"kafka\") refuses it too: values are bytes; give the value column "
