@@ -75,7 +75,7 @@ class RecoverableKafkaSink:
         kafka_conf: confluent-kafka producer configuration, passed through
             (``enable.idempotence=true`` and ``acks=all`` unless set); the Java
             producer's settings, as ``format("kafka")`` takes them, are mapped
-            to librdkafka's or refused (:mod:`..javaconf`).
+            to librdkafka's, ignored or refused (docs/migrating-from-spark-kafka.md#producer-settings).
         topic: The topic of every record (overrides a ``topic`` column, as in
             Spark's sink); unset, each row's ``topic`` column.
         wal_dir: Executor-local directory for the write-ahead log.
@@ -84,14 +84,17 @@ class RecoverableKafkaSink:
             waits for acks before the error is re-raised (0: no drain). The
             drain leaves a live worker delivering what the failed workers had
             accepted, even if the broker is still down.
-        value_format / key_format: A Schema Registry format of the
-            ``value`` / ``key`` column (:class:`.Avro`, :class:`.JsonSchema`):
-            the column (a ``struct``) is encoded in the JVM, in Confluent's
-            wire format, before the batch is written (:mod:`.formats`).
-        run_id: A fixed run for every ``foreachBatch`` batch instead of the
-            query's id (where it cannot be read, e.g. Spark Connect): then the
-            caller keeps it different between queries and the same across
-            restarts of one query. 1-64 of ``[A-Za-z0-9._-]``.
+        value_format: A Schema Registry format of the ``value`` column
+            (:class:`.Avro`, :class:`.JsonSchema`): the column (a ``struct``) is
+            encoded in the JVM, in Confluent's wire format, before the batch is
+            written (docs/formats.md).
+        key_format: A Schema Registry format of the ``key`` column, as
+            ``value_format`` is of the value (its subject ``<topic>-key`` by default).
+        run_id: A fixed run of the record ids of every streaming batch, instead of
+            the query's id (needed where that cannot be read: ``foreachBatch``
+            under Spark Connect); the data source's batch saves take it too. Keep
+            it the same across restarts of one query and different between
+            queries. 1-64 of ``[A-Za-z0-9._-]``.
         **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
             ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
             ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
@@ -139,7 +142,7 @@ class RecoverableKafkaSink:
         return self.reports[-1] if self.reports else None
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        """``foreachBatch`` entry point.
+        """Write one micro-batch: the function ``foreachBatch`` calls.
 
         Raises:
             DeadLetterError: this batch's tasks dead-lettered records (or
@@ -308,7 +311,7 @@ class RecoverableKafkaSink:
                       progress=settle_metrics(self.config))
 
     def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:
-        """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
+        """Fail (or log an ERROR, with ``wait_for_broker``) when a sink that never reached a broker still has not.
 
         Raises:
             BrokerUnreachableError: no task of this batch, nor any earlier one,
