@@ -175,7 +175,8 @@ class GroupBuffer:
             while not self._closed and self._error is None:
                 if not self._rows:
                     if self._clock() - idle_since >= _HELPER_IDLE_EXIT_S:
-                        return  # the next first row starts another
+                        self._helper = None  # under the lock: the next first row starts another
+                        return
                     self._cond.wait(_HELPER_IDLE_EXIT_S)
                     continue
                 idle_since = self._clock()
