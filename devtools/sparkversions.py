@@ -101,6 +101,8 @@ def _entry_points(r: SparkRelease) -> str:
     points = ["foreachBatch(sink)", "sink.write(df)"]
     if f.python_data_source:
         points.append('format("recoverable-kafka")')
+    if f.real_time:
+        points.append("real-time mode: foreach(sink.foreach_writer(df))")
     points.append("Spark Connect" if f.connect else "")
     return ", ".join(p for p in points if p)
 

@@ -34,6 +34,7 @@ from ..ids import MAX_ID_BATCH
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import Columns, validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
+from ..task.foreach import DEFAULT_MAX_ROWS, DEFAULT_MAX_WAIT_S
 from ..task.writer import PartitionWriter
 from .batches import conclude_batch, dead_letter_error, first_contact_error, warn_pending
 from .coalesce import drain_tasks, lane_cores
@@ -41,6 +42,7 @@ from .encode import encode_columns
 from .formats import RegistryFormat
 from .metrics import settle_metrics
 from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
+from .realtime import ForeachWriter, foreach_writer
 from .resplit import LANE_COLUMN, by_lane, with_lane
 from .settle import check_marker_topic, settle, tagged_drains
 from .split import auto_lanes, plan_batch
@@ -57,7 +59,8 @@ log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lin
 class RecoverableKafkaSink:
     """Publish a DataFrame's rows to Kafka through an executor-local write-ahead log.
 
-    Use as ``df.writeStream.foreachBatch(sink)`` or ``sink.write(df)``. The
+    Use as ``df.writeStream.foreachBatch(sink)``, ``sink.write(df)``, or in Spark's real-time mode
+    ``df.writeStream.foreach(sink.foreach_writer(df))``. The
     DataFrame is taken as Spark's Kafka sink takes it (:func:`..schema.validate_spark_schema`):
     ``value`` (required), ``key``, ``topic``, ``partition``, ``headers`` by their
     exact names, every other column ignored, the ``topic`` option over a
@@ -185,6 +188,24 @@ class RecoverableKafkaSink:
         report = self._run(df, int(batch_id), run, fresh=given is None)
         self._raise_dead_letters(report)
         return report
+
+    def foreach_writer(self, df: "DataFrame", max_rows: int = DEFAULT_MAX_ROWS,
+                       max_wait_ms: float = DEFAULT_MAX_WAIT_S * 1000) -> "ForeachWriter":
+        """A ``foreach`` writer of ``df`` for Spark's real-time mode (:mod:`.realtime`)::
+
+            df.writeStream.foreach(sink.foreach_writer(df)).outputMode("update").trigger(realTime="5 seconds")
+
+        Each task writes its rows through the WAL in group commits of at most
+        ``max_rows`` rows whose oldest row waited at most ``max_wait_ms``. Record ids
+        are KEY ids of ``id_columns`` (``record_ids="columns"``), else of a Kafka
+        source's ``topic``, ``partition`` and ``offset``, with batch 0.
+
+        Raises:
+            ConfigError: exactly-once, a Schema Registry format, or ``df`` has no column that names its rows for
+                good (neither ``id_columns`` nor a Kafka source's coordinates).
+            SchemaError: ``df`` is not in the Kafka sink schema.
+        """
+        return foreach_writer(self.config, df, self.run_id, self.formats, max_rows, max_wait_ms)
 
     def _raise_dead_letters(self, report: BatchReport) -> None:
         error = dead_letter_error(self.config, report)
