@@ -23,6 +23,13 @@ Steps of :func:`kafka_source_latency`:
    p50 and p95, with their spread; exactly-once's p50 over Spark's own
    sink's, taken round by round (both in the same round), median and spread.
 
+The realtime section (:func:`realtime_latency`) copies Kafka to Kafka in
+Spark's real-time mode instead: the end-to-end latency of each record (its
+send time, carried in its value, to the moment a consumer of the output reads
+it) for Spark's own Kafka sink and the sink's foreach writer at the same
+offered rate, and when rows reach a Python foreach writer that writes nothing
+(the floor Spark's hand-over to Python sets for any such writer).
+
 Runs in the benchmark's SparkSession (bench/run_spark.py), whose class path
 has Spark's Kafka connector (the source and Spark's own sink).
 """
@@ -41,7 +48,7 @@ from .spark_bench import EXACTLY, SPARK_KAFKA, SYNC, log
 from .spark_latency import _Gate, stop_between_triggers, summarize_latency
 from .spark_target import make_target
 
-__all__ = ["kafka_source_latency", "KS_WRITERS"]
+__all__ = ["kafka_source_latency", "KS_WRITERS", "realtime_latency", "RT_WRITERS", "RT_LABELS", "ForeachFloor"]
 
 KS_WRITERS = (SPARK_KAFKA, SYNC, EXACTLY)
 
@@ -159,3 +166,184 @@ def kafka_source_latency(spark: Any, bootstrap: str, *, rows_per_trigger: int, i
     return {"rows_per_trigger": rows_per_trigger, "trigger_s": 1.0, "in_partitions": in_partitions,
             "partitions": partitions, "value_bytes": value_bytes, "batches": batches,
             "warmup_batches": warmup_batches, "rounds": done, "summary": summarize(done, partitions, writers)}
+
+
+# -- real-time mode: end-to-end latency ------------------------------------------------------------------------------
+
+#: The real-time section's writers: Spark's own Kafka sink, the sink's foreach writer, and a Python foreach writer that
+#: writes nothing (when rows reach any Python foreach writer: the floor Spark sets for it).
+RT_SPARK, RT_SINK, RT_FLOOR = "spark-kafka-rt", "sink-foreach-rt", "python-foreach-floor"
+RT_WRITERS = (RT_SPARK, RT_SINK, RT_FLOOR)
+RT_LABELS = {RT_SPARK: "Spark's Kafka sink", RT_SINK: "sink.foreach_writer(df)",
+             RT_FLOOR: "a Python foreach writer that writes nothing (rows reaching Python)"}
+
+
+class ForeachFloor:
+    """A ``foreach`` writer that writes nothing: each row's wait from its send time (in its value) to ``process``,
+    appended per task to a file of ``out_dir`` (read by the driver)."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        self.name = os.path.join(self.out_dir, f"{os.getpid()}-{partition_id}-{epoch_id}-{uuid.uuid4().hex[:6]}")
+        self.seen: list[str] = []
+        return True
+
+    def process(self, row: Any) -> None:
+        self.seen.append(f"{_sent(row['value'])} {time.time()}")
+
+    def close(self, error: Any) -> None:
+        with open(self.name, "w") as f:
+            f.write("\n".join(self.seen))
+
+
+def _sent(value: bytes) -> float:
+    """The send time a real-time input record carries in its value (``<seq>:<unix seconds>`` padded with 'v')."""
+    return float(bytes(value).rstrip(b"v").split(b":")[1])
+
+
+def _feed(bootstrap: str, topic: str, partitions: int, rows_per_s: int, seconds: float, value_bytes: int,
+          stop: Any) -> int:
+    """Records at ``rows_per_s`` for ``seconds`` (bursts every 10 ms), each carrying its send time; returns the count."""
+    from confluent_kafka import Producer
+
+    p = Producer({**common.producer_conf(bootstrap), "linger.ms": 0})
+    n, t0 = 0, time.monotonic()
+    while not stop.is_set() and time.monotonic() - t0 < seconds:
+        due = int((time.monotonic() - t0) * rows_per_s)
+        while n < due:
+            p.produce(topic, f"{n}:{time.time():.6f}".encode().ljust(value_bytes, b"v"), partition=n % partitions)
+            n += 1
+        p.poll(0)
+        time.sleep(0.01)
+    p.flush(30)
+    return n
+
+
+def _watch(bootstrap: str, topic: str, seen: list[tuple[float, float]], stop: Any) -> None:
+    """Each output record's (send time, time it was read) until ``stop`` (a consumer that waits 5 ms at most)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rt-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 5, "fetch.min.bytes": 1})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        while not stop.is_set():
+            for m in c.consume(1000, 0.05):
+                if m.error() is None:
+                    seen.append((_sent(m.value()), time.time()))
+    finally:
+        c.close()
+
+
+def _rt_query(spark: Any, bootstrap: str, in_topic: str, writer: str, out: str, scratch: str, trigger: str) -> Any:
+    from spark_recoverable_sink import RecoverableKafkaSink
+
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", in_topic)
+          .option("startingOffsets", "latest").load())
+    w = df.writeStream.outputMode("update").trigger(realTime=trigger).option(
+        "checkpointLocation", os.path.join(scratch, "chk", out))
+    if writer == RT_SPARK:
+        return w.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", out).start()
+    if writer == RT_FLOOR:
+        return w.foreach(ForeachFloor(os.path.join(scratch, "floor", out))).start()
+    sink = RecoverableKafkaSink(out, common.producer_conf(bootstrap), topic=out, wal_dir=os.path.join(scratch, "wal"))
+    return w.foreach(sink.foreach_writer(df)).start()
+
+
+def _pcts(lat_ms: list[float]) -> dict[str, float] | None:
+    if not lat_ms:
+        return None
+    xs = sorted(lat_ms)
+    return {"p50": round(xs[len(xs) // 2], 1), "p95": round(xs[min(len(xs) - 1, int(len(xs) * 0.95))], 1),
+            "n": len(xs)}
+
+
+def _rt_one(spark: Any, bootstrap: str, writer: str, partitions: int, rows_per_s: int, value_bytes: int,
+            warmup_s: float, measure_s: float, scratch: str, trigger: str, topics: list[str]) -> dict[str, Any]:
+    """One writer's query: fed for ``warmup_s + measure_s`` once its first epoch ended (the first epoch of a query
+    runs as long as its tasks take to start, a fresh Python worker's imports included); the latencies of the records
+    sent after the warm-up. Its topics are added to ``topics`` (deleted at the section's end: a sink's worker may
+    still deliver what a stopped query's last epoch left in its WAL)."""
+    import threading
+
+    tag = f"{writer}-{uuid.uuid4().hex[:6]}"
+    in_topic, out = f"bench-rt-in-{tag}", f"bench-rt-out-{tag}"
+    common.create_topic(bootstrap, in_topic, partitions)
+    common.create_topic(bootstrap, out, partitions)
+    topics += [in_topic, out]
+    floor_dir = os.path.join(scratch, "floor", out)
+    os.makedirs(floor_dir, exist_ok=True)
+    stop, seen = threading.Event(), []
+    watcher = threading.Thread(target=_watch, args=(bootstrap, out, seen, stop), daemon=True)
+    q = None
+    try:
+        watcher.start()
+        q = _rt_query(spark, bootstrap, in_topic, writer, out, scratch, trigger)
+        end = time.monotonic() + 180
+        while time.monotonic() < end and q.isActive and q.lastProgress is None:
+            time.sleep(0.1)
+        if q.lastProgress is None:
+            raise RuntimeError(f"real-time query of {writer}: no epoch ended within 180 s ({q.exception()})")
+        t0 = time.time()
+        sent = _feed(bootstrap, in_topic, partitions, rows_per_s, warmup_s + measure_s, value_bytes, stop)
+        time.sleep(float(trigger.split()[0]) + 3)  # the last epoch ends: every row reached its writer
+        if not q.isActive:
+            raise RuntimeError(f"real-time query of {writer} stopped: {q.exception()}")
+        epochs = len(q.recentProgress)
+    finally:
+        if q is not None and q.isActive:
+            q.stop()
+        stop.set()
+        watcher.join(30)
+    if writer == RT_FLOOR:
+        seen = [tuple(map(float, line.split())) for f in os.listdir(floor_dir)  # type: ignore[misc]
+                for line in open(os.path.join(floor_dir, f)).read().splitlines() if line]
+    measured = [(b - a) * 1000 for a, b in seen if a >= t0 + warmup_s]
+    return {"sent": sent, "seen": len(seen), "epochs": epochs, "latency_ms": _pcts(measured)}
+
+
+def realtime_latency(spark: Any, bootstrap: str, *, rows_per_s: int, partitions: int, value_bytes: int,
+                     warmup_s: float, measure_s: float, rounds: int, scratch: str,
+                     writers: tuple[str, ...] = RT_WRITERS, trigger: str = "5 seconds") -> dict[str, Any]:
+    """Real-time mode (``trigger(realTime=...)``, PySpark 4.1+): a Kafka → Kafka copy at ``rows_per_s``, end-to-end
+    latency per writer (an input record's send time → read by a consumer of the output; the floor: → handed to a
+    Python foreach writer), p50 and p95 of the records sent after ``warmup_s``, in ``rounds`` interleaved rounds
+    (order rotated); per writer the median over rounds with its spread, and the sink's p50 over Spark's sink's,
+    round by round. One source partition per core (a real-time task keeps its core for the whole epoch).
+    """
+    from .rounds import spread
+
+    done: list[dict[str, Any]] = []
+    topics: list[str] = []
+    for r in range(rounds):
+        order = list(writers[r % len(writers):]) + list(writers[:r % len(writers)])
+        res: dict[str, Any] = {"round": r, "order": order, "results": {}, "errors": {}}
+        for w in order:
+            try:
+                got = _rt_one(spark, bootstrap, w, partitions, rows_per_s, value_bytes, warmup_s, measure_s, scratch,
+                              trigger, topics)
+            except Exception as exc:  # noqa: BLE001 - recorded; the others go on
+                res["errors"][w] = f"{type(exc).__name__}: {exc}"
+                log(f"realtime round {r} {w}: {exc}")
+                continue
+            res["results"][w] = got
+            log(f"realtime round {r} {w:22s}: {got['latency_ms']} (sent {got['sent']}, seen {got['seen']})")
+        done.append(res)
+    for t in topics:
+        common.delete_topic(bootstrap, t)
+
+    def figures(w: str, k: str) -> list[float]:
+        return [d["results"][w]["latency_ms"][k] for d in done if (d["results"].get(w) or {}).get("latency_ms")]
+
+    summary = {w: {k: spread(figures(w, k)) for k in ("p50", "p95")} for w in writers}
+    def ratio(a: str, b: str) -> list[float]:
+        return [d["results"][a]["latency_ms"]["p50"] / d["results"][b]["latency_ms"]["p50"]
+                for d in done if all((d["results"].get(w) or {}).get("latency_ms") for w in (a, b))]
+
+    return {"rows_per_s": rows_per_s, "partitions": partitions, "value_bytes": value_bytes, "trigger": trigger,
+            "warmup_s": warmup_s, "measure_s": measure_s, "rounds": done, "summary": summary,
+            "sink_over_spark_p50": spread(ratio(RT_SINK, RT_SPARK)),
+            "sink_over_floor_p50": spread(ratio(RT_SINK, RT_FLOOR))}

@@ -18,7 +18,7 @@ if REPO not in sys.path:  # also run as a script: python bench/render.py
     sys.path.insert(0, REPO)
 from bench.render_head import _head_md, _machine_md, _targets_md  # noqa: E402  (the page, section by section)
 from bench.render_md import DOC_NAME, PNG_NAME, SCALING_PNG_NAME, _ok  # noqa: E402
-from bench.render_ks import kafka_source_md  # noqa: E402
+from bench.render_ks import kafka_source_md, realtime_md  # noqa: E402
 from bench.render_scaling import _scaling_section_md  # noqa: E402
 from bench.render_threads import threads_section_md  # noqa: E402
 from bench.render_throughput import throughput_md  # noqa: E402
@@ -54,6 +54,7 @@ def markdown(results: dict[str, Any]) -> str:
     _profile_md(w, results)
     _formats_md(w, results.get("formats"))
     kafka_source_md(w, results)
+    realtime_md(w, results)
     threads_section_md(w, results)
     _exactly_once_md(w, results)
     _versions_md(w)

@@ -22,6 +22,10 @@ Sections (``--only`` picks some, comma-separated):
                 (8 partitions, 50,000 rows per 1 s trigger), a shuffle to 4 and to 200
                 partitions, then Spark's Kafka sink, sink sync or exactly-once;
                 5 interleaved rounds (bench/kafka_source.py)
+``realtime``    Spark's real-time mode (trigger(realTime="5 seconds"), PySpark 4.1+), a Kafka → Kafka
+                copy at 1,000 records/s over 2 partitions: end-to-end latency p50/p95 (send → read
+                from the output) of Spark's Kafka sink and sink.foreach_writer, and when rows reach
+                a Python foreach writer that writes nothing; 5 interleaved rounds (bench/kafka_source.py)
 ``scaling``     how cost grows with Spark partitions: throughput (same cached rows)
                 and micro-batch p50 (same rows per batch) of the flush-writer, sink
                 sync, exactly-once and Spark's Kafka sink (+ no-op latency) at 4, 16,
@@ -71,9 +75,9 @@ from bench.run_sections import guarded, section_memory, section_profile, section
 from bench.run_spark import scaling_cluster, section_scaling_errors, section_spark  # noqa: E402
 from bench.spark_bench import log  # noqa: E402
 
-SECTIONS = ("throughput", "latency", "kafka-source", "scaling", "wal", "memory", "recovery", "profile", "formats",
-            "threads")
-SPARK_SECTIONS = {"throughput", "latency", "kafka-source", "scaling", "threads"}
+SECTIONS = ("throughput", "latency", "kafka-source", "realtime", "scaling", "wal", "memory", "recovery", "profile",
+            "formats", "threads")
+SPARK_SECTIONS = {"throughput", "latency", "kafka-source", "realtime", "scaling", "threads"}
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -94,6 +98,7 @@ MODES: dict[str, dict[str, Any]] = {
         "cluster_rounds": 1, "cluster_duration_s": 2, "cluster_warmup_batches": 1, "cluster_max_s": 30,
         "ks_rows_per_trigger": 5_000, "ks_in_partitions": 8, "ks_partitions": [4], "ks_batches": 3,
         "ks_warmup_batches": 1, "ks_rounds": 1,
+        "rt_rows_per_s": 1_000, "rt_warmup_s": 6, "rt_measure_s": 6, "rt_rounds": 1,
         "th_rows": 100_000, "th_rounds": 2,
     },
     "full": {
@@ -118,6 +123,8 @@ MODES: dict[str, dict[str, Any]] = {
         # 3 writers x 2 widths x 5 rounds of 3 + 10 batches: about 20 min
         "ks_rows_per_trigger": 50_000, "ks_in_partitions": 8, "ks_partitions": [4, 200], "ks_batches": 10,
         "ks_warmup_batches": 3, "ks_rounds": 5,
+        # real-time mode: 3 writers x 5 rounds of 10 s warm-up + 20 s measured (5 s epochs): about 10 min
+        "rt_rows_per_s": 1_000, "rt_warmup_s": 10, "rt_measure_s": 20, "rt_rounds": 5,
         # both sinks thread by thread (bench/threads.py): 3 writers x 5 rounds of 2,000,000 rows, JFR: about 5 min
         "th_rows": 2_000_000, "th_rounds": 5,
     },

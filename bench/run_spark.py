@@ -51,6 +51,14 @@ def section_spark(results: dict[str, Any], p: dict[str, Any], brokers: "Brokers"
                 partitions=p["ks_partitions"], value_bytes=100, batches=p["ks_batches"],
                 warmup_batches=p["ks_warmup_batches"], rounds=p["ks_rounds"], topic_partitions=args.topic_partitions,
                 scratch=scratch, writers=_only(KS_WRITERS, args)))
+        if "realtime" in want:
+            from bench.kafka_source import RT_WRITERS, realtime_latency
+
+            bootstrap = brokers.fresh("realtime").bootstrap
+            results["realtime"] = guarded(lambda: realtime_latency(
+                spark, bootstrap, rows_per_s=p["rt_rows_per_s"], partitions=min(2, args.cores), value_bytes=100,
+                warmup_s=p["rt_warmup_s"], measure_s=p["rt_measure_s"], rounds=p["rt_rounds"], scratch=scratch,
+                writers=_only(RT_WRITERS, args)))
         if "threads" in want:
             from bench.threads import WRITERS as TH_WRITERS, measure
 

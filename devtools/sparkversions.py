@@ -48,7 +48,7 @@ class SparkRelease:
 
     version: str
     scala: str
-    python: str  # the Python versions this PySpark declares
+    pyspark_python: str  # the Python versions this PySpark release itself declares (its Requires-Python)
     kafka_connector: bool
     avro: bool
     pins: tuple[str, ...] = ()
@@ -101,6 +101,8 @@ def _entry_points(r: SparkRelease) -> str:
     points = ["foreachBatch(sink)", "sink.write(df)"]
     if f.python_data_source:
         points.append('format("recoverable-kafka")')
+    if f.real_time:
+        points.append("real-time mode: foreach(sink.foreach_writer(df))")
     points.append("Spark Connect" if f.connect else "")
     return ", ".join(p for p in points if p)
 
@@ -127,7 +129,7 @@ def versions_table() -> str:
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in RELEASES:
         connector = f"spark-sql-kafka-0-10_{r.scala}:{r.version}" if r.kafka_connector else "not on Maven Central"
-        python = f"{PACKAGE_PYTHON}+ (PySpark {r.python}; tested {TESTED_PYTHON})"
+        python = f"{PACKAGE_PYTHON}+ (tested {TESTED_PYTHON}; PySpark {r.version} itself: Python {r.pyspark_python})"
         spark = f"{r.minor}.x (tested {r.version})"
         rows.append(f"| {spark} | {python} | {r.scala} | {kafka} | {connector} | {_entry_points(r)} | {_notes(r)} |")
     return "\n".join(rows) + "\n"

@@ -9,6 +9,7 @@ docs/guarantees.md for the guarantees and docs/DESIGN.md for the data path.
 from .config import SinkConfig
 from .driver import versions as _versions
 from .driver.formats import Avro, JsonSchema
+from .driver.metrics import registry as metrics_registry
 from .driver.sink import RecoverableKafkaSink
 from .errors import (
     BrokerUnreachableError,
@@ -24,21 +25,28 @@ from .errors import (
     RegistryUnavailableError,
     SchemaError,
     SchemaIncompatibleError,
+    SettleTimeoutError,
     SparkVersionError,
     WalError,
     WalFormatError,
     WalFullError,
+    WalReadError,
+    WalUncleanError,
     WalVersionError,
     WalWriteError,
 )
 from .report import BatchReport, PartitionReport
 
 
-def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the data source needs pyspark, imported on first use
-    if name == "RecoverableKafkaDataSource":
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562: imported on first use
+    if name == "RecoverableKafkaDataSource":  # needs pyspark
         from .driver.datasource import RecoverableKafkaDataSource
 
         return RecoverableKafkaDataSource
+    if name == "SettingsError":  # the job templates' (spark_recoverable_sink.jobs)
+        from .jobs.settings import SettingsError
+
+        return SettingsError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -50,6 +58,7 @@ __all__ = [
     "SinkConfig",
     "BatchReport",
     "PartitionReport",
+    "metrics_registry",
     "RecoverableSinkError",
     "ConfigError",
     "SparkVersionError",
@@ -60,15 +69,19 @@ __all__ = [
     "WalFormatError",
     "WalVersionError",
     "WalWriteError",
+    "WalReadError",
+    "WalUncleanError",
     "DeadLetterError",
     "ProducerError",
     "BrokerUnreachableError",
     "ExactlyOnceMismatchError",
     "MarkerError",
+    "SettleTimeoutError",
     "RegistryError",
     "RegistryUnavailableError",
     "RegistryAuthError",
     "SchemaIncompatibleError",
+    "SettingsError",
 ]
 
 _pyspark = _versions.distribution_version()  # read without importing PySpark

@@ -211,8 +211,11 @@ def check_exactly_once(config: Any, conf: Mapping[str, str]) -> None:
     if config.marker_topic in (config.topic, config.dead_letter_topic):
         raise ConfigError("marker_topic", "must differ from the sink's data topics")
     if config.dead_letter_topic is not None:
-        raise ConfigError("dead_letter_topic", "is not supported with exactly_once yet: a record refused for "
-                                               "good stays in the WAL and its unit is reported pending")
+        raise ConfigError("dead_letter_topic", "is not supported with exactly_once: a record refused for good "
+                                               "refuses its whole unit (a lane's records of the batch), every "
+                                               "record of which goes to the WAL's dead-letter store, and the batch "
+                                               "fails with DeadLetterError (docs/guarantees.md); "
+                                               "`rks dead-letters` lists them")
     if str(conf.get("acks", "all")).lower() not in ("all", "-1"):
         raise ConfigError("kafka_conf['acks']", "must be 'all' with exactly_once (Kafka transactions need it)")
     ms = {}

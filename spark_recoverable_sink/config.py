@@ -31,7 +31,7 @@ from .checks import (
 )
 from .errors import ConfigError
 from .jaas import options as jaas_options
-from .javaconf import to_librdkafka
+from .javaconf import ignored, to_librdkafka
 
 __all__ = ["SinkConfig", "AT_LEAST_ONCE", "EXACTLY_ONCE", "WAL_SYNC_MODES", "DELIVERY_ENGINES", "DEFAULT_MAX_WAL_BYTES",
            "DEFAULT_WAL_DIR", "RECORD_IDS", "CONTENT_IDS", "PARTITION_IDS", "COLUMN_IDS", "AUTO_LANES", "AUTO_OPTIONS",
@@ -125,12 +125,13 @@ class SinkConfig:
             WAL directory, its lanes and leads every record id.
         kafka_conf: confluent-kafka producer settings (a copy). The sink sets
             ``enable.idempotence=true``, ``acks=all`` and ``partitioner=murmur2_random``
-            (the Java client's) unless given; Java producer settings are mapped (:mod:`.javaconf`).
+            (the Java client's) unless given; the Java producer's settings, as ``format("kafka")`` takes
+            them, are mapped, ignored or refused (docs/migrating-from-spark-kafka.md#producer-settings).
         topic: The topic of every record; when set, a ``topic`` column is
             ignored (Spark's rule). Unset: each row's ``topic`` column.
         wal_dir: Executor-local directory of the write-ahead log, on a disk
             that outlives the worker (not tmpfs); ``~`` is expanded on the executor.
-            Must be private to the user the workers run as (:mod:`.wal.slots`).
+            Must be private to the user the workers run as (docs/configuration.md#wal_dir).
         ack_timeout_s: How long a task waits for acks before it returns with
             records pending in the WAL (0 = fully async: return once in the WAL).
         checkpoint_interval_s: Longest time between two prunes of acked records.
@@ -141,35 +142,40 @@ class SinkConfig:
             a process crash, not a system crash).
         dead_letter_topic: Where records refused for good are copied (with their
             error in headers); unset, the batch that finds one fails with ``DeadLetterError``.
-        retry_backoff_s / retry_backoff_max_s: Exponential backoff of retries from the WAL.
+        retry_backoff_s: First wait before records the broker failed are produced again from the
+            WAL; doubled after each further failure of them, up to ``retry_backoff_max_s``.
+        retry_backoff_max_s: Longest wait between two retries of the same records (where the
+            doubling of ``retry_backoff_s`` stops).
         guarantee: ``"at_least_once"`` or ``"exactly_once"`` (Kafka transactions; docs/guarantees.md).
         id_header: Name of the header carrying each record's id.
         wait_for_broker: When the first batch of a sink cannot reach any
             broker: ``False`` (default) fails it with ``BrokerUnreachableError``,
-            ``True`` only warns and keeps waiting (records stay in the WAL).
+            ``True`` logs that error's message at ERROR instead and goes on (records
+            stay in the WAL, delivered once a broker answers).
         metrics_port: Driver only: serve Prometheus metrics on this port
-            (``0`` = a free port; ``None`` = no endpoint). See :mod:`.driver.metrics`.
+            (``0`` = a free port; ``None`` = no endpoint; docs/monitoring.md).
         marker_topic: Exactly-once: the compacted topic holding the lanes'
             markers (created by the sink if missing; shared by sinks, keyed by lane).
         offsets_retention_s: Exactly-once: the brokers' ``offsets.retention.minutes``
             in seconds: a marker record stands in for an expired marker offset
             only once it is older than this.
-        delivery_engine: ``"auto"`` (native where the extension loads, else
-            Python), ``"native"`` or ``"python"`` (see :mod:`.delivery.engine`).
+        delivery_engine: ``"auto"`` (the native engine, a C extension, where it loads, else the
+            Python one, slower), ``"native"`` (tasks fail where it does not load) or ``"python"``.
         settle_timeout_s: Driver only, exactly-once: how long a batch may wait
             for its lanes' transactions (restarted by each part of a unit committed in parts) before it
             fails with :class:`.SettleTimeoutError` naming every lane still pending.
-        exactly_once_lanes: Driver only, exactly-once through ``foreachBatch``
-            / ``write()``: every batch is re-split into this many lanes (Spark
-            partitions, one transaction each) by Spark's hash of each record's
-            key (of its topic and partition column when set, of its value
-            without a key; :mod:`.driver.resplit`). A key's records keep their
-            order. ``None`` or ``"auto"`` (default): the cluster's cores at the run's first batch
-            (8 where they cannot be told or dynamic allocation is on; :data:`AUTO_LANES`).
-            Pinned per run: a batch a lane committed is refused under another explicit
-            count (``ConfigError``, nothing produced); ``"auto"`` keeps the run's. ``0``: each Spark
-            partition is a lane: only for sources whose re-runs keep their split (files; not
-            Spark's Kafka source, whose re-run is then refused with ``ExactlyOnceMismatchError``).
+        exactly_once_lanes: Driver only, exactly-once: the *lanes* a batch is split into, each one
+            Kafka transaction per batch (docs/guarantees.md#exactly-once). ``None`` or ``"auto"`` (default),
+            decided at the run's first batch: where each Spark partition reads one named input (a
+            Kafka offset range, a file split) and there are at most 4 per core, as ``0``; otherwise
+            the cluster's cores then (8 where they cannot be told or dynamic allocation is on). A
+            count: every batch is re-split into that many lanes by Spark's hash of each record's key
+            (of its topic and partition columns when a partition is set, of its value without a
+            key), a shuffle; a key's records keep their order. ``0``: each Spark partition is a
+            lane, no shuffle, named by its input where it has a name (whatever partition index a
+            re-run gives it), else by its index (then only for sources whose re-runs keep their
+            split). Pinned per run: a batch a lane committed is refused under another explicit
+            count (``ConfigError``, nothing produced); ``"auto"`` keeps the run's.
         coalesce_tasks: Driver only, through ``foreachBatch`` / ``write()``: a
             batch with more Spark partitions than the cluster has cores is read
             by one task per core (a coalesce, no shuffle; ids unchanged), for
@@ -180,10 +186,14 @@ class SinkConfig:
             stamps them). A source's timestamps passed through are subject to
             the brokers' timestamp limits and time-based retention.
         record_ids: How record ids stay the same across re-runs of a batch
-            (:mod:`.ids`): ``"content"`` (default; at-least-once re-splits each batch
-            by Spark's hash of a record's (topic, partition), key or value), ``"partition"``
-            (no re-split; ids name the Spark partition: for sources that keep
-            their split) or ``"columns"`` (ids from ``id_columns``; no re-split).
+            (docs/guarantees.md#record-ids): ``"content"`` (default): the driver reads each
+            batch's plan and names a record by its position in a named input (a Kafka offset
+            range, a file split), by its content where each Spark partition is one of a hash
+            exchange's (a ``groupBy``, ``repartition(n, col)``), else re-splits the batch by where
+            each record goes (its partition column, else its key, else its value; a shuffle) and
+            names it by its content; ``"partition"`` (no re-split; ids
+            name the Spark partition: for sources that keep their split) or ``"columns"`` (ids from
+            ``id_columns``; no re-split).
         id_columns: With ``record_ids="columns"``: the columns whose values
             identify a record in its batch (e.g. the Kafka source's ``topic``,
             ``partition``, ``offset``); they need not be written.
@@ -251,6 +261,8 @@ class SinkConfig:
         check_kafka_conf(conf.producer_conf(), conf.scrub, origin)
         if origin:
             log.info("sink=%s java_settings_mapped=%s", name, ",".join(sorted(set(origin.values()))))
+        if dropped := ignored(dict(items)):  # no counterpart in librdkafka, none needed (javaconf.TABLE says why)
+            log.info("sink=%s java_settings_ignored=%s", name, ",".join(dropped))
         return conf
 
     def __post_init__(self) -> None:

@@ -2,10 +2,11 @@
 
 :data:`TABLE` is the one list of what the sink does with each setting of the
 Java producer: ``same`` (librdkafka has the setting under that name, passed
-unchanged), ``mapped`` (another name and, where units differ, another value;
-or nothing, when librdkafka needs nothing for it: the reason says why that is
-harmless) or ``refused`` (a :class:`.ConfigError` naming what librdkafka does
-the job with). :func:`to_librdkafka` applies it; :meth:`.SinkConfig.build`
+unchanged), ``mapped`` (another name and, where units differ, another value),
+``ignored`` (dropped, whatever its value: librdkafka has no counterpart and
+needs none; the reason says why that is harmless, and the sink logs the
+settings it ignored) or ``refused`` (a :class:`.ConfigError` naming what
+librdkafka does the job with). :func:`to_librdkafka` applies it; :meth:`.SinkConfig.build`
 calls it, so every entry point (``kafka_conf``, the data source's ``kafka.*``
 options, job templates, ``rks --kafka-conf``) gets the same mapping, and every
 client built from the sink's configuration sees librdkafka's names only. The
@@ -27,9 +28,9 @@ from .auth import keystore, keystore_password, store_type_check, truststore
 from .errors import ConfigError
 from .jaas import CALLBACK, jaas_settings, login_handler, sasl_mechanism, token_url
 
-__all__ = ["JavaSetting", "TABLE", "BY_NAME", "SAME", "MAPPED", "REFUSED", "to_librdkafka"]
+__all__ = ["JavaSetting", "TABLE", "BY_NAME", "SAME", "MAPPED", "IGNORED", "REFUSED", "to_librdkafka", "ignored"]
 
-SAME, MAPPED, REFUSED = "same", "mapped", "refused"
+SAME, MAPPED, IGNORED, REFUSED = "same", "mapped", "ignored", "refused"
 Convert = Callable[[str, Mapping[str, str]], dict]
 
 
@@ -107,6 +108,11 @@ def _m(java: str, lib: str, reason: str, convert: Convert) -> JavaSetting:
     return JavaSetting(java, MAPPED, lib, reason, convert)
 
 
+def _i(java: str, reason: str) -> JavaSetting:
+    """Ignored: dropped whatever its value; ``reason`` says why that is harmless."""
+    return JavaSetting(java, IGNORED, "—", reason, _ignore)
+
+
 def _r(java: str, lib: str, reason: str) -> JavaSetting:
     return JavaSetting(java, REFUSED, lib, reason)
 
@@ -121,8 +127,7 @@ def _u(java: str, lib: str, reason: str, empty: tuple[str, ...] = ("",)) -> Java
     return JavaSetting(java, REFUSED, lib, f"Refused unless {unless}: {reason}.", convert)
 
 
-_IGN = "Ignored: "
-_KEYLESS = "only spreads keyless records; librdkafka's sticky partitioner (sticky.partitioning.linger.ms) does that"
+_KEYLESS = "Only spreads keyless records; librdkafka's sticky partitioner (sticky.partitioning.linger.ms) does that"
 TABLE: tuple[JavaSetting, ...] = (
     _s("bootstrap.servers", "Comma-separated host:port, as in Java.", alias="metadata.broker.list"),
     _s("acks", "all, -1, 0, 1 alike (all = -1); the sink sets all unless given. 0 or 1 need "
@@ -191,8 +196,8 @@ TABLE: tuple[JavaSetting, ...] = (
        truststore("ssl.ca.pem", "ssl.truststore.certificates")),
     _m("ssl.truststore.type", "—", "Decides how the truststore is read: only PEM has a librdkafka counterpart.",
        store_type_check("ssl.truststore.type")),
-    _m("ssl.truststore.password", "—", _IGN + "a JKS/PKCS#12 truststore's password (those are refused); PEM CA "
-       "certificates have none.", _ignore),
+    _i("ssl.truststore.password", "A JKS/PKCS#12 truststore's password (those are refused); PEM CA "
+       "certificates have none."),
     _m("ssl.endpoint.identification.algorithm", "ssl.endpoint.identification.algorithm",
        "https stays https; Java's empty value (no hostname check) is librdkafka's none.", _endpoint_check),
     _m("max.request.size", "message.max.bytes", "Bytes, the largest request (and so record). Default 1048576 in "
@@ -223,36 +228,35 @@ TABLE: tuple[JavaSetting, ...] = (
        "librdkafka's the whole command it runs (default: kinit -R -t \"%{sasl.kerberos.keytab}\" -k "
        "%{sasl.kerberos.principal} || kinit -t ... -k ...); give librdkafka's, as Kerberos's JAAS string is "
        "refused anyway."),
-    _m("max.block.ms", "—", _IGN + "librdkafka's produce never blocks; the sink bounds its own wait for room in the "
-       "client's queue (max_block_s, at most the delivery timeout) and retries from the WAL.", _ignore),
-    _m("metadata.max.idle.ms", "—", _IGN + "how long the Java client keeps an idle topic's metadata; no effect on "
-       "delivery.", _ignore),
-    _m("partitioner.adaptive.partitioning.enable", "—", _IGN + _KEYLESS + ".", _ignore),
-    _m("partitioner.availability.timeout.ms", "—", _IGN + _KEYLESS + ".", _ignore),
-    _m("socket.connection.setup.timeout.max.ms", "—", _IGN + "librdkafka has one limit, "
-       "socket.connection.setup.timeout.ms (default 30000, Java's max default); set that.", _ignore),
-    _m("metrics.sample.window.ms", "—", _IGN + "the Java client's metrics; librdkafka's: statistics.interval.ms.",
-       _ignore),
-    _m("metrics.num.samples", "—", _IGN + "the Java client's metrics.", _ignore),
-    _m("metrics.recording.level", "—", _IGN + "the Java client's metrics.", _ignore),
-    _m("ssl.protocol", "—", _IGN + "OpenSSL negotiates the highest TLS version both sides allow.", _ignore),
-    _m("ssl.enabled.protocols", "—", _IGN + "OpenSSL negotiates the highest TLS version both sides allow (the "
-       "broker's ssl.enabled.protocols decides).", _ignore),
-    _m("ssl.provider", "—", _IGN + "the JSSE provider; librdkafka uses OpenSSL (ssl.providers for OpenSSL 3 "
-       "providers).", _ignore),
-    _m("ssl.keymanager.algorithm", "—", _IGN + "a JSSE algorithm name; OpenSSL needs none.", _ignore),
-    _m("ssl.trustmanager.algorithm", "—", _IGN + "a JSSE algorithm name; OpenSSL needs none.", _ignore),
-    _m("ssl.secure.random.implementation", "—", _IGN + "OpenSSL uses its own random source.", _ignore),
-    _m("sasl.kerberos.ticket.renew.window.factor", "—", _IGN + "librdkafka renews with kinit every "
-       "sasl.kerberos.min.time.before.relogin.", _ignore),
-    _m("sasl.kerberos.ticket.renew.jitter", "—", _IGN + "see sasl.kerberos.ticket.renew.window.factor.", _ignore),
-    *(_m(f"sasl.login.{n}", "—", _IGN + "librdkafka's OIDC client refreshes tokens on its own schedule (at 80% "
-         "of their lifetime) and times out its own requests.", _ignore)
+    _i("max.block.ms", "librdkafka's produce never blocks; the sink bounds its own wait for room in the "
+       "client's queue (max_block_s, at most the delivery timeout) and retries from the WAL."),
+    _i("metadata.max.idle.ms", "How long the Java client keeps an idle topic's metadata; no effect on "
+       "delivery."),
+    _i("partitioner.adaptive.partitioning.enable", _KEYLESS + "."),
+    _i("partitioner.availability.timeout.ms", _KEYLESS + "."),
+    _i("socket.connection.setup.timeout.max.ms", "librdkafka has one limit, "
+       "socket.connection.setup.timeout.ms (default 30000, Java's max default); set that."),
+    _i("metrics.sample.window.ms", "The Java client's metrics; librdkafka's: statistics.interval.ms."),
+    _i("metrics.num.samples", "The Java client's metrics."),
+    _i("metrics.recording.level", "The Java client's metrics."),
+    _i("ssl.protocol", "OpenSSL negotiates the highest TLS version both sides allow."),
+    _i("ssl.enabled.protocols", "OpenSSL negotiates the highest TLS version both sides allow (the "
+       "broker's ssl.enabled.protocols decides)."),
+    _i("ssl.provider", "The JSSE provider; librdkafka uses OpenSSL (ssl.providers for OpenSSL 3 "
+       "providers)."),
+    _i("ssl.keymanager.algorithm", "A JSSE algorithm name; OpenSSL needs none."),
+    _i("ssl.trustmanager.algorithm", "A JSSE algorithm name; OpenSSL needs none."),
+    _i("ssl.secure.random.implementation", "OpenSSL uses its own random source."),
+    _i("sasl.kerberos.ticket.renew.window.factor", "librdkafka renews with kinit every "
+       "sasl.kerberos.min.time.before.relogin."),
+    _i("sasl.kerberos.ticket.renew.jitter", "See sasl.kerberos.ticket.renew.window.factor."),
+    *(_i(f"sasl.login.{n}", "librdkafka's OIDC client refreshes tokens on its own schedule (at 80% "
+         "of their lifetime) and times out its own requests.")
       for n in ("refresh.window.factor", "refresh.window.jitter", "refresh.min.period.seconds",
                 "refresh.buffer.seconds", "connect.timeout.ms", "read.timeout.ms", "retry.backoff.ms",
                 "retry.backoff.max.ms")),
-    _m("sasl.oauthbearer.scope.claim.name", "—", _IGN + "the Java client's check of its own token; the broker "
-       "checks the token.", _ignore),
+    _i("sasl.oauthbearer.scope.claim.name", "The Java client's check of its own token; the broker "
+       "checks the token."),
     _u("interceptor.classes", "plugin.library.paths", "Java interceptor classes cannot run in librdkafka, whose "
        "interceptors are C plugins loaded with plugin.library.paths (e.g. Confluent's monitoring-interceptor)"),
     _u("metric.reporters", "statistics.interval.ms", "Java metric reporter classes cannot run in librdkafka: set "
@@ -261,7 +265,7 @@ TABLE: tuple[JavaSetting, ...] = (
        "job settings and rks --kafka-conf files"),
     _u("transaction.two.phase.commit.enable", "—", "two-phase commit has no librdkafka counterpart: the sink's "
        "guarantee='exactly_once' runs its own transactions", ("", "false")),
-    _r("transactional.id", "—", "the sink sets it itself (exactly-once mode: one per lane)"),
+    _r("transactional.id", "—", "the sink sets it itself (exactly-once: one per transactional producer it runs)"),
     _r("key.serializer", "—", "Spark's format(\"kafka\") refuses it too: keys are bytes; give the key column as "
        "binary or string, or the sink's key_format= (Avro / JSON Schema with a registry)"),
     _r("value.serializer", "—", "Spark's format(\"kafka\") refuses it too: values are bytes; give the value column "
@@ -283,6 +287,11 @@ _CANON = {s.java: s.librdkafka.split("(alias of ")[1][:-1] for s in TABLE if "(a
 def _norm(canon: str, value: str) -> str:
     v = str(value).strip().lower()
     return "-1" if canon == "request.required.acks" and v == "all" else v
+
+
+def ignored(conf: Mapping[str, str]) -> list[str]:
+    """The Java settings of ``conf`` that :func:`to_librdkafka` drops (status :data:`IGNORED`), sorted."""
+    return sorted(k for k in conf if k in BY_NAME and BY_NAME[k].status == IGNORED)
 
 
 def to_librdkafka(conf: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -25,6 +25,10 @@ __all__ = ["KAFKA_COLUMNS", "Columns", "ID_COLUMN_TYPES", "validate_spark_schema
            "HEADERS_TYPE", "TOPIC_META", "RUN_META", "chunk_run", "iter_rows"]
 
 #: Column name -> Spark type names allowed (as ``DataType.simpleString()``).
+#: The columns of Spark's Kafka source that name an input record for good: the default ids of the data source and
+#: of the real-time foreach writer (``record_ids="columns"``).
+KAFKA_SOURCE_IDS = ("topic", "partition", "offset")
+
 KAFKA_COLUMNS: dict[str, tuple[str, ...]] = {
     "key": ("string", "binary"),
     "value": ("string", "binary"),

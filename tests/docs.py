@@ -1,8 +1,7 @@
 """The project's Markdown documents read as the tests need them: code blocks, links, heading anchors, tables.
 
 README.md and docs/*.md. A fenced block's *marker* is an HTML comment ``<!-- runnable: KIND -->`` on the
-last non-blank line before its fence: ``spark`` blocks are run by a Spark test (tests/spark/test_doc_quickstart.py),
-``broker`` blocks need a broker. Heading anchors are GitHub's: the heading's text lower-cased, every character
+last non-blank line before its fence, one of :data:`MARKERS`: what tests/spark/test_doc_quickstart.py does with it. Heading anchors are GitHub's: the heading's text lower-cased, every character
 but letters, digits, ``_``, ``-`` and spaces dropped, spaces turned into ``-``, a repeated anchor suffixed ``-1``,
 ``-2``, ...
 """
@@ -16,6 +15,16 @@ from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: The markers a block may carry, and what the tests do with it (every Python block is also compiled, its imports
+#: and options checked: tests/unit/test_doc_samples.py).
+MARKERS = {
+    "spark": "run as a script, with its own SparkSession, against the test broker",
+    "connect": "run as a script against a local Spark Connect server (SPARK_REMOTE)",
+    "broker": "run as a script against the test broker (no Spark)",
+    "spark-submit": "a shell block, run by bash from a copy of the repository's jobs/ and conf/",
+    "databricks": "compiled only: it needs a Databricks workspace",
+}
+
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 _MARKER = re.compile(r"^<!--\s*runnable:\s*([\w-]+)\s*-->$")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -24,9 +33,19 @@ _LINK = re.compile(r"(?<![\\])!?\[([^\]]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")
 _HTML_ID = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 
 
+#: The documents written for the developers of the package, not its users: they may name its modules and inner
+#: workings (the others say what a user does, in the package's public names).
+DEVELOPER_DOCS = ("CHANGELOG.md", "DESIGN.md", "PERFORMANCE.md", "RELIABILITY.md")
+
+
 def doc_paths(root: str = REPO) -> list[str]:
     """README.md and every docs/*.md under ``root``, sorted."""
     return [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+
+
+def user_doc_paths(root: str = REPO) -> list[str]:
+    """README.md and the docs/*.md written for users (every one but :data:`DEVELOPER_DOCS`)."""
+    return [p for p in doc_paths(root) if os.path.basename(p) not in DEVELOPER_DOCS]
 
 
 def read(path: str) -> str:
@@ -76,6 +95,16 @@ def split_blocks(text: str, path: str = "") -> tuple[list[Block], list[str]]:
 
 def code_blocks(path: str) -> list[Block]:
     return split_blocks(read(path), path)[0]
+
+
+def section_of(block: Block) -> str:
+    """The anchor of the heading ``block`` stands under (``""`` before the first)."""
+    _blocks, prose = split_blocks(read(block.path), block.path)
+    for line in reversed(prose[:block.line - 1]):
+        m = _HEADING.match(line)
+        if m:
+            return slug(m.group(2))
+    return ""
 
 
 def slug(heading: str) -> str:

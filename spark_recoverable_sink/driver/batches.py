@@ -17,6 +17,7 @@ fresh object for every call.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Iterable, Sequence
 
 from ..config import SinkConfig
@@ -24,7 +25,7 @@ from ..delivery.contact import first_contact_failure, reached_before, remember_r
 from ..errors import BrokerUnreachableError, DeadLetterError
 from ..report import BatchReport, PartitionReport
 
-__all__ = ["conclude_batch", "dead_letter_error", "first_contact_error", "warn_pending"]
+__all__ = ["conclude_batch", "dead_letter_error", "first_contact_error", "warn_pending", "ensure_log_handler"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")
 
@@ -115,3 +116,19 @@ def first_contact_error(config: SinkConfig, report: BatchReport,
         log.error("%s (wait_for_broker=True: not failing)", message)
         return None
     return BrokerUnreachableError(message, servers, last_error, pending)
+
+
+def ensure_log_handler() -> None:
+    """Give the package's logger a stderr handler in a Python worker where logging is not configured.
+
+    The data source's ``commit`` and ``abort`` run in a Python worker Spark
+    starts on the driver, the real-time foreach writer's ``close`` in an
+    executor's worker; without this their INFO report line would go nowhere.
+    """
+    pkg = logging.getLogger("spark_recoverable_sink")
+    if logging.getLogger().handlers or pkg.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"))
+    pkg.addHandler(handler)
+    pkg.setLevel(logging.INFO)

@@ -44,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -52,15 +51,12 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from ..config import COLUMN_IDS, EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import ConfigError, RecoverableSinkError
 from ..report import PartitionReport
-from ..schema import Columns, validate_spark_schema
+from ..schema import KAFKA_SOURCE_IDS, Columns, validate_spark_schema
 from ..task.writer import write_partition
-from .batches import conclude_batch, dead_letter_error, first_contact_error
+from .batches import conclude_batch, dead_letter_error, ensure_log_handler, first_contact_error
 from .options import parse_options
 from .query import QUERY_ID_PROPERTY, RUN_LEN
 from .versions import require_data_source
-
-#: The columns of Spark's Kafka source that name an input record for good: its ids when ``record_ids`` is not set.
-KAFKA_SOURCE_IDS = ("topic", "partition", "offset")
 
 require_data_source()  # PySpark 4.1+: before, a SparkVersionError naming foreachBatch(sink)
 
@@ -75,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["RecoverableKafkaDataSource", "PartitionCommit", "FORMAT_NAME", "BATCH_ID_PROPERTY"]
+__all__ = ["RecoverableKafkaDataSource", "PartitionCommit", "FORMAT_NAME", "BATCH_ID_PROPERTY", "KAFKA_SOURCE_IDS"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")
 
@@ -167,24 +163,9 @@ def _write_task(config: SinkConfig, columns: Columns, batches: "Iterator[pa.Reco
     return PartitionCommit(report, run)
 
 
-def _ensure_log_handler() -> None:
-    """Give the package's logger a stderr handler in a Python worker where logging is not configured.
-
-    ``commit`` and ``abort`` run in a Python worker Spark starts on the
-    driver; without this their INFO report line would go nowhere.
-    """
-    pkg = logging.getLogger("spark_recoverable_sink")
-    if logging.getLogger().handlers or pkg.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"))
-    pkg.addHandler(handler)
-    pkg.setLevel(logging.INFO)
-
-
 def _commit(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], batch_id: int, run: str,
             streaming: bool) -> None:
-    _ensure_log_handler()
+    ensure_log_handler()
     commits = [m for m in messages if isinstance(m, PartitionCommit)]
     parts = [m.report for m in commits]
     run = commits[0].run if commits else run
@@ -197,7 +178,7 @@ def _commit(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], 
 
 
 def _abort(config: SinkConfig, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
-    _ensure_log_handler()
+    ensure_log_handler()
     done = [m.report for m in messages if isinstance(m, PartitionCommit)]
     log.error("sink=%s entry=%s batch_id=%d status=aborted tasks_done=%d rows_done=%d pending_done=%d: the batch "
               "failed; what its tasks accepted stays in the executors' WALs (delivered by their workers, or "

@@ -28,13 +28,20 @@ from ..config import AUTO_OPTIONS, CONTENT_IDS, PARTITION_IDS, SinkConfig
 from ..errors import ConfigError
 from .query import check_run_id
 
-__all__ = ["SinkOptions", "parse_options", "KAFKA_PREFIX", "SPARK_OPTIONS"]
+__all__ = ["SinkOptions", "parse_options", "KAFKA_PREFIX", "SPARK_OPTIONS", "DRIVER_STEP_KEYWORDS"]
 
 KAFKA_PREFIX = "kafka."
 #: Options Spark passes through to every writer; not the sink's.
 SPARK_OPTIONS = frozenset({"checkpointlocation", "path"})
-#: Keywords of the foreachBatch sink that have no meaning for the data source.
-_FOREACH_ONLY = ("history", "drain_on_failure_s")
+#: Keywords of :class:`.RecoverableKafkaSink` (not :class:`.SinkConfig` fields) the data source refuses, and why.
+DRIVER_STEP_KEYWORDS = {
+    "history": "an option of foreachBatch(sink) only; the data source keeps no driver state",
+    "drain_on_failure_s": "an option of foreachBatch(sink) only; the data source keeps no driver state",
+    "value_format": "needs a driver step that builds the batch's plan, which the data source does not have (Spark "
+                    "runs its writer per partition): use foreachBatch(sink), sink.write(df) or a job template",
+    "key_format": "needs a driver step that builds the batch's plan, which the data source does not have (Spark "
+                  "runs its writer per partition): use foreachBatch(sink), sink.write(df) or a job template",
+}
 _FIXED = ("kafka_conf_items", "name", "wal_dir")
 
 
@@ -93,14 +100,9 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         raise ConfigError("name", "is required: .option('name', ...) is the sink's stable id (WAL paths, record ids)")
     wal_dir = sink_opts.pop("wal_dir", DEFAULT_WAL_DIR)
     run_id = check_run_id("run_id", sink_opts.pop("run_id", None))
-    for opt in _FOREACH_ONLY:
+    for opt, why in DRIVER_STEP_KEYWORDS.items():
         if opt in sink_opts:
-            raise ConfigError(opt, "is an option of foreachBatch(sink) only; the data source keeps no driver state")
-    for opt in ("value_format", "key_format"):
-        if opt in sink_opts:
-            raise ConfigError(opt, "needs a driver step that builds the batch's plan, which the data source does not "
-                                   "have (Spark runs its writer per partition): use foreachBatch(sink), sink.write(df) "
-                                   "or a job template")
+            raise ConfigError(opt, ("is " if why.startswith("an ") else "") + why)
     ids_chosen = "record_ids" in sink_opts
     if sink_opts.get("guarantee", "").lower() != "exactly_once":  # (refused by the data source itself)
         sink_opts.setdefault("record_ids", PARTITION_IDS)  # no driver step to re-split by content (datasource.py)

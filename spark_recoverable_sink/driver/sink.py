@@ -34,6 +34,7 @@ from ..ids import MAX_ID_BATCH
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
 from ..schema import Columns, validate_spark_schema
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
+from ..task.foreach import DEFAULT_MAX_ROWS, DEFAULT_MAX_WAIT_S
 from ..task.writer import PartitionWriter
 from .batches import conclude_batch, dead_letter_error, first_contact_error, warn_pending
 from .coalesce import drain_tasks, lane_cores
@@ -41,6 +42,7 @@ from .encode import encode_columns
 from .formats import RegistryFormat
 from .metrics import settle_metrics
 from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
+from .realtime import ForeachWriter, foreach_writer
 from .resplit import LANE_COLUMN, by_lane, with_lane
 from .settle import check_marker_topic, settle, tagged_drains
 from .split import auto_lanes, plan_batch
@@ -57,7 +59,8 @@ log = logging.getLogger("spark_recoverable_sink.sink")  # the driver's batch lin
 class RecoverableKafkaSink:
     """Publish a DataFrame's rows to Kafka through an executor-local write-ahead log.
 
-    Use as ``df.writeStream.foreachBatch(sink)`` or ``sink.write(df)``. The
+    Use as ``df.writeStream.foreachBatch(sink)``, ``sink.write(df)``, or in Spark's real-time mode
+    ``df.writeStream.foreach(sink.foreach_writer(df))``. The
     DataFrame is taken as Spark's Kafka sink takes it (:func:`..schema.validate_spark_schema`):
     ``value`` (required), ``key``, ``topic``, ``partition``, ``headers`` by their
     exact names, every other column ignored, the ``topic`` option over a
@@ -75,7 +78,7 @@ class RecoverableKafkaSink:
         kafka_conf: confluent-kafka producer configuration, passed through
             (``enable.idempotence=true`` and ``acks=all`` unless set); the Java
             producer's settings, as ``format("kafka")`` takes them, are mapped
-            to librdkafka's or refused (:mod:`..javaconf`).
+            to librdkafka's, ignored or refused (docs/migrating-from-spark-kafka.md#producer-settings).
         topic: The topic of every record (overrides a ``topic`` column, as in
             Spark's sink); unset, each row's ``topic`` column.
         wal_dir: Executor-local directory for the write-ahead log.
@@ -84,14 +87,17 @@ class RecoverableKafkaSink:
             waits for acks before the error is re-raised (0: no drain). The
             drain leaves a live worker delivering what the failed workers had
             accepted, even if the broker is still down.
-        value_format / key_format: A Schema Registry format of the
-            ``value`` / ``key`` column (:class:`.Avro`, :class:`.JsonSchema`):
-            the column (a ``struct``) is encoded in the JVM, in Confluent's
-            wire format, before the batch is written (:mod:`.formats`).
-        run_id: A fixed run for every ``foreachBatch`` batch instead of the
-            query's id (where it cannot be read, e.g. Spark Connect): then the
-            caller keeps it different between queries and the same across
-            restarts of one query. 1-64 of ``[A-Za-z0-9._-]``.
+        value_format: A Schema Registry format of the ``value`` column
+            (:class:`.Avro`, :class:`.JsonSchema`): the column (a ``struct``) is
+            encoded in the JVM, in Confluent's wire format, before the batch is
+            written (docs/formats.md).
+        key_format: A Schema Registry format of the ``key`` column, as
+            ``value_format`` is of the value (its subject ``<topic>-key`` by default).
+        run_id: A fixed run of the record ids of every streaming batch, instead of
+            the query's id (needed where that cannot be read: ``foreachBatch``
+            under Spark Connect); the data source's batch saves take it too. Keep
+            it the same across restarts of one query and different between
+            queries. 1-64 of ``[A-Za-z0-9._-]``.
         **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
             ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
             ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
@@ -139,7 +145,7 @@ class RecoverableKafkaSink:
         return self.reports[-1] if self.reports else None
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        """``foreachBatch`` entry point.
+        """Write one micro-batch: the function ``foreachBatch`` calls.
 
         Raises:
             DeadLetterError: this batch's tasks dead-lettered records (or
@@ -182,6 +188,24 @@ class RecoverableKafkaSink:
         report = self._run(df, int(batch_id), run, fresh=given is None)
         self._raise_dead_letters(report)
         return report
+
+    def foreach_writer(self, df: "DataFrame", max_rows: int = DEFAULT_MAX_ROWS,
+                       max_wait_ms: float = DEFAULT_MAX_WAIT_S * 1000) -> "ForeachWriter":
+        """A ``foreach`` writer of ``df`` for Spark's real-time mode (:mod:`.realtime`)::
+
+            df.writeStream.foreach(sink.foreach_writer(df)).outputMode("update").trigger(realTime="5 seconds")
+
+        Each task writes its rows through the WAL in group commits of at most
+        ``max_rows`` rows whose oldest row waited at most ``max_wait_ms``. Record ids
+        are KEY ids of ``id_columns`` (``record_ids="columns"``), else of a Kafka
+        source's ``topic``, ``partition`` and ``offset``, with batch 0.
+
+        Raises:
+            ConfigError: exactly-once, a Schema Registry format, or ``df`` has no column that names its rows for
+                good (neither ``id_columns`` nor a Kafka source's coordinates).
+            SchemaError: ``df`` is not in the Kafka sink schema.
+        """
+        return foreach_writer(self.config, df, self.run_id, self.formats, max_rows, max_wait_ms)
 
     def _raise_dead_letters(self, report: BatchReport) -> None:
         error = dead_letter_error(self.config, report)
@@ -308,7 +332,7 @@ class RecoverableKafkaSink:
                       progress=settle_metrics(self.config))
 
     def _check_first_contact(self, report: BatchReport, earlier_batch_ended: bool = False) -> None:
-        """Fail (or warn, with ``wait_for_broker``) when a sink that never reached a broker still has not.
+        """Fail (or log an ERROR, with ``wait_for_broker``) when a sink that never reached a broker still has not.
 
         Raises:
             BrokerUnreachableError: no task of this batch, nor any earlier one,

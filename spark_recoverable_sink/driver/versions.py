@@ -48,6 +48,7 @@ class Features:
     version: tuple[int, int, int]
     python_data_source: bool  # pyspark.sql.datasource's Arrow writers, streaming too: format("recoverable-kafka") (4.1)
     thread_session: bool  # InheritableThread(session=...) (4.0)
+    real_time: bool  # trigger(realTime=...): Spark's real-time mode, foreach sinks only: sink.foreach_writer(df) (4.1)
     connect: bool  # a Spark Connect client with foreachBatch, tags and mapInArrow (3.5)
 
     @property
@@ -91,7 +92,7 @@ def features(version: tuple[int, int, int] | None = None) -> Features:
     """What ``version`` (default: the installed PySpark) offers; an unknown one counts as the newest."""
     v = version or installed_version() or SUPPORTED[1]
     return Features(version=v, python_data_source=v >= (4, 1, 0), thread_session=v >= (4, 0, 0),
-                    connect=v >= (3, 5, 0))
+                    real_time=v >= (4, 1, 0), connect=v >= (3, 5, 0))
 
 
 def check_supported(version: tuple[int, int, int] | None = None) -> None:

@@ -4,7 +4,8 @@ Commands: ``inspect``, ``replay``, ``dead-letters``, ``quarantine``,
 ``abort-transactions`` (``rks COMMAND --help`` for each). Exit status: 0 done;
 1 done in part (records left in the WAL, re-sends that failed, slots that
 cannot be read); 2 nothing done (a wrong path, sink, option or Kafka conf
-file, a slot a live process owns). Errors are one line on stderr; values of
+file, a Kafka client that cannot be created, a slot a live process owns:
+``quarantine`` of it, ``replay`` of a sink whose every slot is one). Errors are one line on stderr; values of
 secret Kafka options are never printed.
 """
 
@@ -184,10 +185,10 @@ def replay(wal_dir: str, sink: str, kafka_conf: str, timeout_s: float, exactly_o
     click.echo(f"replay sink={sink} adopted_slots={','.join(map(str, result.adopted)) or '-'} "
                f"records={result.replayed} delivered={result.delivered} dead_lettered={result.dead_lettered} "
                f"pending={result.pending} seconds={result.seconds:.2f} mb_per_s={mbps:.2f}")
-    if not result.adopted and result.owned and not result.problems:
+    if not result.adopted and result.owned and not result.problems:  # nothing done: a live process owns each slot
         render.error(f"nothing replayed: every slot of sink {sink} ({', '.join(map(str, result.owned))}) "
                      "is owned by a live process")
-        raise click.exceptions.Exit(EXIT_PARTIAL)
+        raise click.exceptions.Exit(EXIT_FAILED)
     if result.pending:
         why = f"; last client error: {scrub(result.last_error)}" if result.last_error else ""
         render.error(f"{result.pending} records not delivered within {timeout_s:g}s; they stay in the WAL "

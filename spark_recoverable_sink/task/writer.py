@@ -34,7 +34,7 @@ from .input_end import input_complete
 from .parts import split_by_partition
 from .runtime import WorkerRuntime, get_runtime
 
-__all__ = ["PartitionWriter", "write_partition", "write_partitions", "report_batch"]
+__all__ = ["PartitionWriter", "TaskWrite", "write_partition", "write_partitions", "report_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -259,77 +259,140 @@ def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
            batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str],
            columns: Columns | None, ids: Any) -> list[PartitionReport]:
-    publisher = rt.publisher
-    replayed = rt.take_replayed() + rt.adopt_orphans()  # Step 2
-    if confirmed:  # after adopting: an adopted slot's dead letters may be among them
-        publisher.confirm_dead_letters(frozenset(confirmed))
-    retried0 = publisher.retried_records
-    wal = rt.own_wal()  # every task holds a slot (or fails naming why), whether rows come or not
-    eo = config.guarantee == EXACTLY_ONCE
-    lane = ids.lane if eo and ids is not None else (lambda p: p)  # exactly-once: WAL keys and units by lane
-    mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, lane(partition), wal.reserve_gen()), run)
-                      if config.guarantee == EXACTLY_ONCE else AtLeastOnceTask(rt, batch_id, t0))
-    parts: dict[int, _Part] = {}
-    started = time.time()
-    rows = 0
+    task = TaskWrite(rt, batch_id, partition, spark_attempt, t0, run, confirmed, columns, ids)
     try:
-        with mode.writing():
+        with task.mode.writing():
             for batch in batches:  # Step 3
-                for p, piece in split_by_partition(batch, partition):
-                    if piece.num_rows == 0:
-                        continue
-                    rows_in, keys, places = _split(piece, columns)
-                    part = _part_of(rt, mode, parts, batch_id, p, run, places is not None, ids, lane(p))
-                    norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.seq, run,
-                                                         f"batch {batch_id} partition {p}"), part, places, keys)
-                    chunk = encode_chunk(norm)
-                    key = ChunkKey(batch_id, part.partition, part.seq, part.akey.gen)
-                    rt.reserve_space(len(chunk))
-                    first = None if part.seq else AttemptState(OPEN, spark_attempt, 0, started, mode.guarantee)
-                    _append(rt, key, chunk, first)  # WAL first ...
-                    mode.chunk(key, norm, len(chunk))  # ... then Kafka
-                    part.seq += norm.num_rows
-                    part.nbytes += payload_bytes(norm)
-                    rows += norm.num_rows
-                    _points.point("task.mid_task", batch=batch_id, partition=part.partition, attempt=spark_attempt,
-                                  rows=rows)
-        if parts and eo and input_complete() is False:  # raises when it cannot tell
-            why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={spark_attempt} rows={rows}: "
-                   "the task's input ended without Spark's end marker (its source failed part-way: a lost shuffle, "
-                   "a cancelled stage or a speculative copy); nothing of its unit is committed, Spark re-runs it")
+                task.feed(batch)
+        task.commit()
+    except BaseException:
+        task.abandon()
+        raise
+    return task.finish()
+
+
+class TaskWrite:
+    """One task's writing, step by step: :func:`write_partitions` feeds it its whole input; the real-time foreach
+    writer (:mod:`.foreach`) feeds it one group commit at a time and holds the poll lock only around each call.
+
+    Made on the executor (never pickled). Built, it has done step 2 of :func:`write_partitions` (orphans adopted,
+    confirmed dead letters marked) and holds the worker's slot. ``batch_id`` keys its WAL attempts and, unless
+    ``ids`` says otherwise, names its records.
+
+    Raises (building it):
+        WalWriteError: no room for a slot of its own.
+    """
+
+    def __init__(self, rt: "WorkerRuntime", batch_id: int, partition: int, spark_attempt: int, t0: float, run: str,
+                 confirmed: Collection[str] = (), columns: Columns | None = None, ids: Any = None) -> None:
+        config = rt.config
+        self.rt, self.config, self.batch_id, self.partition = rt, config, batch_id, partition
+        self.spark_attempt, self.t0, self.run, self.columns, self.ids = spark_attempt, t0, run, columns, ids
+        publisher = rt.publisher
+        self.replayed = rt.take_replayed() + rt.adopt_orphans()  # Step 2
+        if confirmed:  # after adopting: an adopted slot's dead letters may be among them
+            publisher.confirm_dead_letters(frozenset(confirmed))
+        self.retried0 = publisher.retried_records
+        wal = rt.own_wal()  # every task holds a slot (or fails naming why), whether rows come or not
+        self.eo = config.guarantee == EXACTLY_ONCE
+        # exactly-once: WAL keys and units by lane
+        self.lane = ids.lane if self.eo and ids is not None else (lambda p: p)
+        self.mode: TaskMode = (ExactlyOnceTask(rt, AttemptKey(batch_id, self.lane(partition), wal.reserve_gen()), run)
+                               if self.eo else AtLeastOnceTask(rt, batch_id, t0))
+        self.parts: dict[int, _Part] = {}
+        self.started = time.time()
+        self.rows = 0
+
+    def feed(self, batch: pa.RecordBatch) -> int:
+        """Step 3 for one Arrow batch: each Spark partition's rows in it into the WAL (one committed transaction
+        per chunk), *then* to Kafka. Returns the rows written. The caller holds the poll lock.
+
+        Raises:
+            The errors of :func:`write_partitions`' step 3.
+        """
+        rt, config, batch_id, run = self.rt, self.config, self.batch_id, self.run
+        written = 0
+        for p, piece in split_by_partition(batch, self.partition):
+            if piece.num_rows == 0:
+                continue
+            rows_in, keys, places = _split(piece, self.columns)
+            part = _part_of(rt, self.mode, self.parts, batch_id, p, run, places is not None, self.ids, self.lane(p))
+            norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.seq, run,
+                                                 f"batch {batch_id} partition {p}"), part, places, keys)
+            chunk = encode_chunk(norm)
+            key = ChunkKey(batch_id, part.partition, part.seq, part.akey.gen)
+            rt.reserve_space(len(chunk))
+            first = None if part.seq else AttemptState(OPEN, self.spark_attempt, 0, self.started,
+                                                       self.mode.guarantee)
+            _append(rt, key, chunk, first)  # WAL first ...
+            self.mode.chunk(key, norm, len(chunk))  # ... then Kafka
+            part.seq += norm.num_rows
+            part.nbytes += payload_bytes(norm)
+            self.rows += norm.num_rows
+            written += norm.num_rows
+            _points.point("task.mid_task", batch=batch_id, partition=part.partition, attempt=self.spark_attempt,
+                          rows=self.rows)
+        return written
+
+    def commit(self) -> None:
+        """Step 4's first half: exactly-once, prove the input was read whole; mark the task's attempts committed in
+        the WAL (one durable transaction). The caller holds the poll lock.
+
+        Raises:
+            RecoverableSinkError: exactly-once, the input ended without Spark's end marker.
+            WalWriteError: the WAL refused the transaction.
+        """
+        config, batch_id, partition, rows = self.config, self.batch_id, self.partition, self.rows
+        if self.parts and self.eo and input_complete() is False:  # raises when it cannot tell
+            why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={self.spark_attempt} "
+                   f"rows={rows}: the task's input ended without Spark's end marker (its source failed part-way: a "
+                   "lost shuffle, a cancelled stage or a speculative copy); nothing of its unit is committed, Spark "
+                   "re-runs it")
             log.warning("%s", why)  # Spark may never read the task's error: it failed the task first
             raise RecoverableSinkError(why)
-        if parts:  # Step 4
-            rt.wal.set_attempts([(x.akey, AttemptState(COMMITTED, spark_attempt, x.seq, started, mode.guarantee,
-                                                       mode.digest)) for x in parts.values()])
-        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=spark_attempt, rows=rows)
-    except BaseException:
-        mode.abandon()  # its chunks stay until acked, or are dropped as uncommitted at recovery; Spark re-runs it
-        raise
-    if mode.finish(rows):
-        publisher.contact.mark_reached()
-    kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
-    reports = []
-    for i, x in enumerate(parts.values() or [_Part(lane(partition), AttemptKey(batch_id, lane(partition), 0), None,
-                                                   None)]):
-        acked, dead, skipped = mode.share(x.akey) if x.seq else (0, 0, 0)
-        first = i == 0  # the task's own figures go with its first report
-        report = PartitionReport(
-            partition=x.partition, spark_attempt=spark_attempt, rows=x.seq, bytes=x.nbytes, acked=acked,
-            pending=max(0, x.seq - acked - dead - skipped), skipped=skipped,
-            retried=publisher.retried_records - retried0 if first else 0, dead_lettered=dead,
-            replayed=replayed if first else 0, seconds=time.monotonic() - t0, pid=os.getpid(),
-            slot=rt.wal.path if rt.wal is not None else "",
-            dead_letters=tuple(publisher.offer_unreported_dead()) if first else (),
-            problems=rt.problems() if first else (),
-            broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
-            wal_bytes=rt.wal.live_bytes if rt.wal is not None else 0,
-            kafka_queue_msgs=kstats.queue_msgs if kstats else -1, kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0,
-            kafka_txn_state=kstats.txn_state if kstats else "",
-            lanes_opened=mode.counts()[0] if first else 0, txns_aborted=mode.counts()[1] if first else 0,
-        )
-        log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
-                 "replayed=%d seconds=%.3f", config.name, batch_id, x.partition, spark_attempt, x.seq, acked,
-                 report.pending, dead, skipped, report.replayed, report.seconds)
-        reports.append(report)
-    return reports
+        if self.parts:
+            self.rt.wal.set_attempts([(x.akey, AttemptState(COMMITTED, self.spark_attempt, x.seq, self.started,
+                                                            self.mode.guarantee, self.mode.digest))
+                                      for x in self.parts.values()])
+        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=self.spark_attempt,
+                      rows=rows)
+
+    def abandon(self) -> None:
+        """The task failed before its attempts committed: its chunks stay until acked, or are dropped as
+        uncommitted at recovery; Spark re-runs it."""
+        self.mode.abandon()
+
+    def finish(self) -> list[PartitionReport]:
+        """Step 4's second half, after :meth:`commit`: wait for acks up to ``ack_timeout_s``, prune, and the
+        reports (one per Spark partition written, or one for a task that got no rows). The caller holds the poll
+        lock."""
+        rt, config, publisher, partition = self.rt, self.config, self.rt.publisher, self.partition
+        lane, mode, t0 = self.lane, self.mode, self.t0
+        if mode.finish(self.rows):
+            publisher.contact.mark_reached()
+        kstats = latest_summary(config.name)  # None unless statistics.interval.ms is set
+        reports = []
+        for i, x in enumerate(self.parts.values() or [_Part(lane(partition), AttemptKey(self.batch_id,
+                                                                                          lane(partition), 0),
+                                                              None, None)]):
+            acked, dead, skipped = mode.share(x.akey) if x.seq else (0, 0, 0)
+            first = i == 0  # the task's own figures go with its first report
+            report = PartitionReport(
+                partition=x.partition, spark_attempt=self.spark_attempt, rows=x.seq, bytes=x.nbytes, acked=acked,
+                pending=max(0, x.seq - acked - dead - skipped), skipped=skipped,
+                retried=publisher.retried_records - self.retried0 if first else 0, dead_lettered=dead,
+                replayed=self.replayed if first else 0, seconds=time.monotonic() - t0, pid=os.getpid(),
+                slot=rt.wal.path if rt.wal is not None else "",
+                dead_letters=tuple(publisher.offer_unreported_dead()) if first else (),
+                problems=rt.problems() if first else (),
+                broker_reached=int(publisher.contact.reached), last_error=publisher.contact.last_error,
+                wal_bytes=rt.wal.live_bytes if rt.wal is not None else 0,
+                kafka_queue_msgs=kstats.queue_msgs if kstats else -1,
+                kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0, kafka_txn_state=kstats.txn_state if kstats else "",
+                lanes_opened=mode.counts()[0] if first else 0, txns_aborted=mode.counts()[1] if first else 0,
+            )
+            log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
+                     "replayed=%d seconds=%.3f", config.name, self.batch_id, x.partition, self.spark_attempt, x.seq,
+                     acked, report.pending, dead, skipped, report.replayed, report.seconds)
+            reports.append(report)
+        return reports

@@ -183,6 +183,20 @@ def test_dead_letters_list_export_and_resend(broker, topic, tmp_path):
     assert "count=1" in again.stdout and id6 in again.stdout and id3 not in again.stdout
 
 
+def test_replay_of_a_sink_whose_every_slot_a_live_process_owns_does_nothing_exit_2(tmp_path):
+    """docs/operations.md: 2, nothing done, for a slot a live process owns; that process delivers it."""
+    wal, name = str(tmp_path / "wal"), "cli-live"
+    cfg = SinkConfig.build(name, {"bootstrap.servers": NOWHERE}, wal, topic="t", ack_timeout_s=0)
+    try:
+        write_partition(cfg, 1, 0, 0, iter([pa.RecordBatch.from_pydict({"value": [b"a"]})]))  # this process owns 0
+        r = _rks("replay", wal, "--sink", name, "--kafka-conf", _conf(tmp_path, "nowhere", NOWHERE), "--timeout", "1")
+        assert r.exit_code == 2, (r.exit_code, r.stderr)
+        assert "owned by a live process" in r.stderr and "records=0" in r.stdout
+    finally:
+        reset_runtimes()
+    assert _slots(wal)[0]["pending_records"] == 1  # untouched, and delivered by the next task or replay
+
+
 def test_quarantine_refuses_a_live_owner_then_moves_the_slot(broker, topic, tmp_path):
     wal, name = str(tmp_path / "wal"), "cli4"
     cfg = SinkConfig.build(name, {"bootstrap.servers": broker.bootstrap}, wal, topic=topic)

@@ -32,7 +32,7 @@ def test_first_batch_to_an_address_without_a_broker_fails_naming_it(spark, tmp_p
     assert sink.last_report is not None and sink.last_report.pending == 6  # kept in the WALs
 
 
-def test_wait_for_broker_only_warns(spark, tmp_path, caplog):
+def test_wait_for_broker_only_logs_the_error(spark, tmp_path, caplog):
     address, sink = _unreachable_sink(tmp_path, wait_for_broker=True, ack_timeout_s=1)
     df = spark.createDataFrame([(b"v",)], "value binary")
     with caplog.at_level(logging.ERROR, logger="spark_recoverable_sink.sink"):

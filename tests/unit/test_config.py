@@ -56,6 +56,16 @@ def test_bad_options_are_named(kw, option):
     assert option in str(ei.value)
 
 
+def test_exactly_once_refuses_a_dead_letter_topic_saying_what_happens_to_a_refused_record():
+    """guarantees.md: a refused record refuses its whole unit, every record of which goes to the WAL's dead-letter
+    store, and the batch fails with DeadLetterError; nothing is left pending."""
+    with pytest.raises(ConfigError) as ei:
+        _sink(guarantee="exactly_once", dead_letter_topic="dlq")
+    reason = ei.value.reason
+    assert "DeadLetterError" in reason and "dead-letter store" in reason and "whole" in reason, reason
+    assert "pending" not in reason and "stays in the WAL" not in reason, reason
+
+
 def test_exactly_once_is_accepted_with_a_default_topic():
     conf = _sink(guarantee="exactly_once", kafka_conf={"bootstrap.servers": "h:1", "transaction.timeout.ms": 30000})
     assert conf.config.guarantee == "exactly_once"

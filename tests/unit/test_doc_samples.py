@@ -4,8 +4,8 @@ package has, and names only options the sink has.
 Options are checked where a sample names them: the keywords of a ``RecoverableKafkaSink(...)`` call (the sink's
 keywords and :class:`SinkConfig`'s fields), the ``.option("...")`` names of a chain through
 ``format("recoverable-kafka")`` (the data source's, as :mod:`spark_recoverable_sink.driver.options` parses them) and
-the first column of every Markdown table headed ``option``, ``keyword`` or ``setting``. Blocks marked
-``<!-- runnable: spark -->`` are run by tests/spark/test_doc_quickstart.py.
+the first column of every Markdown table headed ``option``, ``keyword`` or ``setting``. Marked blocks
+(``<!-- runnable: spark -->``, ...: tests/docs.py) are run by tests/spark/test_doc_quickstart.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.driver import options as ds_options
 from spark_recoverable_sink.driver.sink import RecoverableKafkaSink
 
-from ..docs import REPO, Block, code_blocks, doc_paths, split_blocks, tables
+from ..docs import MARKERS, REPO, Block, code_blocks, doc_paths, split_blocks, tables
 
 PACKAGE = "spark_recoverable_sink"
 DATA_SOURCE = "recoverable-kafka"
@@ -140,13 +140,24 @@ def test_every_option_a_table_names_exists():
     assert problems == []
 
 
-def test_the_readme_quickstart_is_the_one_spark_sample_and_reads_its_broker_from_the_environment():
+def test_the_readme_quickstart_is_the_readme_s_one_spark_sample_and_reads_its_broker_from_the_environment():
     blocks, _prose = split_blocks(open(f"{REPO}/README.md", encoding="utf-8").read(), f"{REPO}/README.md")
     spark = [b for b in blocks if b.marker == "spark"]
     assert len(spark) == 1 and spark[0].lang == "python"
     assert 'os.environ.get("KAFKA_BOOTSTRAP"' in spark[0].source and "RecoverableKafkaSink(" in spark[0].source
     assert spark[0].line < 100, "the quickstart is in the README's first 100 lines"
-    assert [b for b in BLOCKS if b.marker == "spark"] == spark
+
+
+def test_every_marker_is_known_and_every_entry_point_screen_is_run_or_compiled():
+    marked = [b for path in doc_paths() for b in code_blocks(path) if b.marker is not None]
+    assert {b.marker for b in marked} <= set(MARKERS), sorted({b.marker for b in marked} - set(MARKERS))
+    screens = code_blocks(f"{REPO}/docs/entry-points.md")
+    assert [b.where for b in screens if b.marker is None] == [], "every screen says how the tests run it"
+    assert {b.marker for b in screens} == {"spark", "connect", "spark-submit", "databricks"}
+    for b in screens:  # a script the tests run reads its broker as a user's would
+        if b.marker in ("spark", "connect"):
+            assert 'os.environ.get("KAFKA_BOOTSTRAP"' in b.source, b.where
+    assert all(b.lang == "sh" for b in screens if b.marker == "spark-submit")
 
 
 def test_the_checks_find_a_wrong_import_and_wrong_options():

@@ -196,6 +196,17 @@ def test_wait_for_broker_warns_loudly_instead(caplog, tmp_path):
     assert "wait_for_broker=True" in caplog.text
 
 
+def test_wait_for_broker_logs_an_error_as_its_option_says(caplog, tmp_path):
+    from devtools import config_doc
+
+    sink = _sink(tmp_path, wait_for_broker=True)
+    with caplog.at_level(logging.DEBUG, logger="spark_recoverable_sink"):
+        sink._check_first_contact(_report(_part(0, last_error="Connect failed: Connection refused")))
+    assert {r.levelname for r in caplog.records if "has never reached a Kafka broker" in r.getMessage()} == {"ERROR"}
+    (row,) = [r for r in config_doc.options_table().splitlines() if r.startswith("| `wait_for_broker` |")]
+    assert "ERROR" in row and "warn" not in row, row
+
+
 # -- one sink name per query ---------------------------------------------------------
 
 def test_a_sink_name_used_by_two_active_queries_names_both():

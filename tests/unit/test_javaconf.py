@@ -2,8 +2,8 @@
 
 Every row of ``javaconf.TABLE`` has an example here, checked on the configuration the producer gets
 (``SinkConfig.producer_conf()``, after librdkafka's own check on the driver): a same-named setting
-passes unchanged, a mapped one arrives under librdkafka's name and unit (or not at all, when
-ignored), a refused one is a ConfigError naming the Java setting and what does its job. Every
+passes unchanged, a mapped one arrives under librdkafka's name and unit, an ignored one not at
+all, a refused one is a ConfigError naming the Java setting and what does its job. Every
 entry point (Python ``kafka_conf``, data-source options, job templates, ``rks --kafka-conf``) maps.
 """
 
@@ -126,7 +126,7 @@ EXAMPLES: dict[str, tuple[dict[str, str], dict[str, object] | str]] = {
     "security.providers": ({"security.providers": "com.example.Creator"}, "ssl.providers"),
     "ssl.engine.factory.class": ({"ssl.engine.factory.class": "com.example.Factory"}, "ssl.providers"),
 }
-IGNORED = [s.java for s in TABLE if s.reason.startswith("Ignored: ") and s.java not in EXAMPLES]
+IGNORED = [s.java for s in TABLE if s.status == "ignored" and s.java not in EXAMPLES]
 
 
 def _pc(extra: dict[str, str], **kw: object) -> dict[str, object]:
@@ -136,7 +136,25 @@ def _pc(extra: dict[str, str], **kw: object) -> dict[str, object]:
 def test_every_row_of_the_table_has_an_example_and_one_row_per_setting():
     assert sorted(set(EXAMPLES) | set(IGNORED)) == sorted(BY_NAME)
     assert len(BY_NAME) == len(TABLE)
-    assert {s.status for s in TABLE} == {"same", "mapped", "refused"}
+    assert {s.status for s in TABLE} == {"same", "mapped", "ignored", "refused"}
+
+
+def test_a_setting_that_reaches_no_client_is_called_ignored_and_says_why(caplog):
+    """A Java setting the sink drops is "ignored" in the guide, not "mapped": its row says why that is harmless,
+    and the sink logs the ones it was given."""
+    from devtools.java_settings import render_table
+
+    ignored = [s for s in TABLE if s.status == "ignored"]
+    assert {"max.block.ms", "ssl.protocol", "ssl.enabled.protocols", "metadata.max.idle.ms",
+            "ssl.truststore.password"} <= {s.java for s in ignored}
+    for s in ignored:
+        assert s.librdkafka == "—" and len(s.reason) > 20 and not s.reason.lower().startswith("ignored"), s
+        assert _pc({s.java: "1"}) == _pc({}), s.java  # nothing reaches the client, whatever the value
+    assert not [s.java for s in TABLE if s.status != "ignored" and s.reason.lower().startswith("ignored")]
+    assert "| `max.block.ms` | — | ignored |" in render_table()
+    with caplog.at_level(logging.INFO, logger="spark_recoverable_sink"):
+        _pc({"max.block.ms": "60000", "ssl.protocol": "TLSv1.3", "max.request.size": "2000000"})
+    assert "java_settings_ignored=max.block.ms,ssl.protocol" in caplog.text
 
 
 @pytest.mark.parametrize("java", sorted(EXAMPLES))

@@ -120,6 +120,16 @@ def test_connect_drain_jobs_carry_a_session_tag_added_in_the_drain_thread_and_ar
                              ("interrupt", "t1", "MainThread")]
 
 
+def test_the_python_column_says_python_versions_as_python_versions():
+    """A row's Python cell is the package's Python; PySpark's own floor is named as a Python version, never as
+    "PySpark >=3.8" (which reads as a PySpark release)."""
+    table = sparkversions.versions_table()
+    for row, r in zip(table.splitlines()[2:], sparkversions.RELEASES):
+        python = row.split(" | ")[1]
+        assert python.startswith(f"{sparkversions.PACKAGE_PYTHON}+ ") and "PySpark >" not in python, python
+        assert f"PySpark {r.version} itself: Python {r.pyspark_python}" in python, python
+
+
 def test_the_compatibility_doc_and_the_readme_hold_the_rendered_table():
     with open(sparkversions.DOC, encoding="utf-8") as f:
         text = f.read()
