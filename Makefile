@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: install jars kafka test test-fast test-unit test-broker test-spark test-compat test-wheels demo bench bench-quick soak wheels clean
+.PHONY: install jars kafka lint test test-fast test-unit test-broker test-spark test-compat test-wheels demo bench bench-quick soak wheels clean
 
 # --no-compile: each module is compiled when first imported, not all of PySpark's, pandas' and numpy's up front
 # (the install takes 32 s instead of 55 here)
@@ -30,11 +30,16 @@ jars: $(STAMP)
 kafka: $(STAMP) jars
 	$(PY) -m devtools.local_kafka
 
+# The package's own code against ruff's rules and mypy (pyproject.toml); the tests and tools are not held to them yet
+lint: $(STAMP)
+	$(PY) -m ruff check spark_recoverable_sink
+	$(PY) -m mypy spark_recoverable_sink
+
 # On two pytest-xdist workers: the tests using the session's SparkSession on one of them, each other Spark
 # release's compatibility tests as one group (its application runs once, from its cached venv with this tree's
 # wheel installed), every other test on whichever is free (tests/conftest.py); then the tests marked `alone`
-# (wall-clock premises) by themselves. The distributions' build-and-install checks are `make test-wheels`.
-test: $(STAMP) jars
+# (wall-clock premises) by themselves, after `make lint`. The distributions' build-and-install checks are `make test-wheels`.
+test: $(STAMP) jars lint
 	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup -m "not alone and not wheels" tests
 	$(PY) -m pytest -q -ra --durations=30 -m "alone and not compat and not wheels" tests
 

@@ -25,7 +25,8 @@ __all__ = ["numeric", "values", "column", "record_batch", "binary_scalar"]
 _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
           pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
           pa.float32(): np.float32, pa.float64(): np.float64}
-_OFFSETS = {pa.string(): np.int32, pa.binary(): np.int32, pa.large_string(): np.int64, pa.large_binary(): np.int64}
+_OFFSETS: dict[Any, Any] = {pa.string(): np.int32, pa.binary(): np.int32,
+                             pa.large_string(): np.int64, pa.large_binary(): np.int64}
 
 
 def numeric(values: Any, typ: pa.DataType) -> pa.Array:

@@ -226,6 +226,7 @@ def check_exactly_once(config: Any, conf: Mapping[str, str]) -> None:
             ms[opt] = None  # librdkafka names the bad value (check_kafka_conf)
     txn_ms = ms["transaction.timeout.ms"] or 60000
     for opt in ("message.timeout.ms", "delivery.timeout.ms"):
-        if ms[opt] is not None and ms[opt] > txn_ms:
+        limit = ms[opt]
+        if limit is not None and limit > txn_ms:
             raise ConfigError(f"kafka_conf[{opt!r}]", f"must not exceed transaction.timeout.ms={txn_ms} "
                                                       "with exactly_once (the client refuses it)")

@@ -333,8 +333,9 @@ class SinkConfig:
 
         A callback given by reference (``oauth_cb``: :mod:`.auth`) is imported
         in this process and handed over as the callable. Besides the safe
-        defaults, ``partitioner`` is ``murmur2_random`` unless set: keyed records land on the partition the Java client (and so
-        Spark's ``format("kafka")``) picks; librdkafka's own default
+        defaults, ``partitioner`` is ``murmur2_random`` unless set: keyed
+        records land on the partition the Java client (and so Spark's
+        ``format("kafka")``) picks; librdkafka's own default
         (``consistent_random``, CRC32) would put them elsewhere.
         """
         conf = dict(_SAFE_DEFAULTS)
@@ -365,4 +366,4 @@ def default_of(option: str) -> Any:
         KeyError: no such option.
     """
     f = {f.name: f for f in fields(SinkConfig)}[option]
-    return f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+    return f.default_factory() if f.default_factory is not MISSING else f.default

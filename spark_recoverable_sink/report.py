@@ -164,7 +164,8 @@ class BatchReport:
 
     def log_line(self) -> str:
         line = (f"batch_id={self.batch_id} run={self.run} rows={self.rows} bytes={self.bytes} acked={self.acked} "
-                f"pending={self.pending} skipped={self.skipped} retried={self.retried} dead_lettered={self.dead_lettered} "
+                f"pending={self.pending} skipped={self.skipped} retried={self.retried} "
+                f"dead_lettered={self.dead_lettered} "
                 f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f} "
                 f"wal_bytes={self.wal_bytes} wal_slot_bytes_max={self.wal_slot_bytes_max}")
         if self.kafka_queue_msgs_max >= 0:  # librdkafka statistics enabled

@@ -126,7 +126,8 @@ def validate_spark_schema(schema: "StructType", default_topic: str | None, *, wr
             )
     if "value" not in by_name:
         near = [n for n in by_name if n.lower() == "value"]
-        hint = f" ({near[0]!r} is not it: Spark's Kafka sink finds its columns by their lower-case names)" if near else ""
+        hint = (f" ({near[0]!r} is not it: Spark's Kafka sink finds its columns by their lower-case names)"
+                if near else "")
         raise SchemaError(f"required column 'value' (string or binary) is missing{hint}", column=None,
                           allowed=KAFKA_COLUMNS["value"])
     if "topic" not in by_name and default_topic is None:

@@ -135,13 +135,15 @@ class DeadLetterRouter:
                 self.stored(wal, dkey, d)
 
     def forward(self, producer: Any) -> None:
-        """Produce pending dead letters to the dead-letter topic through ``producer`` (an engine; under the poll lock)."""
+        """Produce pending dead letters to the dead-letter topic through ``producer`` (an engine; under the poll
+        lock)."""
         from confluent_kafka import KafkaException
 
         while self._pending:
             wal, dkey, d, omit = self._pending.popleft()
-            headers = [(self.config.id_header, bytes.fromhex(d.record_id)), ("rks-error", d.error.encode()),
-                       ("rks-error-code", str(d.error_code).encode()), ("rks-topic", d.topic.encode())]
+            headers: list[tuple[str, bytes | None]] = [
+                (self.config.id_header, bytes.fromhex(d.record_id)), ("rks-error", d.error.encode()),
+                ("rks-error-code", str(d.error_code).encode()), ("rks-topic", d.topic.encode())]
             value = d.value
             if omit:
                 # The payload itself is what the topic refuses: send the id and the

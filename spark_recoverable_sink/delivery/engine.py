@@ -205,7 +205,7 @@ class PythonEngine(Engine):
             conf["error_cb"] = error_cb
         if stats_cb is not None:
             conf["stats_cb"] = stats_cb
-        self.producer = Producer(conf)
+        self.producer: Any = Producer(conf)  # None once closed
 
     @classmethod
     def around(cls, producer: Any) -> "PythonEngine":

@@ -1,4 +1,5 @@
-"""The Kafka client of a publisher (an :class:`.engine.Engine`): created lazily, replaced after fatal errors, old ones purged.
+"""The Kafka client of a publisher (an :class:`.engine.Engine`): created lazily, replaced after fatal errors, old
+ones purged.
 
 With ``statistics.interval.ms`` in the user's configuration, every producer
 gets a ``stats_cb`` that keeps the latest summary for the task reports

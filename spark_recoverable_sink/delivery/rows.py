@@ -80,12 +80,12 @@ def produce_rows(producer: Any, cb: Any, rows_total: int, batch: pa.RecordBatch,
             poll(0)
     else:  # the row's own columns, or a retry of some records of the chunk
         for i in rows:
-            header = [(idh, ids[i])]
+            row_headers = [(idh, ids[i])]
             if hdrs is not None and hdrs[i]:
-                header.extend((h["key"], h["value"]) for h in hdrs[i])
+                row_headers.extend((h["key"], h["value"]) for h in hdrs[i])
             part = -1 if parts is None or parts[i] is None else parts[i]
             ts = 0 if tss is None or tss[i] is None else tss[i]
-            args = (topic if topics is None else topics[i], values[i], keys[i], part, cb, None, ts, header)
+            args = (topic if topics is None else topics[i], values[i], keys[i], part, cb, None, ts, row_headers)
             try:
                 produce(*args)
             except BufferError:

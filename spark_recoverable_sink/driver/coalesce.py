@@ -61,8 +61,8 @@ from ..task.parts import SOURCE_PARTITION
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-__all__ = ["cores_of", "session_cores", "lane_cores", "drain_tasks", "partitions_of", "coalesce_width", "dynamic_allocation",
-           "one_task_per_core", "DRAIN_TASKS_UNKNOWN"]
+__all__ = ["cores_of", "session_cores", "lane_cores", "drain_tasks", "partitions_of", "coalesce_width",
+           "dynamic_allocation", "one_task_per_core", "DRAIN_TASKS_UNKNOWN"]
 
 #: A drain job's task count where the cores cannot be told (Spark Connect on a cluster manager with neither
 #: spark.default.parallelism nor fixed executors set): a few per executor of a small cluster. Each task waits

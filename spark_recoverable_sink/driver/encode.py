@@ -105,7 +105,7 @@ def _check_avro(df: "DataFrame", fmt: Avro, name: str, data_type: Any, column: s
         from pyspark.errors import AnalysisException
 
         try:
-            df.select(_to_avro(df[name], fmt.schema)).schema
+            _ = df.select(_to_avro(df[name], fmt.schema)).schema  # analysed now: a struct that does not fit fails here
         except Exception as exc:  # noqa: BLE001 - told apart by Spark's error class
             if _avro_not_loaded(exc):
                 raise _missing_avro(spark.version, column, "Spark: AVRO_NOT_LOADED") from exc

@@ -40,7 +40,7 @@ from .registry import RegistryClient, scrub_url
 if TYPE_CHECKING:  # pragma: no cover
     pass
 
-__all__ = ["Avro", "JsonSchema", "RegistryFormat", "encode_columns", "check_json_fields", "STRATEGIES"]
+__all__ = ["Avro", "JsonSchema", "RegistryFormat", "check_json_fields", "STRATEGIES"]
 
 STRATEGIES = ("topic", "record", "topic_record")
 MAGIC = b"\x00"
@@ -72,6 +72,7 @@ class RegistryFormat:
     subject: str | None = None
     strategy: str = "topic"
     auto_register: bool = True
+    _parsed: Any = field(default=None, init=False, repr=False, compare=False)  # the schema's JSON (__post_init__)
     schema_type = ""  # the registry's name of the format
 
     def __post_init__(self) -> None:

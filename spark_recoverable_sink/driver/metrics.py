@@ -30,7 +30,7 @@ name                                   type       meaning
 ``rks_eo_lanes_waiting``               gauge      exactly-once: lanes of the open batch the driver waits for
 ``rks_eo_wait_seconds``                gauge      exactly-once: how long it has waited for them (0: none)
 ``rks_eo_settle_seconds``              histogram  exactly-once: how long batches waited for their lanes
-``rks_eo_settle_timeouts_total``       counter    exactly-once: batches failed for lanes still waiting (SettleTimeoutError)
+``rks_eo_settle_timeouts_total``       counter    exactly-once: batches failed waiting for lanes (SettleTimeoutError)
 ``rks_eo_parts_total``                 counter    exactly-once: parts of large units committed while a batch waited
 ``rks_eo_lanes_opened_total``          counter    exactly-once: lane producers opened (a lane new to a worker: a hop)
 ``rks_eo_transactions_aborted_total``  counter    exactly-once: transactions the tasks' workers aborted
@@ -88,7 +88,8 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("rks_pending_records", "gauge", "Records not yet acked when the last batch's tasks ended"),
     ("rks_wal_bytes", "gauge", "Live WAL bytes of the slots the last batch ran on"),
     ("rks_wal_slot_bytes_max", "gauge", "Live WAL bytes of the fullest slot the last batch ran on"),
-    ("rks_wal_max_bytes", "gauge", "The sink's max_wal_bytes (limit per Python worker: its slot and the slots it adopted)"),
+    ("rks_wal_max_bytes", "gauge",
+     "The sink's max_wal_bytes (limit per Python worker: its slot and the slots it adopted)"),
     ("rks_problems", "gauge", "Problems (unreadable or quarantined WAL slots) named by the last batch"),
     ("rks_last_batch_timestamp_seconds", "gauge", "Unix time of the last batch report"),
     ("rks_batch_seconds", "histogram", "Driver-side duration of a batch"),
@@ -195,9 +196,9 @@ class SinkMetrics:
             self._kafka_seen = True
             known = report.kafka_queue_msgs_max >= 0
             m("rks_kafka_queue_messages").set(report.kafka_queue_msgs_max if known else math.nan)
-            for n, v in (("rks_kafka_rtt_avg_seconds", report.kafka_rtt_ms_avg),
-                         ("rks_kafka_rtt_max_seconds", report.kafka_rtt_ms_max)):
-                m(n).set(v / 1000.0 if v >= 0 else math.nan)
+            for series, ms in (("rks_kafka_rtt_avg_seconds", report.kafka_rtt_ms_avg),
+                               ("rks_kafka_rtt_max_seconds", report.kafka_rtt_ms_max)):
+                m(series).set(ms / 1000.0 if ms >= 0 else math.nan)
 
 
     def settling(self, lanes: int, seconds: float, parts: int = 0) -> None:

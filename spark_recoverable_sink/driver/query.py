@@ -94,7 +94,7 @@ def streaming_query(batch_df: Any) -> tuple[str | None, Any]:
     def active() -> list[str] | None:
         try:
             jsession = spark._jvm.org.apache.spark.sql.SparkSession
-            ids = []
+            ids: list[str] = []
             for opt in (jsession.getDefaultSession(), jsession.getActiveSession()):
                 if opt.isDefined():
                     ids.extend(str(q.id().toString()) for q in opt.get().streams().active())

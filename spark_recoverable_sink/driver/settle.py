@@ -289,11 +289,17 @@ def _uncommitted(config: SinkConfig, report: BatchReport, lanes: list[int],
     except Exception as exc:  # the broker is down: the drain jobs keep trying
         log.info("sink=%s lane markers not readable yet: %s", config.name, config.scrub(str(exc)))
         return None
-    left = [lane for lane in lanes if markers.get(lane) is None or markers[lane].batch < report.batch_id]
-    for lane in left if parts is not None else ():
-        p = markers[lane].partial if markers.get(lane) is not None else None
-        if p is not None and p.batch == report.batch_id and p.k + 1 > parts.get(lane, 0):
-            parts[lane], parts[-1] = p.k + 1, 1
+    left = []
+    for lane in lanes:
+        found = markers.get(lane)
+        if found is None or found.batch < report.batch_id:
+            left.append(lane)
+    if parts is not None:
+        for lane in left:
+            found = markers.get(lane)
+            p = found.partial if found is not None else None
+            if p is not None and p.batch == report.batch_id and p.k + 1 > parts.get(lane, 0):
+                parts[lane], parts[-1] = p.k + 1, 1
     if left and known_marker_topic_id(config) is not None:
         from confluent_kafka import KafkaException
 
@@ -332,6 +338,6 @@ def _timeout(config: SinkConfig, report: BatchReport, lanes: list[int], units: l
         "scheduled? no executor, or none free)" + ("; its cancellation was requested." if stuck.cancelled else "."))
     return SettleTimeoutError(
         f"sink={config.name} batch_id={report.batch_id}: {len(named)} exactly-once lane(s) not committed after "
-        f"{waited:.0f}s (settle_timeout_s={config.settle_timeout_s:.0f}): {lines}.{late} Nothing was dropped: the units "
-        "stay in the executors' WALs; the batch fails and runs again after a restart (a lane committed since is "
+        f"{waited:.0f}s (settle_timeout_s={config.settle_timeout_s:.0f}): {lines}.{late} Nothing was dropped: the "
+        "units stay in the executors' WALs; the batch fails and runs again after a restart (a lane committed since is "
         "skipped then). Check the broker and the errors above, or raise settle_timeout_s.", named)

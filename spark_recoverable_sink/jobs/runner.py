@@ -156,7 +156,8 @@ def build_sink(settings: JobSettings, environ: Mapping[str, str] | None = None) 
         wal_dir=s.wal_dir, ack_timeout_s=s.ack_timeout_s, wal_sync=s.wal_sync, max_wal_bytes=s.max_wal_bytes,
         max_block_s=s.max_block_s, checkpoint_interval_s=s.checkpoint_interval_s,
         dead_letter_topic=s.dead_letter_topic, guarantee=s.guarantee, exactly_once_lanes=s.exactly_once_lanes,
-        settle_timeout_s=s.settle_timeout_s, offsets_retention_s=s.offsets_retention_s, record_ids=s.record_ids, id_columns=tuple(s.id_columns),
+        settle_timeout_s=s.settle_timeout_s, offsets_retention_s=s.offsets_retention_s, record_ids=s.record_ids,
+        id_columns=tuple(s.id_columns),
         write_timestamp=s.write_timestamp, history=1000,
         value_format=registry_format("sink.value_format", s.value_format),
         key_format=registry_format("sink.key_format", s.key_format),
@@ -256,7 +257,7 @@ def run_job(settings: JobSettings, build: BuildSource, spark: "SparkSession" | N
                 reason = "run_seconds-elapsed"
                 break
             try:
-                q.awaitTermination(0.5)
+                q.awaitTermination(0.5)  # type: ignore[arg-type]  # seconds, a float in PySpark's own code
             except StreamingQueryException:
                 break  # the query failed: q.exception() holds the error, raised below
     finally:

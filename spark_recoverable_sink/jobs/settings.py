@@ -275,6 +275,7 @@ def check_format(key: str, fmt: Mapping[str, Any]) -> None:
 
 
 def _check_common(s: JobSettings) -> None:
+    v: Any
     for key, v in (("kafka.create_topic_replication_factor", s.kafka.create_topic_replication_factor),):
         if v <= 0:
             raise SettingsError(f"{key}: must be > 0, got {v}")

@@ -82,7 +82,7 @@ class Producer:
         extra: tuple[Any, ...] = ()
         if generated:
             cols = tuple((_uints(a, np.uint64 if w == 8 else np.uint32), int(w)) for a, w in id_cols)
-            extra = (bytes(id_prefix), cols or None, -1 if id_seq0 is None else int(id_seq0))
+            extra = (bytes(id_prefix or b""), cols or None, -1 if id_seq0 is None else int(id_seq0))
         return self._p.produce_chunk(
             int(round_id), topic, column(values), column(keys), column(topics),
             column(partitions, "int32"), column(timestamps, "int64"), headers_column(headers),

@@ -46,7 +46,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 class _Stderr(logging.StreamHandler):
     """Log lines to whatever ``sys.stderr`` is when they are emitted."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -91,7 +91,7 @@ class Delivery:
         units = max(0, self.units.pending_rows()) if self.units is not None else 0
         return units + self.publisher.in_flight()
 
-    def deliver(self, deadline: Deadline, on_pass: Callable[[], None] | None = None) -> int:
+    def deliver(self, deadline: Deadline, on_pass: Callable[[], object] | None = None) -> int:
         """Deliver until nothing is pending or ``deadline`` passes; returns what is still pending.
 
         The caller holds the publisher's poll lock (:meth:`.Publisher.task`).

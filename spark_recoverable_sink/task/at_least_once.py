@@ -70,14 +70,14 @@ class AtLeastOnceTask:
     def begin(self, partition: int) -> AttemptKey:
         """A new WAL attempt for the rows of Spark partition ``partition`` (a fresh generation in the own slot)."""
         key = AttemptKey(self.batch, partition, self.rt.own_wal().reserve_gen())
-        self.attempts[key] = AttemptTracker(self.rt.wal, key)
+        self.attempts[key] = AttemptTracker(self.rt.own_wal(), key)
         return key
 
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:
         """The chunk ``key`` is committed in the WAL: hand it to delivery."""
         attempt = self.attempts[key.attempt]
         attempt.add_chunk(key)
-        t = ChunkTracker(self.rt.wal, key, norm.num_rows, size, attempt)
+        t = ChunkTracker(self.rt.own_wal(), key, norm.num_rows, size, attempt)
         self.trackers.append(t)
         if self.sync:
             self.publisher.produce_chunk(t, norm)

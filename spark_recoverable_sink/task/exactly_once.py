@@ -85,7 +85,7 @@ class ExactlyOnceTask:
             _points.point("eo.before_transaction", batch=key.batch, partition=key.partition, rows=key.first_seq)
             units = rt.delivery.unit_book()
             self._inline = units.committer.begin_inline(
-                rt.wal.path, self.akey, self.run, ContactDeadline(cfg.ack_timeout_s, rt.publisher.contact))
+                rt.own_wal().path, self.akey, self.run, ContactDeadline(cfg.ack_timeout_s, rt.publisher.contact))
         if self._inline is not None:  # else: published from the WAL once committed there
             self._inline.produce(norm, key.first_seq, rt.publisher.block_s)
 
@@ -145,7 +145,7 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
     outcome = units.commit(unit, ContactDeadline(config.ack_timeout_s, rt.publisher.contact))
     if outcome == MISMATCH:
         units.forget(unit)
-        rt.wal.abort_attempt(akey)
+        rt.own_wal().abort_attempt(akey)
         found = unit.found.latest if unit.found is not None else None
         raise ExactlyOnceMismatchError(
             f"sink={config.name} run={run} batch={akey.batch} partition={akey.partition}: {unit.why}. A batch "
@@ -166,7 +166,8 @@ def abandon_unit(rt: "WorkerRuntime", akey: AttemptKey) -> None:
     recovery of the slot drops it (an open attempt is never published).
     """
     try:
-        rt.wal.abort_attempt(akey)
+        if rt.wal is not None:
+            rt.wal.abort_attempt(akey)
     except Exception:  # the task's own error is the one to raise
         log.warning("sink=%s batch=%d partition=%d abandoned attempt left for recovery to drop",
                     rt.config.name, akey.batch, akey.partition, exc_info=True)

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 def worker_input() -> Any | None:
     """The Python worker's input stream (``infile`` of PySpark's ``worker.main``), or ``None`` outside one."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "main" and code.co_filename.endswith("worker.py") and "infile" in frame.f_locals:
@@ -90,7 +90,8 @@ def _unprovable() -> SparkVersionError:
     """The error of a Spark task whose worker input cannot be read: which PySpark, and what runs the task."""
     import pyspark
 
-    frame, outer = sys._getframe(1), None
+    frame: Any = sys._getframe(1)
+    outer = None
     while frame is not None:  # the outermost frame named main: what this runtime runs tasks from
         if frame.f_code.co_name == "main":
             outer = frame.f_code

@@ -175,15 +175,16 @@ class TaskMode(Protocol):
     def counts(self) -> tuple[int, int]: ...  # exactly-once: (lane producers opened, transactions aborted)
 
 
-def _append(rt: "WorkerRuntime", key: ChunkKey, chunk: bytes, first: AttemptState | None) -> None:
+def _append(rt: "WorkerRuntime", key: ChunkKey, chunk: bytes | memoryview,
+            first: AttemptState | None) -> None:
     """Append a chunk; a task's first chunk that finds the disk full in a slot holding nothing to keep
     recreates the slot (the space its file held goes back) and tries once more."""
     try:
-        rt.wal.append(key, chunk, new_attempt=first)
+        rt.own_wal().append(key, chunk, new_attempt=first)
     except WalWriteError:
         if first is None or not rt.renew_own_slot():
             raise
-        rt.wal.append(key, chunk, new_attempt=first)
+        rt.own_wal().append(key, chunk, new_attempt=first)
 
 
 @dataclass
@@ -200,7 +201,8 @@ class _Part:
 
 def _with_ids(rt: "WorkerRuntime", batch: pa.RecordBatch, part: _Part, places: Any = None,
               keys: Any = None) -> pa.RecordBatch:
-    """:func:`..ids.with_ids`; the occurrence table's file (a large partition) refused by the disk is a WalWriteError."""
+    """:func:`..ids.with_ids`; the occurrence table's file (a large partition) refused by the disk is a
+    WalWriteError."""
     assert part.scheme is not None
     try:
         return with_ids(batch, part.scheme, part.occurrences, places, keys)
@@ -351,7 +353,7 @@ class TaskWrite:
             log.warning("%s", why)  # Spark may never read the task's error: it failed the task first
             raise RecoverableSinkError(why)
         if self.parts:
-            self.rt.wal.set_attempts([(x.akey, AttemptState(COMMITTED, self.spark_attempt, x.seq, self.started,
+            self.rt.own_wal().set_attempts([(x.akey, AttemptState(COMMITTED, self.spark_attempt, x.seq, self.started,
                                                             self.mode.guarantee, self.mode.digest))
                                       for x in self.parts.values()])
         _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=self.spark_attempt,

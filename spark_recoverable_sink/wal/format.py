@@ -57,8 +57,9 @@ __all__ = [
 #: BUMP IT WITH EVERY CHANGE OF WHAT THOSE BYTES MEAN, not only of their layout: the layouts here and in
 #: .records; a chunk's columns and schema metadata (..schema: rks.topic, rks.run; ..ids: rks.idp, rks.idl and
 #: the id fields' columns); the record ids and unit digests built from them (..ids, ..fingerprint: the hash,
-#: occurrences, places, the id's bytes). A build reads its own version only, so a slot another build wrote is refused naming its version, never
-#: read with other meanings (tests/unit/test_wal_versions.py pins what version 4 means).
+#: occurrences, places, the id's bytes). A build reads its own version only, so a slot another build wrote is
+#: refused naming its version, never read with other meanings (tests/unit/test_wal_versions.py pins what version 4
+#: means).
 #: 4: one version for the slot and its chunks; ids by content only (rks_fp and rks_occ in every chunk), always with
 #: a run; rks.ids and rks_place.
 #: 5: record ids of format 1 (fixed-length bytes: ..ids), each chunk naming its ids' prefix and layout (rks.idp,

@@ -240,7 +240,8 @@ class Wal(SlotReads, SlotSpace):
         self.gen += 1
         return self.gen
 
-    def append(self, key: ChunkKey, chunk: bytes, new_attempt: AttemptState | None = None) -> None:
+    def append(self, key: ChunkKey, chunk: bytes | memoryview,
+               new_attempt: AttemptState | None = None) -> None:
         """Write one chunk (and, for a task's first chunk, its open attempt) in one transaction.
 
         Raises:

@@ -159,7 +159,7 @@ def _get_bytes(raw: memoryview, pos: int) -> tuple[bytes | None, int]:
     return bytes(raw[pos:pos + n]), pos + n
 
 
-def _dead_crc(raw: bytes | memoryview) -> int:
+def _dead_crc(raw: bytes | bytearray | memoryview) -> int:
     raw = memoryview(raw)
     return zlib.crc32(raw[_DEAD_HEAD.size:], zlib.crc32(raw[:_DEAD_HEAD.size - _CRC.size]))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...config import SinkConfig
 from .subunits import PARTIAL_RECORD_VERSION, Partial, decode_partial, decode_partial_record
@@ -31,9 +32,10 @@ __all__ = ["lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marke
            "DIGEST_BITS", "PRE_INIT_READ_S", "PRE_INIT_SHARE", "UNANSWERED"]
 
 #: How long a lane's marker is read before its producer is initialised (``MarkerReader.read_before_init``),
-#: at most: and no more than :data:`PRE_INIT_SHARE` of what the step is given (``steps.left``: at least 2 s). A read that long without an answer
-#: is an open transaction of a dead or frozen producer (its offset is unstable until the lane's init ends it) far
-#: more often than a slow broker: the lane is then initialised at once, with most of the window still left.
+#: at most: and no more than :data:`PRE_INIT_SHARE` of what the step is given (``steps.left``: at least 2 s).
+#: A read that long without an answer is an open transaction of a dead or frozen producer (its offset is unstable
+#: until the lane's init ends it) far more often than a slow broker: the lane is then initialised at once, with most
+#: of the window still left.
 PRE_INIT_READ_S = 2.0
 PRE_INIT_SHARE = 1 / 3
 
@@ -137,7 +139,8 @@ def decode_offset(offset: int | None, metadata: str | None = None) -> Marker | N
 
 
 def encode_record(batch: int, rows: int, digest: int, run: str, written_ms: int) -> bytes:
-    """The value of a lane's marker record: ``RKSM | u16 1 | i64 batch | u64 rows | u64 digest | i64 ms | run | crc``."""
+    """The value of a lane's marker record:
+    ``RKSM | u16 1 | i64 batch | u64 rows | u64 digest | i64 ms | run | crc``."""
     r = run.encode()
     body = _RECORD.pack(_RECORD_MAGIC, _RECORD_VERSION, batch, rows, digest, written_ms, len(r)) + r
     return body + struct.pack(">I", zlib.crc32(body))
@@ -178,7 +181,7 @@ _CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.s
                     "reconnect.", "metadata.", "topic.metadata", "api.version", "log_level", "oauth_cb")
 
 
-def client_conf(config: SinkConfig) -> dict[str, str]:
+def client_conf(config: SinkConfig) -> dict[str, Any]:
     """The connection and security options of the sink's Kafka configuration (for consumers and admin).
 
     Their metadata requests never create a topic (``allow.auto.create.topics``

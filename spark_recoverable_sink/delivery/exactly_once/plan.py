@@ -246,7 +246,7 @@ def pin_lanes(config: SinkConfig, run: str, batch: int, timeout_s: float = 30.0,
                 _check_change(config, run, batch, plan, timeout_s, records)
                 log.warning("sink=%s run=%s batch_id=%d exactly_once_lanes changes from %d (since batch %d) to %d",
                             config.name, run, batch, plan.lanes, plan.from_batch, config.exactly_once_lanes)
-                plan = Plan(batch, config.exactly_once_lanes)
+                plan = Plan(batch, int(config.exactly_once_lanes or 0))  # (not auto: a number)
             _write_record(config, run, plan, timeout_s)  # Steps 3 to 5: the record first, then the offset
             _commit(consumer, config, plan, timeout_s)
         finally:

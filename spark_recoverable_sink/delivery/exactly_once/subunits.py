@@ -66,7 +66,8 @@ _PREC = struct.Struct(">4sHqQqIIQqH")  # magic, version, base batch, base digest
 
 @dataclass(frozen=True)
 class Partial:
-    """A partial marker: buckets ``0..k`` of ``count`` of ``batch``'s unit are committed; ``digest`` sums their terms."""
+    """A partial marker: buckets ``0..k`` of ``count`` of ``batch``'s unit are committed; ``digest`` sums their
+    terms."""
 
     batch: int
     k: int

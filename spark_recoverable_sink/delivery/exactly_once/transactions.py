@@ -164,7 +164,8 @@ class Committer:
         return text
 
     def decide(self, unit: Unit, marker: Marker | None) -> str | None:
-        """What the lane's marker says of ``unit``: ``SKIPPED``, ``MISMATCH`` (``unit.why`` says why), or ``None``: publish."""
+        """What the lane's marker says of ``unit``: ``SKIPPED``, ``MISMATCH`` (``unit.why`` says why), or ``None``:
+        publish."""
         if marker is None or marker.latest < unit.batch:
             return None
         unit.found = marker
