@@ -11,17 +11,21 @@ Arrow messages, which pyarrow reads as a clean end of stream.
 
 The task must not commit a unit of the rows it read (the retry brings the
 whole unit: its lane's marker would then hold another digest, and the query
-would die at that batch for good). Premise checked: the executors logged the
-fetch failure and the sink's own line saying the input ended without Spark's
-end marker. Whether the fault lands depends on where the lane task's fetches
-stood when it was parked: the killed executor's blocks may all have been
-fetched already (no fetch fails), or the failure may surface as an error
-rather than a cut between two Arrow messages. So the scenario is arranged
-again, up to :data:`ATTEMPTS` runs, until one run cut a lane's input; every
-run, whether its fault landed or not, must deliver every row once (that is
-what the sink did), and only a scenario whose fault never landed in all its
-runs fails on its premise. Judged by what a read_committed consumer reads:
-every row once.
+would die at that batch for good). Whether the fault lands depends on where
+the lane task's fetches stood when it was parked: the killed executor's
+blocks may all have been fetched already (no fetch fails), or the failure
+may surface as an error rather than a cut between two Arrow messages. So the
+scenario is arranged again, up to :data:`ATTEMPTS` runs, until one run cut a
+lane's input; every run, whether its fault landed or not, must deliver every
+row once (that is what the sink did), and only a scenario whose fault never
+landed in all its runs fails on its premise.
+
+The premise is the cut itself: the sink's own line saying a task's input
+ended without Spark's end marker, whatever Spark did to end it. Most runs
+also log the fetch failure (``Failed to get block``, kept in the scenario's
+figures); one CI run saw the cut without that line (Spark ended the task's
+input another way after the executor's loss), which tests the same thing
+of the sink. Judged by what a read_committed consumer reads: every row once.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -118,8 +123,9 @@ def test_19_an_exactly_once_lane_whose_input_is_cut_commits_nothing_of_it(broker
     scenario.apply(last["t"])
     scenario.figures.update(runs=len(runs), parked_at=last["at"]["coords"],
                             fetch_failed=["Failed to get block" in r["logs"] for r in runs],
-                            cut_seen=["without Spark's end marker" in r["logs"] for r in runs])
+                            cut_seen=["without Spark's end marker" in r["logs"] for r in runs],
+                            # who logged errors in the executors (the cause of the cut, if not the fetch failure)
+                            errors_by=sorted(set(re.findall(r" ERROR (\w+):", last["logs"]))))
     failed = [n for n, r in enumerate(runs) if "Failed to get block" in r["logs"]]
     assert "without Spark's end marker" in last["logs"], (
         f"premise: no lane task's input was cut part-way in {len(runs)} runs (a fetch failed in runs {failed})")
-    assert "Failed to get block" in last["logs"], "premise: the lane task's shuffle fetch from the killed executor failed"
