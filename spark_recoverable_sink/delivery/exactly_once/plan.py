@@ -273,7 +273,14 @@ def _from_record(config: SinkConfig, run: str, records: dict[str, bytes]) -> Pla
 
 
 def _write_record(config: SinkConfig, run: str, plan: Plan, timeout_s: float) -> None:
-    """The plan's record in the marker topic, acknowledged by the broker (``acks=all``, idempotent).
+    """The plan's record in the marker topic, acknowledged by the broker (``acks=all``).
+
+    Not idempotent: one record per producer, so nothing can be reordered,
+    and a retry that writes it twice writes the same value under the same
+    key of a compacted topic, which reads as once. An idempotent producer
+    would wait for its producer id first, which librdkafka asks for only
+    after a timer of 500 ms when the bootstrap connection is replaced by the
+    broker's own (half a second on every run's first batch, for nothing).
 
     Raises:
         confluent_kafka.KafkaException: it was not acknowledged within ``timeout_s``.
@@ -281,7 +288,8 @@ def _write_record(config: SinkConfig, run: str, plan: Plan, timeout_s: float) ->
     from confluent_kafka import KafkaError, KafkaException, Producer
 
     conf = client_conf(config)
-    conf.update({"enable.idempotence": "true", "acks": "all", "linger.ms": "0"})
+    conf.update({"enable.idempotence": "false", "acks": "all", "linger.ms": "0",
+                 "max.in.flight.requests.per.connection": "1"})
     conf.pop("allow.auto.create.topics", None)  # a consumer's and admin's setting, not a producer's
     producer = Producer(conf)
     errors: list[Any] = []
