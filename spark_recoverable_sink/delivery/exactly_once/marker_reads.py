@@ -180,23 +180,42 @@ class MarkerReader:
     def _read_records(self, timeout_s: float) -> None:
         """Read the marker topic from where the last read stopped (at first, its log start) to its end (read_committed).
 
-        ``auto.offset.reset=earliest``: an offset no longer in the log (its
-        records deleted since) reads on from the log start, never from the end.
-        The end is seen as soon as the broker says so (short fetch waits and
-        polls while reading); the partition is unassigned after, so nothing
-        is fetched between reads.
-        """
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+        The first read starts at the log start as an offset number, asked
+        with the watermarks (none to read in an empty topic, or none at all):
+        librdkafka resolves a logical offset (``OFFSET_BEGINNING``) only
+        after a timer of 500 ms on a new consumer, half a second on every
+        run's first exactly-once batch. ``auto.offset.reset=earliest``: an
+        offset no longer in the log (its records deleted since) reads on from
+        the log start, never from the end. The end is seen as soon as the
+        broker says so (short fetch waits and polls while reading); the
+        partition is unassigned after, so nothing is fetched between reads.
 
+        Raises:
+            confluent_kafka.KafkaException: the broker did not answer within ``timeout_s``.
+        """
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+        end = time.monotonic() + timeout_s
         if self._consumer is None:
             conf = client_conf(self.config)  # from the log start: records before it were deleted (a retention)
             conf.update({"group.id": f"rks-markers-reader.{self.config.name}", "enable.auto.commit": "false",
                          "isolation.level": "read_committed", "enable.partition.eof": "true",
                          "auto.offset.reset": "earliest", "fetch.wait.max.ms": "20"})
             self._consumer = Consumer(conf)
-        self._consumer.assign([TopicPartition(self.config.marker_topic, 0, self._next or OFFSET_BEGINNING)])
+        start = self._next
+        if not start:
+            try:
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(self.config.marker_topic, 0),
+                                                                 timeout=max(0.1, end - time.monotonic()))
+            except KafkaException as exc:
+                if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    return  # no marker topic yet: no lane ever committed a record
+                raise
+            if high <= low:
+                return  # nothing in the log
+            start = low
+        self._consumer.assign([TopicPartition(self.config.marker_topic, 0, start)])
         try:
-            end = time.monotonic() + timeout_s
             while time.monotonic() < end:
                 for m in self._consumer.consume(1000, min(0.05, max(0.01, end - time.monotonic()))):
                     err = m.error()
