@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Callable, Iterable
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 #: This process's counts, read by each exactly-once task around its work for its report (metrics): lane producers
 #: opened (a lane new to this worker, or one replaced) and transactions aborted.
 COUNTS = {"opened": 0, "aborted": 0}
+_READERS = 8  # lanes whose markers :func:`lane_markers` reads at once (a consumer and its connections each)
+
 
 class Lane:
     """One lane's producer, its marker consumer, and what its open transaction holds."""
@@ -240,6 +243,10 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
     (so a marker of a transaction not yet completed is never returned). Not
     the admin client: librdkafka 2.x can abort the process when an admin
     request that timed out is answered later (seen here with a stopped broker).
+    A consumer is one group, so one per lane, and up to :data:`_READERS` of
+    them ask at once: each spends about 60 ms (its connections and finding
+    the group's coordinator) mostly waiting, which read in turn added up to
+    half a second for 8 lanes at a run's first batch.
 
     Raises:
         confluent_kafka.KafkaException: the broker did not answer in ``timeout_s``.
@@ -247,17 +254,23 @@ def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
     from confluent_kafka import Consumer
 
     reader = MarkerReader(config)
-    out: dict[int, Marker | None] = {}
-    for lane in lanes:
+
+    def one(lane: int) -> Marker | None:
         conf = client_conf(config)
         conf.update({"group.id": lane_id(config.name, run, lane), "enable.auto.commit": "false",
                      "isolation.level": "read_committed"})
         c = Consumer(conf)
         try:
-            out[lane] = reader.from_offset(c, timeout_s, lane_id(config.name, run, lane))
+            return reader.from_offset(c, timeout_s, lane_id(config.name, run, lane))
         finally:
             c.close()
-    return out
+
+    wanted = list(lanes)
+    if len(wanted) <= 1:
+        return {lane: one(lane) for lane in wanted}
+    with ThreadPoolExecutor(max_workers=min(_READERS, len(wanted)), thread_name_prefix="rks-lane-markers") as pool:
+        asked = [(lane, pool.submit(one, lane)) for lane in wanted]
+        return {lane: fut.result() for lane, fut in asked}  # the first error raised; each read is bounded
 
 
 def sink_lanes(config: SinkConfig, timeout_s: float = 10.0) -> list[str]:
