@@ -164,3 +164,68 @@ def test_a_plan_key_that_holds_no_plan_record_is_refused(cfg):
     _record(cfg, plan_group(cfg, "r"), b"not a plan")
     with pytest.raises(MarkerError, match="cannot be proven"):
         pin_lanes(dataclasses.replace(cfg, exactly_once_lanes=None), "r", 0, cores=lambda: 2)
+
+
+def test_a_missing_marker_topic_reads_as_no_records_at_once(cfg):
+    """A marker topic not created yet holds no marker: read as none, not waited on until the read's bound."""
+    from spark_recoverable_sink.delivery.exactly_once.marker_reads import MarkerReader
+
+    reader = MarkerReader(dataclasses.replace(cfg, marker_topic=f"rks-absent-{uuid.uuid4().hex[:6]}"))
+    try:
+        assert reader.latest_values(5.0) == {}
+        assert reader.record(lane_id(cfg.name, "r", 0), 5.0) is None
+    finally:
+        reader.close()
+
+
+def test_the_marker_topic_is_read_from_its_log_start_when_its_first_records_were_deleted(cfg):
+    """Records before the log start are gone: the first read starts at the log start as the broker gives it, and a
+    later read goes on from where the last one stopped. (A compacted topic refuses DeleteRecords, so the reader is
+    given a topic of the delete policy here: the reader reads either alike.)"""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from spark_recoverable_sink.delivery.exactly_once.marker_reads import MarkerReader
+
+    admin = AdminClient({"bootstrap.servers": cfg.producer_conf()["bootstrap.servers"]})
+    cfg = dataclasses.replace(cfg, marker_topic=f"rks-deletable-{uuid.uuid4().hex[:6]}")
+    for fut in admin.create_topics([NewTopic(cfg.marker_topic, 1, 1)]).values():
+        fut.result(30)
+    for n in range(3):
+        _record(cfg, lane_id(cfg.name, "r", n), encode_record(n, 10, 0xAB, "r", 1))
+    for fut in admin.delete_records([TopicPartition(cfg.marker_topic, 0, 2)], request_timeout=30).values():
+        fut.result(60)  # offsets 0 and 1 (lanes 0 and 1) deleted
+    reader = MarkerReader(cfg)
+    try:
+        assert sorted(reader.latest_values(10.0)) == [lane_id(cfg.name, "r", 2)]
+        _record(cfg, lane_id(cfg.name, "r", 3), encode_record(3, 10, 0xAB, "r", 1))
+        assert sorted(reader.latest_values(10.0)) == [lane_id(cfg.name, "r", n) for n in (2, 3)]
+        assert reader.record(lane_id(cfg.name, "r", 3), 10.0)[0].batch == 3
+    finally:
+        reader.close()
+
+
+def test_lane_markers_read_at_once_are_each_lane_s_own_and_an_unreadable_one_is_raised(cfg):
+    """Many lanes' offsets read at once: each lane gets its own group's marker; one whose offset metadata is not a
+    partial marker raises MarkerError naming that lane."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+
+    for n in range(0, 12, 2):
+        _commit(cfg, lane_id(cfg.name, "r", n), encode_offset(n + 100, n + 1))
+    got = lane_markers(cfg, "r", range(12), 10.0)
+    assert sorted(got) == list(range(12))
+    for n in range(12):
+        m = got[n]
+        assert (None if m is None else (m.batch, m.digest32)) == ((n + 100, n + 1) if n % 2 == 0 else None), n
+    conf = client_conf(cfg)
+    conf.update({"group.id": lane_id(cfg.name, "r", 5), "enable.auto.commit": "false"})
+    c = Consumer(conf)
+    try:
+        c.commit(offsets=[TopicPartition(cfg.marker_topic, 0, encode_offset(3, 1), metadata="not a marker")],
+                 asynchronous=False)
+    finally:
+        c.close()
+    with pytest.raises(MarkerError, match=f"lane {lane_id(cfg.name, 'r', 5)}"):
+        lane_markers(cfg, "r", range(12), 10.0)

@@ -28,6 +28,9 @@ __all__ = ["MarkerReader"]
 log = logging.getLogger(__name__)
 
 _SCAN_S = 60.0  # the longest one read of the marker topic to its end may take (a step of its own)
+#: What the watermarks of a marker topic that does not exist fail with (checked against the metadata before it is
+#: taken as "no topic": UNKNOWN_TOPIC_OR_PART, and librdkafka's unknown topic and unknown partition)
+_ABSENT = (3, -188, -190)
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ class MarkerReader:
                 low, high = self._consumer.get_watermark_offsets(TopicPartition(self.config.marker_topic, 0),
                                                                  timeout=max(0.1, end - time.monotonic()))
             except KafkaException as exc:
-                if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                if exc.args[0].code() in _ABSENT and self._absent(max(0.1, end - time.monotonic())):
                     return  # no marker topic yet: no lane ever committed a record
                 raise
             if high <= low:
@@ -239,6 +242,19 @@ class MarkerReader:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "marker topic not read to its end in time"))
         finally:
             self._consumer.unassign()
+
+    def _absent(self, timeout_s: float) -> bool:
+        """Whether the broker's metadata says the marker topic does not exist (an unknown partition can also be
+        metadata not there yet).
+
+        Raises:
+            confluent_kafka.KafkaException: the broker did not answer within ``timeout_s``.
+        """
+        from confluent_kafka import KafkaError
+
+        topic = self.config.marker_topic
+        md = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        return md is None or md.error is not None and md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
     def close(self) -> None:
         if self._consumer is not None:
