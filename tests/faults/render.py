@@ -7,7 +7,8 @@ Rows come from the results file (``RKS_FAULT_RESULTS`` or
 tests/faults/results/last_run.json, written by every scenario as it ends:
 :mod:`.scenario_results`) when there is one, else from the table already in
 the doc: a scenario keeps the row of its latest recorded run, with the commit
-that run tested. A scenario of the suite (a ``test_NN...`` function under
+that run tested (a run on an uncommitted tree replaces no row of a commit's).
+A scenario of the suite (a ``test_NN...`` function under
 tests/faults/, and the soak) that no recorded run covers gets a row saying
 ``not run since <commit>``: the commit that last changed its test, which no
 recorded run has tested. So the doc never claims a run that did not happen,
@@ -134,14 +135,27 @@ def table(rows: dict[str, str], runs: dict[str, str], failed: list[str], scenari
     return "\n".join(out)
 
 
+def _run_of(line: str) -> str:
+    """The run (commit) a table line names in its last column."""
+    m = re.search(r"\| `([^`]+)` \|$", line)
+    return m.group(1) if m else ""
+
+
 def render(doc: str, data: dict | None, repo: str = REPO) -> str:
-    """``doc`` with its table rendered from ``data`` (a results file; ``None``: the doc's own rows) and the suite."""
+    """``doc`` with its table rendered from ``data`` (a results file; ``None``: the doc's own rows) and the suite.
+
+    A scenario's row from ``data`` replaces the doc's unless it comes from a run on an uncommitted tree
+    (``+dirty``) and the doc's comes from a commit: such a run is no record of what a commit does.
+    """
     rows, runs, failed = doc_rows(doc)
     if data is not None:
         new_rows, new_runs, new_failed = result_rows(data)
-        fresh = set(new_rows)
-        failed = [f for f in failed if f.split("`")[1] not in fresh] + new_failed
-        rows.update(new_rows)
+        kept = {k for k, line in new_rows.items()  # a run on an uncommitted tree never replaces one on a commit
+                if k in rows and _run_of(line).endswith("+dirty") and not _run_of(rows[k]).endswith("+dirty")}
+        fresh = set(new_rows) - kept
+        failed = [f for f in failed if f.split("`")[1] not in fresh] + \
+            [f for f in new_failed if f.split("`")[1] in fresh]
+        rows.update({k: line for k, line in new_rows.items() if k in fresh})
         runs.update(new_runs)
     scenarios = catalogue(repo)
     changed = {s.number: last_change(s.path, repo) for s in scenarios}
