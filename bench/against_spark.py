@@ -250,9 +250,9 @@ def _versus_raw(results: dict[str, Any]) -> str:
     text = (f"Per record: the raw loop {_us(r):.2f} µs wall, {_cpu(r):.2f} µs CPU; sink sync {_us(s):.2f} µs wall, "
             f"{_cpu(s):.2f} µs CPU (+{_cpu(s) - _cpu(r):.2f}).")  # type: ignore[operator]
     if p and _cpu(p) is not None:
-        text += (f" The re-split that makes the default ids hold across re-runs (`record_ids=\"content\"`: a "
-                 f"shuffle of the batch in Spark's JVM) is {_cpu(s) - _cpu(p):+.2f} µs of it (sink sync with "  # type: ignore[operator]
-                 f"`record_ids=\"partition\"`: {_cpu(p):.2f} µs).")
+        text += (f" The default ids (by position in this write) against `record_ids=\"partition\"` (a content "
+                 f"fingerprint and an occurrence count per record): {_cpu(s) - _cpu(p):+.2f} µs "  # type: ignore[operator]
+                 f"({_cpu(p):.2f} µs with `record_ids=\"partition\"`).")
     if f and fi and _cpu(f) is not None and _cpu(fi) is not None:
         text += (f" The `rks-id` header, sent by the flush-writer, costs it {_cpu(fi) - _cpu(f):+.2f} µs "  # type: ignore[operator]
                  "(built in Python there, in C in the sink; its bytes go through librdkafka and the broker either way).")

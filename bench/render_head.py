@@ -150,22 +150,27 @@ configuration, its batching set as librdkafka's). The writers:
   (`<sink>:<run>:<batch>:<partition>:<16 hex digits>-<occurrence>`), built per record in Python as
   confluent-kafka takes it: the header's cost on its own.
 * **sink sync**: `RecoverableKafkaSink(..., ack_timeout_s=900, delivery_engine="native")`: every task waits
-  for all its acks (polling: see "The end of a task"). With the default `record_ids="content"` the batch is
-  first re-split by Spark's hash of each record's key, one task per core (a shuffle). The native engine produces each chunk from its Arrow buffers in C (ids formatted in C
+  for all its acks (polling: see "The end of a task"). With the default `record_ids="content"`, this `write()`
+  without a `run_id` is a run never run again that reads its cached rows in a fixed order: ids by position, the
+  batch as Spark split it, no shuffle (a streaming batch of inputs without a name, as the `rate` source's in the
+  micro-batch sections, is re-split by each record's place: a shuffle). The native engine produces each chunk from its Arrow buffers in C (ids formatted in C
   from the chunk's content fingerprints, delivery reports counted per chunk), no Python object per record.
-* **sink sync, `record_ids="partition"`**: the same without the default's re-split by key (ids name the
-  Spark partition): what the default `record_ids="content"` costs (section 1, "Record ids").
+* **sink sync, `record_ids="partition"`**: the same with ids of each record's content in the scope of its Spark
+  partition (a fingerprint and an occurrence count per record), against the default's ids by position (section 1,
+  "Record ids").
 * **sink sync (Python engine)**: the same with `delivery_engine="python"`: confluent-kafka's `produce` per
   record, a delivery callback per record.
 * **sink async**: `ack_timeout_s=0` (native engine): tasks return once their records are committed to the WAL; the
   worker's background thread produces them after the task. Its *time to durable in Kafka* is measured separately, from the start of
   the write until the WAL is empty (all acked *and pruned*; pruning runs at least every
   `checkpoint_interval_s` = 1 s, so this overstates the time to the last ack by up to about a second).
-* **sink exactly-once**: `guarantee="exactly_once"`, sync, native engine: the batch re-split into
-  `exactly_once_lanes` lanes by Spark's hash of each record's key (a JVM expression, then Spark's shuffle),
-  each lane task's records in one Kafka transaction with its lane's marker, committed before the task
-  returns (visible to read_committed consumers then); "no re-split" is `exactly_once_lanes=0` (Spark's
-  partitions as lanes, no shuffle).
+* **sink exactly-once**: `guarantee="exactly_once"`, sync, native engine, `exactly_once_lanes="auto"` (the
+  default): each lane task's records in one Kafka transaction with its lane's marker, committed before the task
+  returns (visible to read_committed consumers then). In the batch write (a `write()` of cached rows, never run
+  again) "auto" makes each Spark partition a lane, no shuffle: the same split as "no re-split"
+  (`exactly_once_lanes=0`, set explicitly). In the micro-batch sections (a `rate` source, whose batches are run
+  again after a restart) it re-splits each batch into as many lanes as cores by Spark's hash of each record's
+  key (a JVM expression, then Spark's shuffle).
 * **no-op**: reads its rows and writes nothing: the part of a write's (or micro-batch's) time that
   Spark itself sets; every writer's latency is also shown above this floor.
 

@@ -145,7 +145,7 @@ def _task_end_md(w: Any, results: dict[str, Any], tp: dict[str, Any]) -> None:
 
 
 def _record_ids_md(w: Any, results: dict[str, Any], tp: dict[str, Any]) -> None:
-    """What the default ``record_ids="content"`` (a re-split by key) costs against ``"partition"`` (none)."""
+    """What the default ``record_ids="content"`` (ids by position in this write) costs against ``"partition"``."""
     runs = tp.get("runs") or []
     parts = []
     for size in tp["sizes"]:
@@ -161,8 +161,7 @@ def _record_ids_md(w: Any, results: dict[str, Any], tp: dict[str, Any]) -> None:
     if not parts:
         return
     w("### Record ids: the default's cost\n")
-    w("At-least-once's default `record_ids=\"content\"` re-splits each batch by Spark's hash of the record's key "
-      "(its value without one) with a shuffle, so that every copy of a record is numbered in one task and ids "
-      "survive any re-run of the batch; `record_ids=\"partition\"` writes the batch as Spark split it (ids name "
-      "the partition: they survive only re-runs that keep the split). Both sink sync, native engine, round by "
-      "round: " + "; ".join(parts) + ".\n")
+    w("In this write (`write()` of cached rows, never run again) the default `record_ids=\"content\"` names "
+      "records by their position in their Spark partition (no shuffle, nothing hashed per record); "
+      "`record_ids=\"partition\"` names them by a fingerprint of their content and an occurrence count in the "
+      "scope of their partition. Both sink sync, native engine, round by round: " + "; ".join(parts) + ".\n")

@@ -221,7 +221,7 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     for size in (100, 1024):
         ratio(f"exactly-once without the re-split (exactly_once_lanes=0) ÷ sink sync throughput ({size} B)", ">= 0.90",
               EXACTLY_NO_RESPLIT, SYNC, size,
-              note="for sources whose re-runs keep the split (files), not Spark's Kafka source")
+              note="a lane per Spark partition, named by its input where it has one (Kafka ranges, files)")
     ratio("sink sync throughput, native ÷ Python delivery engine (100 B)", ">= 1.60", SYNC, SYNC_PY, 100)
     lo, hi = scale_row(results, EXACTLY, SCALE_LO), scale_row(results, EXACTLY, SCALE_HI)
     plo, phi = (lo or {}).get("p50_ms"), (hi or {}).get("p50_ms")
