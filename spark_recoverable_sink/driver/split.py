@@ -17,7 +17,10 @@ anything) and picks, in this order:
    partition is a lane, named by its input's rank among the batch's inputs
    (the same set in every run of the batch: a re-run's range lands at another
    index, never in another lane): POSITION ids, no shuffle; a partition whose
-   input has no name is its lane by index (sources that keep their split);
+   input has no name is its lane by index (sources that keep their split),
+   with POSITION ids in a run never run again whose inputs are read in a
+   fixed order (``write()`` without ``run_id``: only a task's retry reads the
+   partition again, in the same order), CONTENT ids otherwise;
 2. ``record_ids="columns"``: KEY ids of the user's ``id_columns``; the batch
    coalesced to the cores, untagged;
 3. ``record_ids="partition"``: CONTENT ids in each Spark partition's scope;
@@ -133,13 +136,18 @@ def auto_lanes(df: "DataFrame", cores: int | None, fresh: bool) -> int | None:
     return 0 if lineage.partitions <= INPUT_LANES_PER_CORE * (cores or _UNKNOWN_CORES_LANES // 2) else cores
 
 
-def _exactly_once(df: "DataFrame", lanes: int) -> IdPlan:
+def _exactly_once(df: "DataFrame", lanes: int, fresh: bool) -> IdPlan:
     """Exactly-once ids: CONTENT in each lane's scope after a re-split (``lanes`` > 0); with Spark's split, POSITION
-    ids and lanes named by each input's rank among the batch's inputs, or CONTENT and lanes by index where an input
-    has no name."""
+    ids and lanes named by each input's rank among the batch's inputs; POSITION ids and lanes by index in a run
+    never run again whose inputs are read in a fixed order (a task's retry reads its partition's rows in the same
+    order, as at-least-once's ids there); else CONTENT and lanes by index."""
     if lanes:
         return IdPlan(BY_CONTENT, why=f"{lanes} lanes, re-split by key")
     lineage = describe(df)
+    if lineage is not None and lineage.path == NARROW and fresh and \
+            not all(leaf.identity for leaf in lineage.leaves) and all(leaf.ordered for leaf in lineage.leaves):
+        return IdPlan(BY_POSITION, why="a lane per Spark partition, a run never run again, its inputs read in a "
+                                       "fixed order")
     if lineage is None or lineage.path != NARROW or not all(leaf.identity for leaf in lineage.leaves):
         return IdPlan(BY_CONTENT, why="a lane per Spark partition, by index")
     names = [leaf.identity or "" for leaf in lineage.leaves]
@@ -151,7 +159,7 @@ def _exactly_once(df: "DataFrame", lanes: int) -> IdPlan:
 def _decide(df: "DataFrame", config: SinkConfig, fresh: bool, lanes: int = 0) -> tuple[IdPlan, int | None]:
     """:func:`plan_ids`, and ``df``'s partition count where the lineage tells it."""
     if config.guarantee == EXACTLY_ONCE:
-        return _exactly_once(df, lanes), None
+        return _exactly_once(df, lanes, fresh), None
     if config.record_ids == PARTITION_IDS:
         return IdPlan(BY_CONTENT, why="record_ids=partition"), None
     if config.record_ids == COLUMN_IDS:

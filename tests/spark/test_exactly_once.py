@@ -110,3 +110,28 @@ def test_a_rerun_with_other_rows_fails_loudly_instead_of_mixing(spark, broker, t
     assert "ExactlyOnceMismatchError" in said and "must bring the same records" in said, said
     assert "another digest" in said  # the marker proves the unit by its records' ids, not only by its batch
     _assert_each_once(broker, topic, n)  # nothing of the mismatched re-run is visible
+
+
+def test_a_write_without_a_run_id_names_records_by_position_and_a_retried_lane_is_skipped(spark, broker, topic,
+                                                                                          tmp_path, hooks, caplog):
+    """``write()`` without ``run_id`` of rows read in a fixed order is never run again: each Spark partition is a lane
+    whose records are named by position (no content fingerprint per record). A task whose worker dies once its
+    transaction committed is retried: the retry reads its partition in the same order, the lane's marker proves
+    the unit (its digest over the positions), and nothing is published twice."""
+    import logging
+
+    from pyspark.sql import functions as F
+
+    n = 6000
+    df = spark.range(0, n, 1, 3).select(F.col("id").cast("string").cast("binary").alias("key"),
+                                        F.concat(F.lit("v"), F.col("id").cast("string")).cast("binary").alias("value"))
+    sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30)
+    crash = hooks.crash("eo.committed", batch=4, partition=1)
+    with caplog.at_level(logging.INFO, logger="spark_recoverable_sink.sink"):
+        report = sink.write(df, batch_id=4)
+    said = [r.getMessage() for r in caplog.records if f"sink={sink.config.name} ids=" in r.getMessage()]
+    assert said and "ids=position" in said[0] and "never run again" in said[0], said
+    assert crash.fired(), "the fault never fired"
+    assert any(p.spark_attempt > 0 for p in report.partition_reports), "premise: a task was retried"
+    sink.drain(spark, timeout_s=30)
+    _assert_each_once(broker, topic, n)
