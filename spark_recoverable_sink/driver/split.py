@@ -144,16 +144,17 @@ def _exactly_once(df: "DataFrame", lanes: int, fresh: bool) -> IdPlan:
     if lanes:
         return IdPlan(BY_CONTENT, why=f"{lanes} lanes, re-split by key")
     lineage = describe(df)
-    if lineage is not None and lineage.path == NARROW and fresh and \
-            not all(leaf.identity for leaf in lineage.leaves) and all(leaf.ordered for leaf in lineage.leaves):
-        return IdPlan(BY_POSITION, why="a lane per Spark partition, a run never run again, its inputs read in a "
-                                       "fixed order")
-    if lineage is None or lineage.path != NARROW or not all(leaf.identity for leaf in lineage.leaves):
-        return IdPlan(BY_CONTENT, why="a lane per Spark partition, by index")
-    names = [leaf.identity or "" for leaf in lineage.leaves]
-    rank = {name: i for i, name in enumerate(sorted(set(names)))}
-    return IdPlan(BY_POSITION, tuple(scope_of(n) for n in names), why="a lane per named input (Kafka ranges, files)",
-                  lanes=tuple(rank[n] for n in names))
+    if lineage is not None and lineage.path == NARROW:
+        leaves = lineage.leaves
+        if all(leaf.identity for leaf in leaves):
+            names = [leaf.identity or "" for leaf in leaves]
+            rank = {name: i for i, name in enumerate(sorted(set(names)))}
+            return IdPlan(BY_POSITION, tuple(scope_of(n) for n in names),
+                          why="a lane per named input (Kafka ranges, files)", lanes=tuple(rank[n] for n in names))
+        if fresh and all(leaf.ordered for leaf in leaves):
+            return IdPlan(BY_POSITION, why="a lane per Spark partition, a run never run again, its inputs read in "
+                                           "a fixed order")
+    return IdPlan(BY_CONTENT, why="a lane per Spark partition, by index")
 
 
 def _decide(df: "DataFrame", config: SinkConfig, fresh: bool, lanes: int = 0) -> tuple[IdPlan, int | None]:
