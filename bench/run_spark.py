@@ -123,7 +123,7 @@ def _max_lanes() -> int | None:
     try:
         import inspect
 
-        from spark_recoverable_sink.delivery.exactly_once.lanes import LanePool
+        from spark_recoverable_sink.delivery.exactly_once.lane import LanePool
 
         return inspect.signature(LanePool.__init__).parameters["max_lanes"].default
     except Exception:  # noqa: BLE001 - only an explanatory figure

@@ -310,7 +310,7 @@ class NativeEngine(Engine):
         self._side.produce(topic, value, key, partition, on_delivery, None, 0, headers)
 
     def list_topics(self, topic: str, timeout: float) -> Any:
-        from .exactly_once.topic import shared_admin  # (the C producer has no metadata call of its own)
+        from .admin import shared_admin  # (the C producer has no metadata call of its own)
 
         return shared_admin(self.config).list_topics(topic, timeout=timeout)
 

@@ -17,7 +17,7 @@ It ends, at the latest, after ``settle_timeout_s``:
 3. past ``settle_timeout_s``: :class:`.SettleTimeoutError` names every lane
    still waiting, its unit and its last error. Nothing is dropped: the units
    stay in the WALs, and the batch runs again after a restart. A lane whose
-   unit is committed in parts (:mod:`..delivery.exactly_once.parts`) restarts
+   unit is committed in parts (:func:`..delivery.exactly_once.lane.commit_parts`) restarts
    the bound with every part it commits: the bound is on a wait without
    progress, and a unit of any size ends.
 
@@ -50,7 +50,7 @@ from typing import Any, Callable
 from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
-from ..delivery.exactly_once.lanes import lane_markers
+from ..delivery.exactly_once.marker_reads import lane_markers
 from ..delivery.exactly_once.markers import lane_id
 from ..delivery.exactly_once.plan import Plan, pin_lanes
 from ..delivery.exactly_once.topic import known_marker_topic_id, marker_topic_id, recheck_marker_topic

@@ -289,7 +289,7 @@ def quarantine(wal_dir: str, sink: str, slot: int) -> None:
 @click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True)
 def abort_transactions(sink: str, kafka_conf: str, lanes: tuple[str, ...], timeout_s: float) -> None:
     """Exactly-once: abort every transaction the sink's lanes left open."""
-    from ..delivery.exactly_once.lanes import abort_lingering
+    from ..delivery.exactly_once.lane import abort_lingering
 
     with _failing():
         conf = _client_conf(kafka_conf)

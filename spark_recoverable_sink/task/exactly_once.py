@@ -4,7 +4,7 @@ While the task writes, each chunk committed to the WAL is produced into the
 lane's open transaction (the inline transaction, begun at the first chunk).
 The unit is committed in the WAL before its transaction commits (WAL first);
 the task then tries, until ``ack_timeout_s``, to commit the transaction with
-its lane's marker (:mod:`..delivery.exactly_once.transactions`). A unit still
+its lane's marker (:mod:`..delivery.exactly_once.lane`). A unit still
 pending at the deadline stays in the WAL, retried by the worker, a drain job
 or an adopter; the driver ends the batch only once every lane of it is committed.
 """
@@ -20,15 +20,7 @@ import pyarrow as pa
 from .. import _points
 from ..config import SinkConfig
 from ..delivery.contact import ContactDeadline
-from ..delivery.exactly_once.inline import InlineTransaction
-from ..delivery.exactly_once.lanes import COUNTS
-from ..delivery.exactly_once.transactions import (
-    COMMITTED,
-    MISMATCH,
-    REFUSED,
-    SKIPPED,
-    Unit,
-)
+from ..delivery.exactly_once.lane import COMMITTED, COUNTS, MISMATCH, REFUSED, SKIPPED, InlineTransaction, Unit
 from ..errors import ExactlyOnceMismatchError, RecoverableSinkError
 from ..ids import unit_digest
 from ..wal.format import AttemptKey, ChunkKey

@@ -325,7 +325,7 @@ def test_inspect_after_a_replay_drained_every_slot_reports_nothing_pending(broke
 
 
 def test_replay_exactly_once_writes_its_markers_to_the_sinks_own_marker_topic(broker, topic, tmp_path):
-    from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+    from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
 
     wal, name, markers = str(tmp_path / "wal"), "cli8", f"{topic}-markers"
     opts = {"name": name, "kafka_conf": {"bootstrap.servers": NOWHERE}, "wal_dir": wal, "ack_timeout_s": 1,

@@ -1,4 +1,4 @@
-"""Exactly-once units too large for one transaction, on the real broker: committed in parts (delivery/exactly_once/parts.py).
+"""Exactly-once units too large for one transaction, on the real broker: committed in parts (delivery/exactly_once/lane.py, commit_parts).
 
 A broker aborts a transaction left open longer than ``transaction.timeout.ms``.
 A lane's unit that takes longer than that to produce (the first batch after
@@ -19,8 +19,9 @@ import pytest
 
 from spark_recoverable_sink import ExactlyOnceMismatchError, MarkerError, _points
 from spark_recoverable_sink.delivery.exactly_once import subunits
-from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
-from spark_recoverable_sink.delivery.exactly_once.markers import client_conf, encode_offset, lane_id
+from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
+from spark_recoverable_sink.delivery.admin import client_conf
+from spark_recoverable_sink.delivery.exactly_once.markers import encode_offset, lane_id
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 

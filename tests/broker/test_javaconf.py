@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.delivery.contact import first_contact_failure
-from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
 from spark_recoverable_sink.driver.options import parse_options
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.ops.cli import main

@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from spark_recoverable_sink.delivery.exactly_once.markers import client_conf, encode_offset, encode_record, lane_id
+from spark_recoverable_sink.delivery.admin import client_conf
+from spark_recoverable_sink.delivery.exactly_once.markers import encode_offset, encode_record, lane_id
 from spark_recoverable_sink.delivery.exactly_once.plan import Plan, forget_plans, pin_lanes, plan_group
 from spark_recoverable_sink.delivery.exactly_once.topic import marker_topic_id
 from spark_recoverable_sink.errors import ConfigError, MarkerError
@@ -210,7 +211,7 @@ def test_lane_markers_read_at_once_are_each_lane_s_own_and_an_unreadable_one_is_
     partial marker raises MarkerError naming that lane."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+    from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
 
     for n in range(0, 12, 2):
         _commit(cfg, lane_id(cfg.name, "r", n), encode_offset(n + 100, n + 1))

@@ -20,7 +20,7 @@ import pytest
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
-from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
 from spark_recoverable_sink.ops.inspect import chunks_set_aside
 from spark_recoverable_sink.task.runtime import get_runtime
 from spark_recoverable_sink.task.writer import write_partition

@@ -17,7 +17,7 @@ from collections import defaultdict
 import pytest
 
 from spark_recoverable_sink import DeadLetterError, RecoverableKafkaSink
-from spark_recoverable_sink.delivery.exactly_once.lanes import lane_markers
+from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
 from spark_recoverable_sink.errors import SettleTimeoutError
 
 from ..kafka_helpers import create_topic, read_topic

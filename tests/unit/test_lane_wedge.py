@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.delivery.exactly_once import lanes as lanes_mod
+from spark_recoverable_sink.delivery.exactly_once import lane as lanes_mod
 
 
 class _Client:

@@ -13,6 +13,7 @@ import pickle
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
+from spark_recoverable_sink.delivery import admin
 from spark_recoverable_sink.delivery.exactly_once import topic
 
 
@@ -173,15 +174,15 @@ def test_one_admin_client_per_sink_with_a_token_provider_never_one_per_check(tmp
     topic.forget_marker_topics()
     try:
         cfg = _oauth_cfg(tmp_path, password="key-pass-4b1d-never-printed")
-        first = topic.shared_admin(cfg)
-        again = topic.shared_admin(cfg)  # a second check of the same sink
-        unpickled = topic.shared_admin(pickle.loads(pickle.dumps(cfg)))  # the sink's config as a task gets it
+        first = admin.shared_admin(cfg)
+        again = admin.shared_admin(cfg)  # a second check of the same sink
+        unpickled = admin.shared_admin(pickle.loads(pickle.dumps(cfg)))  # the sink's config as a task gets it
         assert first is again is unpickled and len(made) == 1, f"{len(made)} admin clients for one sink"
         calls = [f for f in os.listdir(tmp_path) if f.startswith("call-")]
         assert len(calls) == 1 and open(tmp_path / calls[0]).read() == "called\n", calls  # one token fetched
         # Other credentials (another provider login, another secret) never share it.
-        other_login = topic.shared_admin(_oauth_cfg(tmp_path, label="two"))
-        other_secret = topic.shared_admin(_oauth_cfg(tmp_path, password="another-pass"))
+        other_login = admin.shared_admin(_oauth_cfg(tmp_path, label="two"))
+        other_secret = admin.shared_admin(_oauth_cfg(tmp_path, password="another-pass"))
         assert len({id(first), id(other_login), id(other_secret)}) == 3 and len(made) == 3
         # The kept clients' keys hold no secret in any printable form.
         held = repr(list(topic._admins)) + str(list(topic._admins))

@@ -1,4 +1,4 @@
-"""Tier 1: a lane's plan of parts belongs to one unit (delivery/exactly_once/parts.py; scripted clients, no broker).
+"""Tier 1: a lane's plan of parts belongs to one unit (delivery/exactly_once/lane.py, plan_parts and commit_parts; scripted clients, no broker).
 
 A unit's plan (its bucket count and sums) stays on its lane between tries.
 Another unit of the same lane that opened an inline transaction (a retry of
@@ -15,9 +15,7 @@ import pyarrow as pa
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
 from spark_recoverable_sink.delivery.exactly_once import subunits
-from spark_recoverable_sink.delivery.exactly_once.lanes import Lane
-from spark_recoverable_sink.delivery.exactly_once.parts import plan_parts
-from spark_recoverable_sink.delivery.exactly_once.transactions import COMMITTED, Committer, Unit
+from spark_recoverable_sink.delivery.exactly_once.lane import COMMITTED, Committer, Lane, LaneState, Unit, plan_parts
 from spark_recoverable_sink.ids import new_occurrences, unit_digest, with_ids
 from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey, encode_chunk
 from tests.record_ids import TEST_IDS
@@ -76,16 +74,15 @@ def test_a_plan_of_parts_left_by_another_unit_never_commits_an_inline_transactio
     digest = unit_digest(BATCH, 0)
     earlier = Unit(Wal("slot-a"), AttemptKey(5, 0, 1), "r", N, [(ChunkKey(5, 0, 0, 1), len(RAW))], digest=digest)
     lane = Lane(Producer(), None)
-    lane.ready = lane.swept = True
-    lane.swept_topics = {"t"}
+    lane.state, lane.swept_topics = LaneState.SWEPT, {"t"}
     lane.parts = plan_parts(earlier, None)  # its try planned 2 parts, then ran out of time before part 0
-    assert lane.parts.count == 2 and lane.open is None
+    assert lane.parts.count == 2 and lane.owner is None
     # the same batch's next attempt in this worker: its inline transaction holds every record
     mine = Unit(Wal("slot-b"), AttemptKey(5, 0, 2), "r", N, [(ChunkKey(5, 0, 0, 2), len(RAW))], digest=digest, own=True)
-    lane.open = ("slot-b", mine.key)
-    lane.producer.begin_transaction()
+    lane.begin(("slot-b", mine.key))
     lane.producer.produce_chunk(0, None, BATCH, None, "t")
-    lane.chunks_in, lane.produced = 1, True
+    lane.chunks_in = 1
+    lane.produced(("slot-b", mine.key))
     assert committer._commit(lane, mine, Deadline(30)) == COMMITTED
     assert (lane.producer.committed, lane.producer.commits) == (N, 1)
     committer.close()

@@ -9,23 +9,27 @@ lane's latest record that does not decode, is a :class:`MarkerError`; an
 older record never stands in for an unreadable latest one.
 
 Where it runs: executors (a lane's commit step) and the driver (the settle's
-and the lane plan's reads); one reader per process and sink.
+and the lane plan's reads); one reader per process and sink. The driver asks
+whether every lane of a batch is committed with :func:`lane_markers`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from ...config import SinkConfig
 from ...errors import MarkerError
-from .markers import UNANSWERED, Marker, client_conf, decode_offset, decode_record
+from ..admin import client_conf
+from .markers import UNANSWERED, Marker, decode_offset, decode_record, lane_id
 
-__all__ = ["MarkerReader"]
+__all__ = ["MarkerReader", "lane_markers"]
 
 log = logging.getLogger(__name__)
+_READERS = 8  # lanes whose markers :func:`lane_markers` reads at once (a consumer and its connections each)
 
 _SCAN_S = 60.0  # the longest one read of the marker topic to its end may take (a step of its own)
 #: What the watermarks of a marker topic that does not exist fail with (checked against the metadata before it is
@@ -263,3 +267,41 @@ class MarkerReader:
             except Exception:  # closing is best effort
                 pass
             self._consumer = None
+
+
+def lane_markers(config: SinkConfig, run: str, lanes: Iterable[int],
+                 timeout_s: float = 10.0) -> dict[int, Marker | None]:
+    """Each lane's committed marker offset, ``None`` if it never committed (or its offset expired).
+
+    Read by a consumer of the lane's group with ``isolation.level=read_committed``
+    (so a marker of a transaction not yet completed is never returned). Not
+    the admin client: librdkafka 2.x can abort the process when an admin
+    request that timed out is answered later (seen here with a stopped broker).
+    A consumer is one group, so one per lane, and up to :data:`_READERS` of
+    them ask at once: each spends about 60 ms (its connections and finding
+    the group's coordinator) mostly waiting, which read in turn added up to
+    half a second for 8 lanes at a run's first batch.
+
+    Raises:
+        confluent_kafka.KafkaException: the broker did not answer in ``timeout_s``.
+    """
+    from confluent_kafka import Consumer
+
+    reader = MarkerReader(config)
+
+    def one(lane: int) -> Marker | None:
+        conf = client_conf(config)
+        conf.update({"group.id": lane_id(config.name, run, lane), "enable.auto.commit": "false",
+                     "isolation.level": "read_committed"})
+        c = Consumer(conf)
+        try:
+            return reader.from_offset(c, timeout_s, lane_id(config.name, run, lane))
+        finally:
+            c.close()
+
+    wanted = list(lanes)
+    if len(wanted) <= 1:
+        return {lane: one(lane) for lane in wanted}
+    with ThreadPoolExecutor(max_workers=min(_READERS, len(wanted)), thread_name_prefix="rks-lane-markers") as pool:
+        asked = [(lane, pool.submit(one, lane)) for lane in wanted]
+        return {lane: fut.result() for lane, fut in asked}  # the first error raised; each read is bounded

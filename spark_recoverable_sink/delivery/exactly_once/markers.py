@@ -22,13 +22,18 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
 
-from ...config import SinkConfig
-from .subunits import PARTIAL_RECORD_VERSION, Partial, decode_partial, decode_partial_record
+from .subunits import (
+    PARTIAL_RECORD_VERSION,
+    Partial,
+    decode_partial,
+    decode_partial_record,
+    encode_partial,
+    encode_partial_record,
+)
 
 __all__ = ["lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
-           "decode_offset", "encode_record", "decode_record", "client_conf", "MAX_BATCH",
+           "decode_offset", "encode_record", "decode_record", "encode_commit", "MAX_BATCH",
            "DIGEST_BITS", "PRE_INIT_READ_S", "PRE_INIT_SHARE", "UNANSWERED"]
 
 #: How long a lane's marker is read before its producer is initialised (``MarkerReader.read_before_init``),
@@ -146,6 +151,38 @@ def encode_record(batch: int, rows: int, digest: int, run: str, written_ms: int)
     return body + struct.pack(">I", zlib.crc32(body))
 
 
+@dataclass(frozen=True)
+class Commit:
+    """What one lane transaction puts in Kafka beside its records (:func:`encode_commit`): the marker record's
+    value, the lane group's offset and its metadata, and the marker a read of that offset returns afterwards."""
+
+    record: bytes
+    offset: int
+    metadata: str | None
+    reads_as: Marker
+
+
+def encode_commit(batch: int, rows: int, digest: int, run: str, written_ms: int, partial: Partial | None = None,
+                  base: Marker | None = None) -> Commit:
+    """The marker of a unit's commit (``partial`` ``None``: batch ``batch``'s whole unit of ``rows`` records and
+    64-bit ``digest``), or of one of its parts (``partial``: buckets ``0..k`` of its batch; ``base``: the lane's
+    last complete marker, which the offset keeps, the partial marker riding as its metadata).
+
+    Raises:
+        ValueError: ``batch`` (or ``base``'s) is beyond :data:`MAX_BATCH`.
+    """
+    if partial is None:
+        return Commit(encode_record(batch, rows, digest, run, written_ms), encode_offset(batch, digest), None,
+                      Marker(batch, digest & _DIGEST_MASK))
+    if base is None:
+        offset, reads_as = 0, Marker(-1, 0, partial=partial)
+    else:
+        whole = base.full_digest if base.full_digest is not None else base.digest32
+        offset, reads_as = encode_offset(base.batch, whole), Marker(base.batch, whole & _DIGEST_MASK, partial=partial)
+    record = encode_partial_record(None if base is None else (base.batch, base.digest32), partial, run, written_ms)
+    return Commit(record, offset, encode_partial(partial), reads_as)
+
+
 def decode_record(raw: bytes) -> tuple[Marker, int]:
     """``(marker, written_ms)`` of a marker record (format 1, or a partial commit's format 2); never trusted blindly.
 
@@ -175,19 +212,3 @@ def decode_record(raw: bytes) -> tuple[Marker, int]:
     except UnicodeDecodeError as exc:
         raise ValueError(f"a marker record whose run is not UTF-8 ({exc})") from exc
     return Marker(batch, digest & _DIGEST_MASK, rows, digest, "record", run), written_ms
-
-
-_CLIENT_PREFIXES = ("bootstrap.servers", "security.", "sasl.", "ssl.", "enable.ssl", "client.", "socket.", "broker.",
-                    "reconnect.", "metadata.", "topic.metadata", "api.version", "log_level", "oauth_cb")
-
-
-def client_conf(config: SinkConfig) -> dict[str, Any]:
-    """The connection and security options of the sink's Kafka configuration (for consumers and admin).
-
-    Their metadata requests never create a topic (``allow.auto.create.topics``
-    is on by default for an admin client): a lookup of a missing marker topic
-    must not have the broker create it with its defaults (``cleanup.policy=delete``).
-    """
-    conf = {k: v for k, v in config.producer_conf().items() if k.startswith(_CLIENT_PREFIXES)}
-    conf["allow.auto.create.topics"] = "false"
-    return conf

@@ -58,9 +58,9 @@ from typing import Any, Callable
 
 from ...config import AUTO_LANES, SinkConfig
 from ...errors import ConfigError, MarkerError
-from .lanes import lane_markers
-from .marker_reads import MarkerReader
-from .markers import MAX_BATCH, client_conf, decode_record, lane_id
+from ..admin import client_conf
+from .marker_reads import MarkerReader, lane_markers
+from .markers import MAX_BATCH, decode_record, lane_id
 
 __all__ = ["Plan", "encode_plan", "decode_plan", "encode_plan_record", "decode_plan_record", "plan_group",
            "pin_lanes", "forget_plans", "first_lanes"]

@@ -11,7 +11,7 @@ pickles). What it guarantees:
   broker's auto-creation makes) loses lanes' marker records to retention,
   and is refused with :class:`.ConfigError` naming the fix. The sink's own
   clients never auto-create it (``allow.auto.create.topics=false``:
-  :func:`.markers.client_conf`, lane producers);
+  :func:`..admin.client_conf`, lane producers);
 * a topic deleted or replaced while the query runs stops its lanes with
   :class:`.MarkerError`: Kafka deletes a deleted topic's committed offsets
   with it, so every lane's proof is gone, and publishing on an empty topic
@@ -23,22 +23,18 @@ pickles). What it guarantees:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 from ...config import SinkConfig
 from ...errors import ConfigError, MarkerError
-from .markers import client_conf
+from ..admin import forget_admins, shared_admin
 
 __all__ = ["marker_topic_id", "known_marker_topic_id", "expect_marker_topic", "recheck_marker_topic",
-           "forget_marker_topics", "forget_marker_topic", "MARKER_TOPIC_CONFIG", "UNKNOWN_TOPIC_CODES", "shared_admin"]
+           "forget_marker_topics", "forget_marker_topic", "MARKER_TOPIC_CONFIG", "UNKNOWN_TOPIC_CODES"]
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +45,6 @@ _lock = threading.Lock()
 _pid = os.getpid()
 _seen: dict[tuple[str, str], str] = {}  # (bootstrap, topic) -> its id as checked here ("": the broker gives none)
 _expected: dict[tuple[str, str], str] = {}  # the id the driver checked, as a task or drain job carried it
-_admins: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (sink, options' digest) -> admin client (shared_admin)
-_ADMINS_KEPT = 4  # the least recently used beyond these are dropped (their clients end when collected)
-_KEY_SECRET = os.urandom(32)  # the HMAC key of _admins' keys (_admin_key): this process's alone
 
 
 def _key(config: SinkConfig) -> tuple[str, str]:
@@ -59,7 +52,6 @@ def _key(config: SinkConfig) -> tuple[str, str]:
     if _pid != os.getpid():  # a forked child checks for itself
         _seen.clear()
         _expected.clear()
-        _admins.clear()
         _pid = os.getpid()
     return str(config.producer_conf().get("bootstrap.servers", "")), config.marker_topic
 
@@ -80,7 +72,7 @@ def forget_marker_topics() -> None:
     with _lock:
         _seen.clear()
         _expected.clear()
-        _admins.clear()
+    forget_admins()
 
 
 def forget_marker_topic(config: SinkConfig) -> None:
@@ -200,44 +192,6 @@ def _check(config: SinkConfig, timeout_s: float, expect: str | None) -> str:
     if expect and tid and tid != expect:
         raise _gone(config, f"was replaced by another topic of that name (the driver checked id {expect}, now {tid})")
     return tid
-
-
-def shared_admin(config: SinkConfig) -> Any:
-    """This process's admin client of the sink (:func:`.markers.client_conf`: metadata requests never create a
-    topic), made once and kept until :func:`forget_marker_topics`: a lane's new producer reads partitions with it,
-    and the marker topic's checks use it, instead of starting a client of their own (a librdkafka instance and its
-    connection: about 50 ms of every lane that moved to this worker).
-
-    Where it runs: executors (Python workers) and the driver. Never pickled.
-    """
-    from confluent_kafka.admin import AdminClient
-
-    conf = client_conf(config)
-    key = _admin_key(config, conf)
-    with _lock:
-        _key(config)  # (a forked child makes its own)
-        admin = _admins.get(key)
-        if admin is None:
-            admin = _admins[key] = AdminClient(conf)
-            while len(_admins) > _ADMINS_KEPT:
-                _admins.popitem(last=False)
-        _admins.move_to_end(key)
-        return admin
-
-
-def _admin_key(config: SinkConfig, conf: dict[str, Any]) -> tuple[str, str]:
-    """``(sink, digest)``: what tells one sink's admin client from another's, holding no secret in any printable form.
-
-    The digest covers every client option (another broker, login or secret: another client). A callback is taken
-    as the reference the configuration names (``oauth_cb``: ``"package.module:function"``), not as the function
-    :func:`..auth.with_callbacks` imports anew for each read of the configuration: keyed by that, every check
-    missed, built a client and fetched a token. It is an HMAC under a key drawn once per process, so
-    nobody who sees it (a debugger, a dump) can test guessed passwords against it.
-    """
-    shipped = dict(config.kafka_conf_items)  # callbacks as their references
-    items = sorted((k, shipped.get(k, "") if callable(v) else v) for k, v in conf.items())
-    digest = hmac.new(_KEY_SECRET, json.dumps(items, default=str).encode(), hashlib.sha256).hexdigest()
-    return config.name, digest
 
 
 def _exists(admin: Any, topic: str, timeout_s: float) -> bool:
