@@ -30,7 +30,7 @@ def pool(monkeypatch):
 
 def test_lanes_born_before_a_wedge_are_replaced_at_their_next_use_and_later_ones_kept(pool):
     a, b, c = pool.get("a"), pool.get("b"), pool.get("c")
-    c.open = ("slot", "attempt")  # a transaction open on it: never swapped under its unit
+    c.state, c.owner = lanes_mod.LaneState.OPEN, ("slot", "attempt")  # a transaction open: never swapped under it
     pool.drop("a", wedged=True)
     assert pool.get("b") is not b, "a lane born before the wedge is replaced"
     assert pool.get("c") is c, "a lane with its transaction open is left to its unit"

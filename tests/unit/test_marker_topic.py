@@ -185,7 +185,7 @@ def test_one_admin_client_per_sink_with_a_token_provider_never_one_per_check(tmp
         other_secret = admin.shared_admin(_oauth_cfg(tmp_path, password="another-pass"))
         assert len({id(first), id(other_login), id(other_secret)}) == 3 and len(made) == 3
         # The kept clients' keys hold no secret in any printable form.
-        held = repr(list(topic._admins)) + str(list(topic._admins))
+        held = repr(list(admin._admins)) + str(list(admin._admins))
         for secret in ("key-pass-4b1d-never-printed", "another-pass", "label=one", "label=two"):
             assert secret not in held, held
     finally:

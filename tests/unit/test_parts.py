@@ -83,6 +83,6 @@ def test_a_plan_of_parts_left_by_another_unit_never_commits_an_inline_transactio
     lane.producer.produce_chunk(0, None, BATCH, None, "t")
     lane.chunks_in = 1
     lane.produced(("slot-b", mine.key))
-    assert committer._commit(lane, mine, Deadline(30)) == COMMITTED
+    assert committer._commit(lane, "rks-eo.parts:r:0", mine, Deadline(30)) == COMMITTED
     assert (lane.producer.committed, lane.producer.commits) == (N, 1)
     committer.close()
