@@ -18,8 +18,11 @@ the epoch.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -38,6 +41,7 @@ REAL_TIME = "realTime" in inspect.signature(DataStreamWriter.trigger).parameters
 pytestmark = [pytest.mark.spark, pytest.mark.skipif(not REAL_TIME, reason="real-time mode needs PySpark 4.1+")]
 
 PARTS = 2  # one long-running task per source partition: no more than the session's cores
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _start(spark: Any, bs: str, src: str, out: str, name: str, chk: str, wal: str) -> Any:
@@ -162,3 +166,35 @@ def test_a_python_worker_killed_mid_epoch_loses_nothing_and_its_rewritten_record
     assert len({r.rid for r in records}) == n, "de-duplicated on rks-id: every input record exactly once"
     print(f"killed pid {at['pid']} at {at['coords']}; records {len(records)} for {n} inputs; query restarts "
           f"{restarts}")
+
+
+def test_a_spark_connect_session_runs_the_writer_under_real_time_mode(broker, tmp_path):
+    """Through Spark Connect (a local server, ``SPARK_REMOTE=local[2]``): the client pickles the writer, the server's
+    Python workers run it; every record arrives, named as in a classic session (the query id names the run)."""
+    from devtools.jvm import spark_kafka_connector_jars
+
+    bs = broker.bootstrap
+    src, out = f"rt-in-{uuid.uuid4().hex[:6]}", f"rt-out-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, src, partitions=PARTS)
+    create_topic(bs, out, partitions=PARTS)
+    n = 1000
+    produce_all(bs, src, ({"value": b"v%d" % i, "partition": i % PARTS} for i in range(n)))
+    name = f"rtc-{uuid.uuid4().hex[:6]}"
+    args = {"bootstrap": bs, "src": src, "out": out, "name": name, "chk": str(tmp_path / "chk"),
+            "wal": str(tmp_path / "wal"), "expected": n}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RKS_")}
+    env.update(SPARK_REMOTE="local[2]", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1",
+               PYSPARK_SUBMIT_ARGS=f"--jars {','.join(spark_kafka_connector_jars())} pyspark-shell")
+    proc = subprocess.run([sys.executable, "-m", "tests.programs.realtime_connect", json.dumps(args)], cwd=ROOT,
+                          env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=420)
+    (tmp_path / "connect.log").write_text(proc.stdout + proc.stderr)  # for a post-mortem
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    said = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+    assert said["session"].startswith("pyspark.sql.connect"), f"premise: a Connect session, not {said['session']}"
+    assert said["active"] and said["exception"] is None, said
+    records = read_topic(bs, out, expected=n, timeout_s=60).records
+    inputs = read_topic(bs, src, expected=n).records
+    assert len(records) == n, "every input record once"
+    assert {r.value: r.rid for r in records} == _expected_ids(name, said["run"], inputs), \
+        "each record named by KEY of its input's topic, partition and offset, batch 0, as in a classic session"
