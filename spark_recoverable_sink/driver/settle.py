@@ -17,7 +17,7 @@ It ends, at the latest, after ``settle_timeout_s``:
 3. past ``settle_timeout_s``: :class:`.SettleTimeoutError` names every lane
    still waiting, its unit and its last error. Nothing is dropped: the units
    stay in the WALs, and the batch runs again after a restart. A lane whose
-   unit is committed in parts (:func:`..delivery.exactly_once.lane.commit_parts`) restarts
+   unit is committed in parts (:func:`..delivery.exactly_once.parts.commit_parts`) restarts
    the bound with every part it commits: the bound is on a wait without
    progress, and a unit of any size ends.
 

@@ -28,7 +28,7 @@ from typing import Callable
 
 from ..config import EXACTLY_ONCE, SinkConfig
 from ..deadline import Deadline
-from ..delivery.exactly_once.lane import Committer
+from ..delivery.exactly_once.commit import Committer
 from ..delivery.exactly_once.units import UnitBook
 from ..delivery.publisher import Publisher
 from .adopter import SlotAdopter

@@ -20,7 +20,8 @@ import pyarrow as pa
 from .. import _points
 from ..config import SinkConfig
 from ..delivery.contact import ContactDeadline
-from ..delivery.exactly_once.lane import COMMITTED, COUNTS, MISMATCH, REFUSED, SKIPPED, InlineTransaction, Unit
+from ..delivery.exactly_once.commit import InlineTransaction
+from ..delivery.exactly_once.lane import COMMITTED, COUNTS, MISMATCH, REFUSED, SKIPPED, Unit
 from ..errors import ExactlyOnceMismatchError, RecoverableSinkError
 from ..ids import unit_digest
 from ..wal.format import AttemptKey, ChunkKey

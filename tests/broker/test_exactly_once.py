@@ -336,7 +336,7 @@ def test_a_request_kafka_refuses_for_a_future_timestamp_refuses_the_unit_at_once
 
 def test_a_lane_that_moved_to_another_worker_is_reinitialised_before_its_inline_transaction(
         broker, topic, tmp_path, monkeypatch, caplog):
-    from spark_recoverable_sink.delivery.exactly_once import lane as transactions
+    from spark_recoverable_sink.delivery.exactly_once import commit as transactions
 
     cfg = _eo(broker.bootstrap, str(tmp_path / "a"), topic, ack_timeout_s=30)
     assert write_partition(cfg, 0, 0, 0, batches(0, 100, 50), run="r").acked == 100

@@ -1,4 +1,4 @@
-"""Exactly-once units too large for one transaction, on the real broker: committed in parts (delivery/exactly_once/lane.py, commit_parts).
+"""Exactly-once units too large for one transaction, on the real broker: committed in parts (delivery/exactly_once/parts.py).
 
 A broker aborts a transaction left open longer than ``transaction.timeout.ms``.
 A lane's unit that takes longer than that to produce (the first batch after

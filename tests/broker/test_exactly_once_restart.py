@@ -102,7 +102,7 @@ def test_a_transaction_the_restarted_broker_aborts_without_markers_is_closed_bef
     transaction as aborted. The records stay open in the log under the
     lane's producer id, and the lane's next COMMIT on those partitions
     would close them as committed: read twice. The sink's new producer closes
-    them first (an aborted sweep transaction, ``delivery/exactly_once/lane.py``: ``sweep``).
+    them first (an aborted sweep transaction, ``delivery/exactly_once/sweep.py``).
     """
     ids, want = _unit_through_a_broker_restart(own_broker, tmp_path, hooks, engine, outage_s=13.0, on_broker=True)
     assert sorted(ids) == sorted(want), f"{len(ids) - len(set(ids))} rows twice under exactly-once"

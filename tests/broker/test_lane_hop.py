@@ -2,7 +2,7 @@
 
 Spark hands a task the Python worker that went idle first, so a lane's unit
 often runs in another worker than the lane's last one ("hops"). Its new
-producer is initialised and swept (:func:`...delivery.exactly_once.lane.sweep`:
+producer is initialised and swept (:func:`...delivery.exactly_once.sweep.sweep`:
 one aborted transaction over the lane's partitions and its group offset).
 A read of the lane's marker just after that abort waits until the aborted
 offset commit is stable (measured: 60-170 ms of each hop), so the marker is
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_recoverable_sink.delivery.exactly_once import lane as transactions
+from spark_recoverable_sink.delivery.exactly_once import commit as transactions
 from spark_recoverable_sink.delivery.exactly_once.marker_reads import MarkerReader
 from spark_recoverable_sink.task.writer import write_partition
 

@@ -57,7 +57,7 @@ def test_half_produced_failed_or_foreign_transactions_are_aborted():
                  _lane(LaneState.SWEEPING), _lane(LaneState.DOOMED, B)):
         lane.settle_open(B, _left)
         assert lane.producer.calls == ["abort"] and lane.owner is None and lane.state is LaneState.READY
-        assert not lane.swept  # an abort may leave records open too (delivery/exactly_once/lane.py: sweep)
+        assert not lane.swept  # an abort may leave records open too (delivery/exactly_once/sweep.py)
 
 
 def test_the_callers_own_complete_transaction_is_left_for_its_commit_step():
@@ -77,7 +77,7 @@ def test_a_commit_or_abort_without_outcome_drops_the_lanes_producer_and_an_abort
     from confluent_kafka import KafkaError
 
     from spark_recoverable_sink.config import SinkConfig
-    from spark_recoverable_sink.delivery.exactly_once.lane import Committer
+    from spark_recoverable_sink.delivery.exactly_once.commit import Committer
 
     cfg = SinkConfig.build("lanes", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-lanes", topic="t",
                            guarantee="exactly_once")

@@ -1,4 +1,4 @@
-"""Tier 1: a lane's plan of parts belongs to one unit (delivery/exactly_once/lane.py, plan_parts and commit_parts; scripted clients, no broker).
+"""Tier 1: a lane's plan of parts belongs to one unit (delivery/exactly_once/parts.py; scripted clients, no broker).
 
 A unit's plan (its bucket count and sums) stays on its lane between tries.
 Another unit of the same lane that opened an inline transaction (a retry of
@@ -15,7 +15,9 @@ import pyarrow as pa
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
 from spark_recoverable_sink.delivery.exactly_once import subunits
-from spark_recoverable_sink.delivery.exactly_once.lane import COMMITTED, Committer, Lane, LaneState, Unit, plan_parts
+from spark_recoverable_sink.delivery.exactly_once.commit import COMMITTED, Committer, Unit
+from spark_recoverable_sink.delivery.exactly_once.lane import Lane, LaneState
+from spark_recoverable_sink.delivery.exactly_once.parts import plan_parts
 from spark_recoverable_sink.ids import new_occurrences, unit_digest, with_ids
 from spark_recoverable_sink.wal.format import AttemptKey, ChunkKey, encode_chunk
 from tests.record_ids import TEST_IDS

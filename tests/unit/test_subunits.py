@@ -95,7 +95,7 @@ def test_a_partial_marker_record_holds_the_lanes_last_complete_unit_and_is_check
 def test_the_committer_publishes_the_rest_of_a_batch_its_lane_committed_in_part():
     from spark_recoverable_sink.config import SinkConfig
     from spark_recoverable_sink.delivery.exactly_once.markers import Marker
-    from spark_recoverable_sink.delivery.exactly_once.lane import MISMATCH, SKIPPED, Committer, Unit
+    from spark_recoverable_sink.delivery.exactly_once.commit import MISMATCH, SKIPPED, Committer, Unit
     from spark_recoverable_sink.wal.format import AttemptKey
 
     cfg = SinkConfig.build("parts", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-parts", topic="t",

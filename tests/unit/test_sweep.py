@@ -13,15 +13,8 @@ import pyarrow as pa
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.delivery.exactly_once.lane import (
-    SWEEP_KEY,
-    Lane,
-    LaneState,
-    SweepFailed,
-    lane_topics,
-    sweep,
-    unswept_topics,
-)
+from spark_recoverable_sink.delivery.exactly_once.lane import Lane, LaneState, SweepFailed, unswept_topics
+from spark_recoverable_sink.delivery.exactly_once.sweep import SWEEP_KEY, lane_topics, sweep
 from spark_recoverable_sink.ids import new_occurrences, with_ids
 from spark_recoverable_sink.wal.format import ChunkKey, encode_chunk
 from tests.record_ids import TEST_IDS

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.deadline import Deadline
 from spark_recoverable_sink.delivery.exactly_once.markers import Marker, encode_offset
-from spark_recoverable_sink.delivery.exactly_once.lane import PENDING, Committer, Unit
+from spark_recoverable_sink.delivery.exactly_once.commit import PENDING, Committer, Unit
 from spark_recoverable_sink.delivery.exactly_once.units import UnitBook
 from spark_recoverable_sink.wal.format import AttemptKey
 

@@ -5,7 +5,7 @@ transaction left open longer than ``transaction.timeout.ms``. A lane's unit
 of millions of records (the first batch after a long stop without
 ``maxOffsetsPerTrigger``) would be aborted on every try. Such a unit is cut
 into ``K`` *sub-units*, each committed in a transaction of its own with a
-*partial* marker; the last commits the unit's complete marker (:func:`.lane.commit_parts`).
+*partial* marker; the last commits the unit's complete marker (:func:`.parts.commit_parts`).
 
 Which units (:func:`in_parts`): every part reads the whole unit from the WAL
 to pick its records, so a unit that fits one transaction stays whole. A unit

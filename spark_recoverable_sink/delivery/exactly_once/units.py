@@ -31,8 +31,10 @@ from ...schema import chunk_run
 from ...wal.format import AttemptKey, ChunkKey, decode_chunk
 from ...wal.records import AttemptState
 from ..dead_letters import DeadLetterRouter, dead_letters_from
-from .lane import COMMITTED, MISMATCH, PENDING, REFUSED, SKIPPED, Committer, Unit, uncommitted_rows
+from .commit import Committer
+from .lane import COMMITTED, MISMATCH, PENDING, REFUSED, SKIPPED, Unit
 from .markers import lane_id
+from .parts import uncommitted_rows
 
 __all__ = ["UnitBook", "units_of", "UNIT_REFUSED_CODE"]
 
