@@ -51,7 +51,7 @@ from .. import _points
 from ..config import SinkConfig
 from ..deadline import Deadline
 from ..delivery.exactly_once.marker_reads import lane_markers
-from ..delivery.exactly_once.markers import lane_id
+from ..delivery.exactly_once.names import lane_id
 from ..delivery.exactly_once.plan import Plan, pin_lanes
 from ..delivery.exactly_once.topic import known_marker_topic_id, marker_topic_id, recheck_marker_topic
 from ..errors import SettleTimeoutError

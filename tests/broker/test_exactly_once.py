@@ -21,15 +21,13 @@ from spark_recoverable_sink.deadline import Deadline
 from spark_recoverable_sink.delivery.exactly_once.lane import abort_lingering, sink_lanes
 from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
 from spark_recoverable_sink.delivery.exactly_once.markers import (
-    LANE_ID_MAX,
     MAX_BATCH,
     decode_offset,
     decode_record,
     encode_offset,
     encode_record,
-    lane_id,
-    parse_lane_id,
 )
+from spark_recoverable_sink.delivery.exactly_once.names import LANE_ID_MAX, lane_id, parse_lane_id
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 

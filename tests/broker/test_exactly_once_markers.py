@@ -13,7 +13,8 @@ import uuid
 import pytest
 
 from spark_recoverable_sink import errors
-from spark_recoverable_sink.delivery.exactly_once.markers import decode_record, lane_id
+from spark_recoverable_sink.delivery.exactly_once.markers import decode_record
+from spark_recoverable_sink.delivery.exactly_once.names import lane_id
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 

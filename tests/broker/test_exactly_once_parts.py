@@ -21,7 +21,8 @@ from spark_recoverable_sink import ExactlyOnceMismatchError, MarkerError, _point
 from spark_recoverable_sink.delivery.exactly_once import subunits
 from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_markers
 from spark_recoverable_sink.delivery.admin import client_conf
-from spark_recoverable_sink.delivery.exactly_once.markers import encode_offset, lane_id
+from spark_recoverable_sink.delivery.exactly_once.markers import encode_offset
+from spark_recoverable_sink.delivery.exactly_once.names import lane_id
 from spark_recoverable_sink.task.runtime import get_runtime, reset_runtimes
 from spark_recoverable_sink.task.writer import write_partition
 

@@ -14,7 +14,8 @@ import uuid
 import pytest
 
 from spark_recoverable_sink.delivery.admin import client_conf
-from spark_recoverable_sink.delivery.exactly_once.markers import encode_offset, encode_record, lane_id
+from spark_recoverable_sink.delivery.exactly_once.markers import encode_offset, encode_record
+from spark_recoverable_sink.delivery.exactly_once.names import lane_id
 from spark_recoverable_sink.delivery.exactly_once.plan import Plan, forget_plans, pin_lanes, plan_group
 from spark_recoverable_sink.delivery.exactly_once.topic import marker_topic_id
 from spark_recoverable_sink.errors import ConfigError, MarkerError

@@ -39,7 +39,7 @@ from typing import Any, Callable, TypeVar
 import pytest
 
 from spark_recoverable_sink import RecoverableKafkaSink
-from spark_recoverable_sink.delivery.exactly_once.markers import lane_id
+from spark_recoverable_sink.delivery.exactly_once.names import lane_id
 
 from ..kafka_helpers import TopicContents, produce_all, read_topic
 from .cluster import KafkaCluster

@@ -74,13 +74,22 @@ from .lane import (
     send_marker,
     unswept_topics,
 )
-from .markers import PRE_INIT_READ_S, PRE_INIT_SHARE, UNANSWERED, Marker, lane_id
+from .markers import UNANSWERED, Marker
+from .names import lane_id
 from .parts import commit_parts, plan_parts
 from .subunits import txn_timeout_ms
 from .sweep import lane_topics, sweep
 from .topic import UNKNOWN_TOPIC_CODES, recheck_marker_topic
 
 __all__ = ["Committer", "InlineTransaction", "COMMITTED", "SKIPPED", "PENDING", "MISMATCH", "REFUSED", "Unit"]
+
+#: How long a lane's marker is read before its producer is initialised (``MarkerReader.read_before_init``),
+#: at most: and no more than :data:`PRE_INIT_SHARE` of what the step is given (:func:`.lane.left`: at least 2 s).
+#: A read that long without an answer is an open transaction of a dead or frozen producer (its offset is unstable
+#: until the lane's init ends it) far more often than a slow broker: the lane is then initialised at once, with most
+#: of the window still left.
+PRE_INIT_READ_S = 2.0
+PRE_INIT_SHARE = 1 / 3
 
 log = logging.getLogger(__name__)
 

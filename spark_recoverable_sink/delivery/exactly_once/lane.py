@@ -70,7 +70,8 @@ from ..engine import open_engine
 from ..rows import chunk_topic
 from . import subunits
 from .marker_reads import MarkerReader
-from .markers import Marker, encode_commit, sink_lane_prefix
+from .markers import Marker, encode_commit
+from .names import sink_lane_prefix
 from .subunits import Partial
 from .topic import marker_topic_id
 

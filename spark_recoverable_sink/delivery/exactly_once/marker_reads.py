@@ -24,7 +24,8 @@ from typing import Any, Iterable
 from ...config import SinkConfig
 from ...errors import MarkerError
 from ..admin import client_conf
-from .markers import UNANSWERED, Marker, decode_offset, decode_record, lane_id
+from .markers import UNANSWERED, Marker, decode_offset, decode_record
+from .names import lane_id
 
 __all__ = ["MarkerReader", "lane_markers"]
 

@@ -1,7 +1,6 @@
-"""Exactly-once markers: what a lane's committed transactions leave in Kafka (their names and bytes).
+"""Exactly-once markers: what a lane's committed transactions leave in Kafka, as bytes, encoded and decoded.
 
-Every lane (``rks-eo.<sink>:<run>:<lane>``, its ``transactional.id``:
-:func:`lane_id`) commits, in the same transaction as a unit's records, a
+Every lane (named by :func:`.names.lane_id`) commits, in the same transaction as a unit's records, a
 *marker* in two places:
 
 * the **offset** of the consumer group named like the lane on partition 0 of
@@ -32,17 +31,8 @@ from .subunits import (
     encode_partial_record,
 )
 
-__all__ = ["lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX", "Marker", "encode_offset",
-           "decode_offset", "encode_record", "decode_record", "encode_commit", "MAX_BATCH",
-           "DIGEST_BITS", "PRE_INIT_READ_S", "PRE_INIT_SHARE", "UNANSWERED"]
-
-#: How long a lane's marker is read before its producer is initialised (``MarkerReader.read_before_init``),
-#: at most: and no more than :data:`PRE_INIT_SHARE` of what the step is given (``steps.left``: at least 2 s).
-#: A read that long without an answer is an open transaction of a dead or frozen producer (its offset is unstable
-#: until the lane's init ends it) far more often than a slow broker: the lane is then initialised at once, with most
-#: of the window still left.
-PRE_INIT_READ_S = 2.0
-PRE_INIT_SHARE = 1 / 3
+__all__ = ["Marker", "encode_offset", "decode_offset", "encode_record", "decode_record", "encode_commit",
+           "MAX_BATCH", "DIGEST_BITS", "UNANSWERED"]
 
 DIGEST_BITS = 32  # of the unit digest in the offset (the record holds all 64)
 _DIGEST_MASK = (1 << DIGEST_BITS) - 1
@@ -50,41 +40,6 @@ MAX_BATCH = (1 << 31) - 2  # the largest batch id an offset marker holds
 _RECORD = struct.Struct(">4sHqQQqH")
 _RECORD_MAGIC = b"RKSM"
 _RECORD_VERSION = 1
-
-_LANE_PREFIX = "rks-eo."
-#: The longest lane id: prefix 7, sink name 100, run id 64, partition 10 (an int32) and two colons. Kafka sets no
-#: length limit on a transactional.id or group.id beyond its protocol's (32767 bytes); this stays below the
-#: tightest name limit it has (a topic's, 249), for tools and brokers that cap them.
-LANE_ID_MAX = 7 + 100 + 1 + 64 + 1 + 10
-
-
-def lane_id(sink: str, run: str, partition: int) -> str:
-    """The ``transactional.id`` (and marker group and record key) of one lane: what all attempts at its units share.
-
-    ``rks-eo.<sink>:<run>:<lane>``. Sink names and run ids hold no
-    ``:`` (``[A-Za-z0-9._-]``), so no two (sink, run, partition) share a lane
-    (:func:`parse_lane_id` reads one back).
-
-    Raises:
-        ValueError: ``sink`` or ``run`` holds a ``:`` (never so for a validated sink name and run id).
-    """
-    if ":" in sink or ":" in run:
-        raise ValueError(f"a lane's sink name and run id hold no ':' (sink {sink!r}, run {run!r})")
-    return f"{_LANE_PREFIX}{sink}:{run}:{partition}"
-
-
-def sink_lane_prefix(sink: str) -> str:
-    """What every lane id of ``sink``, and no other sink's, starts with."""
-    return f"{_LANE_PREFIX}{sink}:"
-
-
-def parse_lane_id(lid: str) -> tuple[str, str, int] | None:
-    """``(sink, run, partition)`` of a lane id of :func:`lane_id`; ``None`` for anything else."""
-    parts = lid[len(_LANE_PREFIX):].split(":") if lid.startswith(_LANE_PREFIX) else []
-    if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
-        return None
-    return parts[0], parts[1], int(parts[2])
-
 
 @dataclass(frozen=True)
 class Marker:

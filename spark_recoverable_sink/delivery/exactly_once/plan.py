@@ -60,7 +60,8 @@ from ...config import AUTO_LANES, SinkConfig
 from ...errors import ConfigError, MarkerError
 from ..admin import client_conf
 from .marker_reads import MarkerReader, lane_markers
-from .markers import MAX_BATCH, decode_record, lane_id
+from .markers import MAX_BATCH, decode_record
+from .names import lane_id
 
 __all__ = ["Plan", "encode_plan", "decode_plan", "encode_plan_record", "decode_plan_record", "plan_group",
            "pin_lanes", "forget_plans", "first_lanes"]

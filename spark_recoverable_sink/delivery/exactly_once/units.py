@@ -33,7 +33,7 @@ from ...wal.records import AttemptState
 from ..dead_letters import DeadLetterRouter, dead_letters_from
 from .commit import Committer
 from .lane import COMMITTED, MISMATCH, PENDING, REFUSED, SKIPPED, Unit
-from .markers import lane_id
+from .names import lane_id
 from .parts import uncommitted_rows
 
 __all__ = ["UnitBook", "units_of", "UNIT_REFUSED_CODE"]
