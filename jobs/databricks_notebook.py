@@ -155,13 +155,13 @@ import socket
 import time
 
 import pyarrow as pa
-from spark_recoverable_sink.delivery.engine import choose
+from spark_recoverable_sink import delivery_engine
 
 
 def engine_here(config):
     """The delivery engine ``config`` gets in this process, as the sink chooses it, and why."""
     try:
-        engine, why = choose(config)
+        engine, why = delivery_engine(config)
     except ImportError as exc:  # delivery_engine="native" and the extension cannot load here
         engine, why = "unavailable", str(exc)
     return {"host": socket.gethostname(), "arch": platform.machine(), "pid": os.getpid(), "engine": engine,

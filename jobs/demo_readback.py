@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from spark_recoverable_sink import (
+    batch_prefix,
+    batch_prefix_of,
+)
+from spark_recoverable_sink import (
     jobs as job,  # the templates' settings and building blocks
 )
-from spark_recoverable_sink.ids import batch_prefix, batch_prefix_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_recoverable_sink import BatchReport
@@ -99,7 +102,7 @@ def read_back(bootstrap: str, topic: str, expected: int, idle_s: float, timeout_
 def expected_units(sink_name: str, reports: list["BatchReport"]) -> dict[bytes, int]:
     """Records the reports say were written, per batch: ``{batch prefix of its ids: rows}``.
 
-    Every id of a batch starts with its :func:`~spark_recoverable_sink.ids.batch_prefix`, whatever the
+    Every id of a batch starts with its :func:`~spark_recoverable_sink.batch_prefix`, whatever the
     scope of the sink's ids (docs/guarantees.md, "Record ids"), so the demo counts distinct ids per batch
     against the reports. A batch reported twice (run again) counts once, with its last report.
     """

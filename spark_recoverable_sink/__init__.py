@@ -4,9 +4,14 @@ Every record is committed to an executor-local LMDB write-ahead log before
 Kafka sees it, tracked until the broker acknowledges it, retried from the log
 when delivery fails, and replayed by a later task when its worker died. See
 docs/guarantees.md for the guarantees and docs/DESIGN.md for the data path.
+
+The public API is what ``__all__`` here names, with :mod:`spark_recoverable_sink.jobs` (the job templates'
+building blocks) and the ``rks`` command. Every other module of the package is internal: it may change in any
+release, and the job templates, the notebook and the docs' examples import none of it (a test holds them to it).
 """
 
 from .config import SinkConfig
+from .delivery.engine import choose as delivery_engine
 from .driver import versions as _versions
 from .driver.formats import Avro, JsonSchema
 from .driver.metrics import registry as metrics_registry
@@ -35,6 +40,7 @@ from .errors import (
     WalVersionError,
     WalWriteError,
 )
+from .ids import batch_prefix, batch_prefix_of
 from .report import BatchReport, PartitionReport
 
 
@@ -59,6 +65,9 @@ __all__ = [
     "BatchReport",
     "PartitionReport",
     "metrics_registry",
+    "delivery_engine",
+    "batch_prefix",
+    "batch_prefix_of",
     "RecoverableSinkError",
     "ConfigError",
     "SparkVersionError",

@@ -6,4 +6,6 @@
 * :mod:`.checkpoint`: pruning done chunks; :mod:`.dead_letters`: records refused for good;
 * :mod:`.publisher`: the facade the rest of the package calls;
 * :mod:`.exactly_once`: units published in Kafka transactions.
+
+Internal: not part of the public API (:mod:`spark_recoverable_sink`), which may change in any release.
 """

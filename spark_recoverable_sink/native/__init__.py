@@ -7,4 +7,6 @@ it opens the librdkafka that confluent-kafka's wheel ships
 (:mod:`.library`). It holds the native delivery engine's producer
 (:mod:`.producer`), record fingerprints, occurrence counting and unit digests
 (used through :mod:`..fingerprint`).
+
+Internal: not part of the public API (:mod:`spark_recoverable_sink`), which may change in any release.
 """

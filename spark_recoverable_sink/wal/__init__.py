@@ -4,4 +4,6 @@
 dead-letter records), :mod:`.slots` (slot directories and their locks),
 :mod:`.log` (the :class:`~.log.Wal` of one slot: writes), :mod:`.reads`
 (its checked reads) and :mod:`.quarantine` (setting a slot aside).
+
+Internal: not part of the public API (:mod:`spark_recoverable_sink`), which may change in any release.
 """

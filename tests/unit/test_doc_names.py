@@ -100,3 +100,43 @@ def test_the_checks_find_an_internal_module_and_the_errors_a_doc_names():
     assert "spark_recoverable_sink.sink" in _logger_names()
     assert _ERROR.findall("fails with `WalFullError` (a ValueError), jobs/x.SettingsError") == \
         ["WalFullError", "ValueError"]
+
+
+#: The job templates, the demo and the Databricks notebook: programs a user copies, so they use the public API only.
+TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "jobs")
+
+
+def _internal_imports(source: str) -> list[str]:
+    """What ``source`` imports of the package beyond its public API (the root's ``__all__`` and the public
+    subpackages' ``__all__``)."""
+    import ast
+
+    public = {PACKAGE: set(spark_recoverable_sink.__all__) | set(PUBLIC_SUBPACKAGES)}
+    for sub in PUBLIC_SUBPACKAGES:
+        public[f"{PACKAGE}.{sub}"] = set(importlib.import_module(f"{PACKAGE}.{sub}").__all__)
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == PACKAGE:
+            allowed = public.get(node.module or "")
+            bad += [f"{node.module}.{a.name}" for a in node.names if allowed is None or a.name not in allowed]
+        elif isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] == PACKAGE and a.name not in public]
+    return bad
+
+
+def test_the_job_templates_import_only_the_public_api():
+    programs = sorted(f for f in os.listdir(TEMPLATES_DIR) if f.endswith(".py"))
+    assert "databricks_notebook.py" in programs and "demo.py" in programs
+    problems = [f"{f}: {name}" for f in programs
+                for name in _internal_imports(read(os.path.join(TEMPLATES_DIR, f)))]
+    assert problems == []
+
+
+def test_the_public_api_check_finds_an_internal_import():
+    assert _internal_imports("from spark_recoverable_sink.delivery.engine import choose") == \
+        ["spark_recoverable_sink.delivery.engine.choose"]
+    assert _internal_imports("import spark_recoverable_sink.ids") == ["spark_recoverable_sink.ids"]
+    assert _internal_imports("from spark_recoverable_sink import ids, RecoverableKafkaSink") == \
+        ["spark_recoverable_sink.ids"]
+    assert _internal_imports("from spark_recoverable_sink import jobs as job, delivery_engine\n"
+                             "from spark_recoverable_sink.jobs import run_template") == []
