@@ -69,7 +69,8 @@ test-wheels: $(STAMP) jars
 demo: $(STAMP) jars
 	$(PY) jobs/demo.py --conf conf/demo.json
 
-# Benchmarks (not in CI): results in bench/results/, report in docs/PERFORMANCE.md
+# Benchmarks (not in CI): one results file in bench/results/ (commit it in place of the run before), report in
+# docs/PERFORMANCE.md; bench/explained.md is written by hand after each run
 bench: $(STAMP) jars
 	$(PY) bench/run.py
 

@@ -1,4 +1,4 @@
-"""Benchmarks of spark_recoverable_sink: ``python bench/run.py [--quick]``, then ``python bench/render.py``.
+"""The benchmark of spark_recoverable_sink: ``python bench/run.py [--quick]``, then ``python bench/render.py``.
 
-See docs/PERFORMANCE.md (rendered from ``bench/results/latest.json``).
+docs/PERFORMANCE.md is rendered from one results file in bench/results/.
 """

@@ -1,8 +1,10 @@
-"""Shared pieces of the benchmarks: producer settings, topics, counting, WAL polling, machine facts.
+"""What every benchmark section stands on: the producer settings, a section's broker, topics, CPU, the machine.
 
-Every writer measured here (raw, flush-writer, the sink) uses the *same*
-producer configuration: librdkafka's defaults plus the sink's safe defaults
-``enable.idempotence=true`` and ``acks=all`` (:func:`producer_conf`).
+Runs in the benchmark's driver process (bench/run.py) and, for the producer
+settings and the WAL's record count, in its child processes. Every writer
+measured here uses the *same* producer settings: librdkafka's defaults plus
+the sink's safe defaults (:func:`producer_conf`), checked against what the
+sink itself hands to confluent-kafka (:func:`check_same_producer_conf`).
 """
 
 from __future__ import annotations
@@ -10,10 +12,8 @@ from __future__ import annotations
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Iterator
 
@@ -21,9 +21,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-#: The sink's safe producer defaults, applied to every writer so the comparison is fair.
-# the sink's defaults: safe delivery, and the Java client's partitioner (what Spark's own Kafka sink uses)
+#: The sink's safe defaults, and the Java client's partitioner (what Spark's own Kafka sink uses), for every writer.
 SAFE_PRODUCER_CONF = {"enable.idempotence": "true", "acks": "all", "partitioner": "murmur2_random"}
+#: A bench broker removes a deleted topic's files this long after the deletion (Kafka's default: 60 s, which
+#: removed earlier runs' files during later timed writes).
+DELETE_DELAY_MS = 200
+
+
+def log(msg: str) -> None:
+    """A progress line on stderr: ``[bench HH:MM:SS] msg``."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def producer_conf(bootstrap: str) -> dict[str, str]:
@@ -32,16 +39,63 @@ def producer_conf(bootstrap: str) -> dict[str, str]:
 
 
 def check_same_producer_conf(bootstrap: str) -> dict[str, str]:
-    """The configuration the sink hands to confluent-kafka; raises if it differs from :func:`producer_conf`."""
+    """The configuration the sink hands to confluent-kafka.
+
+    Raises:
+        RuntimeError: it differs from :func:`producer_conf` (the comparison would not be fair).
+    """
     from spark_recoverable_sink.config import SinkConfig
 
     eff = SinkConfig.build("conf-check", producer_conf(bootstrap), "/tmp/unused").producer_conf()
     if eff != producer_conf(bootstrap):
-        raise RuntimeError(f"the sink's effective producer conf {eff} differs from the writers' {producer_conf(bootstrap)}")
+        raise RuntimeError(f"the sink's producer conf {eff} differs from the writers' {producer_conf(bootstrap)}")
     return eff
 
 
-# -- topics ---------------------------------------------------------------------------
+# -- the section's broker -----------------------------------------------------------------------------------------
+
+
+class Brokers:
+    """A fresh Apache Kafka broker for each section (devtools/kafka_broker.py), and what each one used.
+
+    Single-node KRaft, its log on the local disk, a 1 GiB heap, a deleted
+    topic's files removed within :data:`DELETE_DELAY_MS` (:func:`delete_topic`
+    waits for them: no removal runs inside a timed write). ``used`` holds, per
+    section, the broker's CPU seconds and peak resident set, read when it stops.
+    """
+
+    def __init__(self, scratch: str) -> None:
+        self.scratch = scratch
+        self.current: Any = None
+        self.section = ""
+        self.used: dict[str, dict[str, Any]] = {}
+
+    def fresh(self, section: str) -> Any:
+        """Stop the running broker, start a new one for ``section``; returns it."""
+        from devtools.kafka_broker import KafkaBroker
+
+        self.stop()
+        self.section = section
+        self.current = KafkaBroker(os.path.join(self.scratch, f"kafka-{section}"), heap="1g", jvm_options=(),
+                                   properties={"log.segment.delete.delay.ms": str(DELETE_DELAY_MS)}).start()
+        self.used[section] = {"loadavg_start": list(os.getloadavg())}
+        return self.current
+
+    def stop(self) -> None:
+        if self.current is None:
+            return
+        try:
+            cpu = _stat(self.current.proc.pid)
+            status = proc_status(self.current.proc.pid)
+            self.used[self.section].update(cpu_s=round(cpu[1], 2) if cpu else None, rss_kib=status.get("VmRSS"),
+                                           hwm_kib=status.get("VmHWM"))
+        except OSError:
+            pass
+        self.current.stop()
+        self.current = None
+
+
+# -- topics ---------------------------------------------------------------------------------------------------------
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -49,8 +103,10 @@ def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, s
 
     A produce to a partition its leader has not opened yet can fail
     NOT_LEADER_OR_FOLLOWER and leave an idempotent producer retrying on
-    OUT_OF_ORDER_SEQUENCE_NUMBER (KAFKA-15591): that would time a broker race,
-    not a writer.
+    OUT_OF_ORDER_SEQUENCE_NUMBER (KAFKA-15591): that would time a broker race, not a writer.
+
+    Raises:
+        RuntimeError: a partition had no leader answering within 60 s (devtools/topics.py).
     """
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -62,131 +118,89 @@ def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, s
     wait_for_leaders(bootstrap, name, partitions)
 
 
-def delete_topic(bootstrap: str, name: str) -> float | None:
-    """Delete a topic (frees the broker's disk) and, on a bench broker, wait until its files are gone.
+def delete_topic(bootstrap: str, name: str, data_dir: str | None = None) -> float | None:
+    """Delete a topic (frees the broker's disk) and, given the broker's ``data_dir``, wait until its files are gone.
 
-    A bench broker (bench/broker_watch.py, named by its ``DATA_ENV``) removes
-    a deleted topic's files within a fraction of a second; waiting for that
-    here keeps the removal out of the next timed window. Returns the seconds
-    waited for the files (None: not waited, or still there after 60 s, which
-    is logged). Errors of the deletion are logged and ignored.
+    Returns the seconds waited for the files (None: not waited, or still there
+    after 60 s, which is logged). A failed deletion is logged and ignored (a
+    leftover topic only costs the broker memory).
     """
     from confluent_kafka.admin import AdminClient
-
-    from bench.broker_watch import DATA_ENV, wait_files_gone
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
         for _t, fut in admin.delete_topics([name], operation_timeout=30).items():
             fut.result(30)
-    except Exception as exc:  # noqa: BLE001 - best effort: a leftover topic only costs broker memory
-        print(f"[bench] could not delete topic {name}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001
+        log(f"could not delete topic {name}: {exc}")
         return None
-    data_dir = os.environ.get(DATA_ENV)
     if not data_dir:
         return None
     waited = wait_files_gone(data_dir, name)
     if waited is None:
-        print(f"[bench] topic {name}: its files were still in {data_dir} 60 s after the deletion", file=sys.stderr)
+        log(f"topic {name}: its files were still in {data_dir} 60 s after the deletion")
     return waited
 
 
-def count_topic(bootstrap: str, topic: str, expected: int, idle_s: float = 3.0, timeout_s: float = 600.0,
-                isolation: str = "read_committed") -> int:
-    """Number of records in ``topic``, counted by consuming every partition from the beginning.
+def wait_files_gone(data_dir: str, topic: str, timeout_s: float = 60.0) -> float | None:
+    """Wait until no directory of ``topic`` (live, or renamed ``...-delete``) is left; seconds waited, None: timeout."""
+    t0 = time.monotonic()
+    prefix = topic + "-"
+    while True:
+        try:
+            left = [d for d in os.listdir(data_dir) if d.startswith(prefix) and d[len(prefix):][:1].isdigit()]
+        except OSError:
+            return time.monotonic() - t0
+        if not left:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout_s:
+            return None
+        time.sleep(0.05)
 
-    Counted by consuming (a read_committed count must skip transaction
-    markers and aborted records, which offsets include). Stops as soon as
-    ``expected`` records came (later duplicates are not counted), once every
-    partition was read to its end with nothing new for ``idle_s``, or after
-    ``idle_s`` (at least 15 s when fewer came) of quiet.
+
+def count_topic(bootstrap: str, topic: str, expected: int, idle_s: float = 3.0, timeout_s: float = 600.0) -> int:
+    """Records in ``topic`` (read_committed), counted by consuming every partition from the beginning.
+
+    Stops once ``expected`` records came (later duplicates are not counted),
+    or after ``idle_s`` of quiet with every partition read to its end (15 s
+    of quiet otherwise), or after ``timeout_s``.
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-    c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"bench-count-{time.monotonic_ns()}",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800,
-        "isolation.level": isolation, "enable.partition.eof": True,
-    })
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-count-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.max.bytes": 52428800,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
     try:
-        md = c.list_topics(topic, timeout=10)
-        parts = {(topic, p) for p in md.topics[topic].partitions}
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for _t, p in parts])
-        n = 0
-        at_end: set[tuple[str, int]] = set()
+        parts = set(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        n, at_end = 0, set()
         start = last = time.monotonic()
-        while time.monotonic() - start < timeout_s:
+        while time.monotonic() - start < timeout_s and n < expected:
             msgs = c.consume(10000, 0.5)
             for m in msgs:
-                err = m.error()
-                if err is None:
+                if m.error() is None:
                     n += 1
-                    at_end.discard((m.topic(), m.partition()))
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add((m.topic(), m.partition()))
-            now = time.monotonic()
-            if any(m.error() is None for m in msgs):
-                last = now
-            quiet = now - last
-            if n >= expected:
-                break  # only "at least the expected count arrived" is claimed
-            if quiet >= (idle_s if at_end >= parts else max(idle_s, 15.0)):
+                    at_end.discard(m.partition())
+                    last = time.monotonic()
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
+            if time.monotonic() - last >= (idle_s if at_end >= parts else max(idle_s, 15.0)):
                 break
         return n
     finally:
         c.close()
 
 
-# -- the WAL seen from outside ----------------------------------------------------------
+# -- processes and CPU ----------------------------------------------------------------------------------------------
 
-
-def wal_records(wal_dir: str, sink_name: str) -> int:
-    """Records still in a sink's WAL slots (unacked, or acked but not yet pruned).
-
-    Opens each slot read-only (LMDB allows readers in other processes) and
-    reads the record count from each chunk's header.
-    """
-    import lmdb
-
-    from spark_recoverable_sink.wal.format import chunk_rows
-
-    sdir = os.path.join(wal_dir, sink_name)
-    if not os.path.isdir(sdir):
-        return 0
-    total = 0
-    for name in sorted(os.listdir(sdir)):
-        path = os.path.join(sdir, name)
-        if not (name.startswith("slot-") and os.path.isdir(path) and os.path.exists(os.path.join(path, "data.mdb"))):
-            continue
-        env = lmdb.open(path, readonly=True, lock=True, max_dbs=4, subdir=True, create=False, readahead=False)
-        try:
-            try:
-                db = env.open_db(b"chunks", create=False)
-            except lmdb.NotFoundError:
-                continue
-            with env.begin(db=db, buffers=True) as txn:
-                for _k, v in txn.cursor():
-                    total += chunk_rows(v)
-        finally:
-            env.close()
-    return total
-
-
-def wait_wal_empty(wal_dir: str, sink_name: str, timeout_s: float, interval_s: float = 0.02) -> float | None:
-    """Poll until the sink's WAL holds no record; returns the monotonic time it was seen empty (None: timeout)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if wal_records(wal_dir, sink_name) == 0:
-            return time.monotonic()
-        time.sleep(interval_s)
-    return None
-
-
-# -- processes ------------------------------------------------------------------------------
+_TICK = os.sysconf("SC_CLK_TCK")
+#: What a process of the run is: the broker's JVM, Spark's JVM (driver and executors in local mode), or Python
+#: (the bench driver, Spark's Python daemon and workers, with their librdkafka threads).
+KINDS = ("spark_jvm", "python", "broker")
 
 
 def proc_status(pid: int | str = "self") -> dict[str, int]:
-    """``VmHWM``, ``VmRSS`` ... of a process, in KiB, from /proc/<pid>/status."""
+    """``VmHWM``, ``VmRSS``, ``RssAnon`` ... of a process, in KiB, from /proc/<pid>/status."""
     out: dict[str, int] = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -196,50 +210,85 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
     return out
 
 
-class PeakSampler:
-    """Peak ``RssAnon`` (KiB) of this process, sampled every ``every_s`` by a thread (the kernel keeps no peak of it)."""
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system seconds with reaped children's) of ``pid``; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    f = raw[raw.rindex(b")") + 2:].split()  # after "(comm)", which may hold spaces
+    return int(f[1]), sum(int(x) for x in f[11:15]) / _TICK
 
-    def __init__(self, every_s: float = 0.05) -> None:
-        self.peak_anon_kib = proc_status().get("RssAnon", 0)
-        self._every = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            self.peak_anon_kib = max(self.peak_anon_kib, proc_status().get("RssAnon", 0))
+def _kind(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return "python"
+    if os.path.basename(argv[0]) != b"java":
+        return "python"
+    return "broker" if b"kafka.Kafka" in argv else "spark_jvm"
 
-    def __enter__(self) -> "PeakSampler":
-        self._thread.start()
+
+def tree_cpu_by_kind(root: int | None = None) -> dict[str, float]:
+    """CPU seconds of ``root`` (default: this process) and its live descendants, per :data:`KINDS`.
+
+    Children already reaped count for their parent (``cutime``/``cstime``): a
+    worker Spark closed counts too. Resolution: one clock tick.
+    """
+    stats = {int(n): st for n in os.listdir("/proc") if n.isdigit() and (st := _stat(int(n))) is not None}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out = dict.fromkeys(KINDS, 0.0)
+    todo = [os.getpid() if root is None else root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            out[_kind(pid)] += stats[pid][1]
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def machine_cpu_s() -> dict[str, float]:
+    """The whole machine's CPU seconds since boot (``/proc/stat``): ``busy``, ``kernel`` and ``iowait``."""
+    with open("/proc/stat") as fh:
+        t = [int(x) for x in fh.readline().split()[1:9]]
+    user, nice, system, _idle, iowait, irq, softirq, steal = t + [0] * (8 - len(t))
+    return {"busy": (user + nice + system + irq + softirq + steal) / _TICK, "iowait": iowait / _TICK,
+            "kernel": (system + irq + softirq) / _TICK}
+
+
+class CpuMeter:
+    """CPU seconds of the run's process tree, and of the whole machine, between :meth:`start` and :meth:`stop`.
+
+    The bench process is the root of everything a run uses (Spark's JVM, the
+    Python workers, the broker). Work the kernel does for the run outside that
+    tree (page-cache writeback, interrupts) is only in the machine's figure,
+    as is whatever else ran on the machine then.
+    """
+
+    def start(self) -> "CpuMeter":
+        self._m0, self._by0 = machine_cpu_s(), tree_cpu_by_kind()
+        self.split: dict[str, float] = {}
+        self.machine: dict[str, float] = {}
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak_anon_kib = max(self.peak_anon_kib, proc_status().get("RssAnon", 0))
+    def stop(self) -> float:
+        """CPU seconds of the tree since :meth:`start`; :attr:`split` per kind, :attr:`machine` the machine's."""
+        by1, m1 = tree_cpu_by_kind(), machine_cpu_s()
+        self.machine = {k: round(m1[k] - self._m0[k], 3) for k in m1}
+        self.split = {k: round(by1[k] - self._by0[k], 3) for k in KINDS}
+        return sum(by1.values()) - sum(self._by0.values())
 
 
-# -- statistics ------------------------------------------------------------------------------
-
-
-def median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def percentile(xs: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100)."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    k = max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))
-    return float(s[k])
-
-
-# -- data ----------------------------------------------------------------------------------------
+# -- data and statistics --------------------------------------------------------------------------------------------
 
 
 def arrow_batches(rows: int, value_bytes: int, batch_rows: int = 10_000, start: int = 0) -> Iterator[Any]:
-    """Lazily built Arrow batches of (key, value) binary rows, like the Spark benchmarks' data.
+    """Arrow batches of (key, value) binary rows, like the Spark sections' rows (built lazily).
 
     key = the row number as decimal text; value = that text left-padded with 'v' to ``value_bytes``.
     """
@@ -248,88 +297,60 @@ def arrow_batches(rows: int, value_bytes: int, batch_rows: int = 10_000, start: 
     import pyarrow.compute as pc
 
     for lo in range(start, start + rows, batch_rows):
-        n = min(batch_rows, start + rows - lo)
-        ids = pc.cast(pa.array(np.arange(lo, lo + n, dtype=np.int64)), pa.string())
+        ids = pc.cast(pa.array(np.arange(lo, min(lo + batch_rows, start + rows), dtype=np.int64)), pa.string())
         vals = pc.utf8_lpad(ids, value_bytes, "v")
         yield pa.RecordBatch.from_arrays([pc.cast(ids, pa.binary()), pc.cast(vals, pa.binary())], ["key", "value"])
 
 
-# -- machine facts -----------------------------------------------------------------------------
+def percentile(xs: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None when empty."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return float(s[max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))])
 
 
-def _version(mod: str) -> str | None:
+# -- the machine ----------------------------------------------------------------------------------------------------
+
+
+def _try(fn: Any) -> Any:
     try:
-        m = __import__(mod)
-        return getattr(m, "__version__", None)
-    except Exception:  # noqa: BLE001
+        return fn()
+    except Exception:  # noqa: BLE001 - a fact of the page, never a reason to stop
         return None
 
 
-def broker_version() -> str | None:
-    try:
-        from devtools.kafka_broker import kafka_version
-
-        return f"Apache Kafka {kafka_version()} (single-node KRaft, devtools/kafka_broker.py)"
-    except Exception as exc:  # noqa: BLE001
-        return f"unknown ({exc})"
-
-
-def java_version() -> str | None:
-    try:
-        r = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
-        return (r.stderr or r.stdout).splitlines()[0].strip()
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def mem_total_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal"):
-                    return round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    return None
+def _first_line(path: str, prefix: str) -> str | None:
+    with open(path) as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith(prefix)), None)
 
 
 def machine_facts() -> dict[str, Any]:
+    """The machine, the versions of what runs, and the load average when the run starts."""
     import confluent_kafka
 
-    return {
-        "hostname": platform.node(),
-        "cores": os.cpu_count(),
-        "cpu": cpu_model(),
-        "mem_gib": mem_total_gib(),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "java": java_version(),
-        "spark": _version("pyspark"),
-        "pyarrow": _version("pyarrow"),
-        "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()),
-        "librdkafka": confluent_kafka.libversion()[0],
-        "lmdb": _version("lmdb"),
-        "broker": broker_version(),
-        "loadavg_start": list(os.getloadavg()),
-    }
+    from devtools.kafka_broker import kafka_version
+
+    def version(mod: str) -> Any:
+        return _try(lambda: __import__(mod).__version__)
+
+    java = _try(lambda: subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr
+                .splitlines()[0].strip())
+    mem = _try(lambda: round(int(str(_first_line("/proc/meminfo", "MemTotal")).split()[0]) / 1024 / 1024, 1))
+    return {"hostname": platform.node(), "cores": os.cpu_count(), "cpu": _try(lambda: _first_line(
+        "/proc/cpuinfo", "model name")), "mem_gib": mem, "os": platform.platform(),
+        "python": platform.python_version(), "java": java, "spark": version("pyspark"), "pyarrow": version("pyarrow"),
+        "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+        "lmdb": version("lmdb"),
+        "broker": f"Apache Kafka {_try(kafka_version)} (single-node KRaft, devtools/kafka_broker.py)",
+        "loadavg_start": list(os.getloadavg())}
 
 
 def git_commit() -> str | None:
-    try:
-        r = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "spark_recoverable_sink"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return r.stdout.strip() + (" (spark_recoverable_sink/ modified)" if dirty else "")
-    except Exception:  # noqa: BLE001
-        return None
+    """The checkout's commit, marked when spark_recoverable_sink/ has uncommitted changes."""
+    def run(*args: str) -> str:
+        return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=10).stdout.strip()
+
+    return _try(lambda: run("rev-parse", "HEAD") + (" (spark_recoverable_sink/ modified)"
+                                                    if run("status", "--porcelain", "--", "spark_recoverable_sink")
+                                                    else ""))

@@ -7,7 +7,7 @@ removes work per record (an allocation, a copy, a lock): run it before and after
 Usage::
 
     python bench/instructions.py                      # sink and alone, 100,000 records of 100 B
-    python bench/instructions.py --modes sink,alone,header --rows 100000 --size 100 --json out.json
+    python bench/instructions.py --modes sink,sink-position,alone --rows 100000 --size 100 --json out.json
     python bench/instructions.py --conf linger.ms=50 --env GLIBC_TUNABLES=glibc.malloc.tcache_count=1000
 
 Steps (one broker of its own, devtools/kafka_broker.py):
@@ -26,9 +26,7 @@ page faults, the network), the broker, time spent waiting. Modes:
   ``rks-id`` header, ack tracking, prune), what a Python worker runs for a partition, its ids by content
   (fingerprint and occurrence: a partition after a shuffle);
 * ``sink-position``: the same with ids by position, as a partition reading a Kafka range gets them;
-* ``alone``: a plain confluent-kafka produce loop with a delivery callback per record;
-* ``header``: the same loop with a header shaped like ``rks-id``;
-* ``noreport``: the loop without a delivery callback.
+* ``alone``: a plain confluent-kafka produce loop with a delivery callback per record.
 """
 
 from __future__ import annotations
@@ -49,15 +47,40 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
 
-MODES = ("sink", "sink-position", "alone", "header", "noreport")
+MODES = ("sink", "sink-position", "alone")
 CHILD_BOUND_S = 1800.0  # one child under callgrind: about 50 times its speed, plus Python's start
+
+
+def _produce_alone(producer: Any, topic: str, batches: list[Any]) -> None:
+    """A plain produce loop with a delivery callback per record, ``poll(0)`` per batch, ``flush()`` at the end.
+
+    Raises:
+        RuntimeError: a delivery failed or records were left unflushed.
+    """
+    failed: list[Any] = []
+
+    def cb(err: Any, _msg: Any) -> None:
+        if err is not None and not failed:
+            failed.append(err)
+
+    produce, poll = producer.produce, producer.poll
+    for b in batches:
+        for k, v in zip(b.column("key").to_pylist(), b.column("value").to_pylist()):
+            while True:
+                try:
+                    produce(topic, v, k, on_delivery=cb)
+                    break
+                except BufferError:
+                    poll(0.05)
+        poll(0)
+    left = producer.flush(600)
+    if failed or left:
+        raise RuntimeError(f"produce loop: {len(failed)} failed, {left} unflushed")
 
 
 def _child(mode: str, repeat: int, rows: int, size: int, bootstrap: str, topic: str, wal_dir: str,
            conf: dict[str, str]) -> None:
     """What runs under callgrind: the input, a warm-up, then ``repeat`` writes of ``rows`` records."""
-    from bench.tasks import SYNC_ACK_TIMEOUT_S, _config, _produce_alone
-
     batches = list(common.arrow_batches(rows, size))
     warm = list(common.arrow_batches(10_000, size))
     if mode in ("sink", "sink-position"):
@@ -65,11 +88,14 @@ def _child(mode: str, repeat: int, rows: int, size: int, bootstrap: str, topic: 
         from spark_recoverable_sink.task.writer import write_partitions
 
         def write_partition(cfg: Any, batch: int, p: int, attempt: int, rows: Any) -> Any:
-            ids = IdPlan(BY_POSITION if mode == "sink-position" else BY_CONTENT, (7,) if mode == "sink-position" else ())
+            pos = mode == "sink-position"
+            ids = IdPlan(BY_POSITION if pos else BY_CONTENT, (7,) if pos else ())
             return write_partitions(cfg, batch, p, attempt, rows, ids=ids)[0]
 
-        cfg = _config({"bootstrap": bootstrap, "topic": topic, "name": f"{topic}-{uuid.uuid4().hex[:4]}",
-                       "wal_dir": wal_dir}, SYNC_ACK_TIMEOUT_S, extra_conf=conf, engine="native")
+        from spark_recoverable_sink.config import SinkConfig
+
+        cfg = SinkConfig.build(f"{topic}-{uuid.uuid4().hex[:4]}", {**common.producer_conf(bootstrap), **conf}, wal_dir,
+                               topic=topic, ack_timeout_s=900.0, delivery_engine="native")
         write_partition(cfg, 0, 0, 0, iter(warm))
         for i in range(repeat):
             rep = write_partition(cfg, i + 1, 0, 0, iter(batches))
@@ -79,10 +105,9 @@ def _child(mode: str, repeat: int, rows: int, size: int, bootstrap: str, topic: 
     from confluent_kafka import Producer
 
     producer = Producer({**common.producer_conf(bootstrap), **conf})
-    kw = {"id_header": mode == "header", "callback": mode != "noreport"}
-    _produce_alone(producer, topic, warm, **kw)
+    _produce_alone(producer, topic, warm)
     for _ in range(repeat):
-        _produce_alone(producer, topic, batches, **kw)
+        _produce_alone(producer, topic, batches)
 
 
 def _annotate(path: str) -> tuple[int, collections.Counter, collections.Counter]:

@@ -1,56 +1,132 @@
-"""The kafka-source section: micro-batch latency of a Kafka → Kafka copy as users write it, per writer, in rounds.
+"""The kafka-source and realtime sections: a Kafka → Kafka copy as users write it, per writer, in rounds.
 
-Spark's Kafka source reads a prefilled input topic (``in_partitions``
-partitions) at ``rows_per_trigger`` rows a trigger (``maxOffsetsPerTrigger``,
-1 s trigger); the rows are repartitioned to ``partitions`` Spark partitions
-(a shuffle, as a query with a join or an aggregation has) and written by the
-writer in ``foreachBatch``. Each writer's query reads the same input from the
-start, so every batch of every writer holds the same rows.
-
-Steps of :func:`kafka_source_latency`:
+kafka-source (:func:`kafka_source_latency`): Spark's Kafka source reads a
+prefilled input topic at ``rows_per_trigger`` rows a 1 s trigger; the rows
+are repartitioned to N Spark partitions (a shuffle, as a join or an
+aggregation has) and written by the writer in ``foreachBatch``. Every
+writer's query reads the same input from the start.
 
 1. the input topic, filled once with (warm-up + measured + 1) batches' rows:
    the last measured batch never reads to the end of the log (a read that
-   reaches it waits ``fetch.max.wait.ms`` per input partition for more:
-   every writer's last batch took 2 s more, and made every p95);
-2. for each round, each partition count, each writer (order rotated each
-   round): a fresh output topic, the writer's untimed warm-up, then a query
-   of ``warmup_batches`` + ``batches`` triggers; its measured batches'
-   ``triggerExecution`` and ``addBatch`` durations from Spark's progress,
-   every step of each trigger, and the sink's own reports (its time in
-   ``write()``, each task's time and worker);
-3. per (partition count, writer): the median over rounds of each round's
-   p50 and p95, with their spread; exactly-once's p50 over Spark's own
-   sink's, taken round by round (both in the same round), median and spread.
+   reaches it waits ``fetch.max.wait.ms`` per input partition for more);
+2. for each round, each N, each writer (order rotated each round): a fresh
+   output topic, the writer's untimed warm-up, then a query of
+   ``warmup_batches`` + ``batches`` triggers; the measured batches'
+   ``triggerExecution`` and ``addBatch`` from Spark's progress, each
+   trigger's steps, and the sink's own reports;
+3. per (N, writer): the median over rounds of each round's p50 and p95 with
+   their spread; p50 ÷ Spark's sink's, taken round by round (:func:`summarize`).
 
-The realtime section (:func:`realtime_latency`) copies Kafka to Kafka in
-Spark's real-time mode instead: the end-to-end latency of each record (its
-send time, carried in its value, to the moment a consumer of the output reads
-it) for Spark's own Kafka sink and the sink's foreach writer at the same
-offered rate, and when rows reach a Python foreach writer that writes nothing
-(the floor Spark's hand-over to Python sets for any such writer).
+realtime (:func:`realtime_latency`): the same copy in Spark's real-time mode;
+each record's end-to-end latency (its send time, carried in its value, to a
+consumer of the output reading it) for Spark's sink and the sink's foreach
+writer, and to a Python foreach writer that writes nothing (the floor).
 
-Runs in the benchmark's SparkSession (bench/run_spark.py), whose class path
-has Spark's Kafka connector (the source and Spark's own sink).
+Runs in the benchmark's driver process, in its SparkSession (bench/spark.py),
+whose class path has Spark's Kafka connector.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
-from . import common
-from .analysis_ks import summarize
-from .spark_bench import EXACTLY, SPARK_KAFKA, SYNC, log
-from .spark_latency import _Gate, stop_between_triggers, summarize_latency
-from .spark_target import make_target
+from bench import common
+from bench.common import log
+from bench.rounds import spread
+from bench.spark import EXACTLY, LABELS, SPARK_KAFKA, SYNC, make_target
 
-__all__ = ["kafka_source_latency", "KS_WRITERS", "realtime_latency", "RT_WRITERS", "RT_LABELS", "ForeachFloor"]
+__all__ = ["kafka_source_latency", "summarize", "KS_WRITERS", "realtime_latency", "RT_WRITERS", "RT_LABELS"]
 
 KS_WRITERS = (SPARK_KAFKA, SYNC, EXACTLY)
+
+
+class _Gate:
+    """A ``foreachBatch`` function passing batches to the writer until :meth:`close`; later ones are skipped.
+
+    Records the batch ids the writer ran, and whether a batch is in the writer right now.
+    """
+
+    def __init__(self, inner: Callable[[Any, int], None]) -> None:
+        self.inner, self.written, self.closed, self.running = inner, [], False, False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if self.closed:
+            return
+        self.running = True
+        try:
+            self.inner(df, batch_id)
+            self.written.append(batch_id)
+        finally:
+            self.running = False
+
+
+def _stop_between_triggers(q: Any, timeout_s: float = 30.0) -> None:
+    """Stop a query right after a trigger ended, never during one (that would kill its tasks and Python workers)."""
+    end, seen_active = time.monotonic() + timeout_s, False
+    while time.monotonic() < end and q.isActive:
+        if q.status.get("isTriggerActive"):
+            seen_active = True
+        elif seen_active:  # a trigger just ended: the next one is most of a second away
+            break
+        time.sleep(0.01)
+    q.stop()
+
+
+def _batches(writer: str, size: int, rows_per_s: int, progress: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """The measured batches' addBatch and trigger p50 / p95 / p99 / max, and whether the query kept up.
+
+    Kept up: its trigger p95 within the 1 s trigger and its batches about one
+    trigger's worth of rows (a writer that falls behind gets ever larger batches).
+    """
+    ps = [p for p in progress if p.get("batchId", 0) >= warmup and p.get("numInputRows", 0) > 0]
+    add = [float(p["durationMs"].get("addBatch", 0)) for p in ps]
+    trig = [float(p["durationMs"].get("triggerExecution", 0)) for p in ps]
+    mean_rows = sum(int(p["numInputRows"]) for p in ps) / len(ps) if ps else 0.0
+
+    def pct(xs: list[float]) -> dict[str, float | None]:
+        return {"p50": common.percentile(xs, 50), "p95": common.percentile(xs, 95), "p99": common.percentile(xs, 99),
+                "max": max(xs) if xs else None}
+
+    return {"writer": writer, "label": LABELS[writer], "value_bytes": size, "batches": len(ps),
+            "rows_per_batch_mean": mean_rows, "add_batch_ms": pct(add), "trigger_ms": pct(trig),
+            "kept_up": bool(ps) and (common.percentile(trig, 95) or 0) <= 1000.0 and mean_rows <= 1.2 * rows_per_s,
+            "batch_ids": [p.get("batchId") for p in ps]}
+
+
+def summarize(rounds: list[dict[str, Any]], partitions: list[int], writers: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Step 3: per (partition count, writer), medians over rounds with their spread; p50 ÷ Spark's sink's by round.
+
+    Pure: reads the rounds only.
+    """
+    def sp(xs: list[float]) -> dict[str, float | None]:
+        s = spread(xs)
+        return {"median": s["median"], "min": s["min"], "max": s["max"]} if s else dict.fromkeys(
+            ("median", "min", "max"))
+
+    out = []
+    for n in partitions:
+        for w in writers:
+            got = [r["results"][f"{n}:{w}"] for r in rounds if f"{n}:{w}" in r["results"]]
+            row = {"partitions": n, "writer": w, "rounds": len(got), "kept_up_rounds": sum(g["kept_up"] for g in got),
+                   "failed_rounds": sum(f"{n}:{w}" in r.get("errors", {}) for r in rounds)}
+            for key, (fig, q) in {"trigger_p50_ms": ("trigger_ms", "p50"), "trigger_p95_ms": ("trigger_ms", "p95"),
+                                  "add_batch_p50_ms": ("add_batch_ms", "p50")}.items():
+                row[key] = sp([g[fig][q] for g in got if g[fig][q] is not None])
+            if w != SPARK_KAFKA:
+                p50 = [{x: r["results"].get(f"{n}:{x}", {}).get("trigger_ms", {}).get("p50") for x in (w, SPARK_KAFKA)}
+                       for r in rounds]  # within each round: both writers ran in it, one after the other
+                pairs = [(d[w], d[SPARK_KAFKA]) for d in p50]
+                row["p50_vs_spark_kafka"] = sp([a / b for a, b in pairs if a is not None and b])
+            out.append(row)
+    return out
 
 
 def _fill(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes: int) -> None:
@@ -84,11 +160,15 @@ def _sink_each(reports: Any, done: set[int]) -> dict[int, dict[str, Any]]:
 def _one_query(spark: Any, bootstrap: str, in_topic: str, writer: str, partitions: int, rows_per_trigger: int,
                value_bytes: int, batches: int, warmup_batches: int, topic_partitions: int, scratch: str,
                max_s: float) -> dict[str, Any]:
-    """Step 2 for one writer: its query over the whole input; the measured batches' figures."""
+    """Step 2 for one writer: its query over the whole input; the measured batches' figures.
+
+    Raises:
+        RuntimeError: the query stopped.
+    """
     name = f"bench-ks-{writer}-{partitions}-{uuid.uuid4().hex[:6]}"
     common.create_topic(bootstrap, name, topic_partitions)
     chk = os.path.join(scratch, "chk", name)
-    tg = make_target(writer, bootstrap, name, os.path.join(scratch, "wal"), name)
+    tg = make_target(writer, bootstrap, name, os.path.join(scratch, "wal"))
     q = None
     try:
         tg.warm_up(spark, partitions, value_bytes)
@@ -113,8 +193,8 @@ def _one_query(spark: Any, bootstrap: str, in_topic: str, writer: str, partition
             time.sleep(0.05)
         done = set(gate.written)
         progress = [d for d in (dict(p) for p in q.recentProgress) if d.get("batchId") in done]
-        stop_between_triggers(q)
-        got = summarize_latency(writer, value_bytes, rows_per_trigger, progress, warmup_batches)
+        _stop_between_triggers(q)
+        got = _batches(writer, value_bytes, rows_per_trigger, progress, warmup_batches)
         got["trigger_each_ms"] = {int(d["batchId"]): float(d["durationMs"].get("triggerExecution", 0))
                                   for d in progress}  # every batch's, warm-up included: which one was slow
         got["phases_each_ms"] = {int(d["batchId"]): {k: float(v) for k, v in dict(d["durationMs"]).items()}
@@ -205,7 +285,7 @@ def _sent(value: bytes) -> float:
 
 def _feed(bootstrap: str, topic: str, partitions: int, rows_per_s: int, seconds: float, value_bytes: int,
           stop: Any) -> int:
-    """Records at ``rows_per_s`` for ``seconds`` (bursts every 10 ms), each carrying its send time; returns the count."""
+    """Records at ``rows_per_s`` for ``seconds`` (bursts every 10 ms), each carrying its send time; the count."""
     from confluent_kafka import Producer
 
     p = Producer({**common.producer_conf(bootstrap), "linger.ms": 0})
@@ -266,9 +346,11 @@ def _rt_one(spark: Any, bootstrap: str, writer: str, partitions: int, rows_per_s
     """One writer's query: fed for ``warmup_s + measure_s`` once its first epoch ended (the first epoch of a query
     runs as long as its tasks take to start, a fresh Python worker's imports included); the latencies of the records
     sent after the warm-up. Its topics are added to ``topics`` (deleted at the section's end: a sink's worker may
-    still deliver what a stopped query's last epoch left in its WAL)."""
-    import threading
+    still deliver what a stopped query's last epoch left in its WAL).
 
+    Raises:
+        RuntimeError: no epoch ended within 180 s, or the query stopped.
+    """
     tag = f"{writer}-{uuid.uuid4().hex[:6]}"
     in_topic, out = f"bench-rt-in-{tag}", f"bench-rt-out-{tag}"
     common.create_topic(bootstrap, in_topic, partitions)
@@ -312,10 +394,9 @@ def realtime_latency(spark: Any, bootstrap: str, *, rows_per_s: int, partitions:
     latency per writer (an input record's send time → read by a consumer of the output; the floor: → handed to a
     Python foreach writer), p50 and p95 of the records sent after ``warmup_s``, in ``rounds`` interleaved rounds
     (order rotated); per writer the median over rounds with its spread, and the sink's p50 over Spark's sink's,
-    round by round. One source partition per core (a real-time task keeps its core for the whole epoch).
+    round by round. One source partition per core (a real-time task keeps its core for the whole epoch). A writer's
+    query that fails is recorded in its round (``errors``), and the other writers go on.
     """
-    from .rounds import spread
-
     done: list[dict[str, Any]] = []
     topics: list[str] = []
     for r in range(rounds):
@@ -339,6 +420,7 @@ def realtime_latency(spark: Any, bootstrap: str, *, rows_per_s: int, partitions:
         return [d["results"][w]["latency_ms"][k] for d in done if (d["results"].get(w) or {}).get("latency_ms")]
 
     summary = {w: {k: spread(figures(w, k)) for k in ("p50", "p95")} for w in writers}
+
     def ratio(a: str, b: str) -> list[float]:
         return [d["results"][a]["latency_ms"]["p50"] / d["results"][b]["latency_ms"]["p50"]
                 for d in done if all((d["results"].get(w) or {}).get("latency_ms") for w in (a, b))]

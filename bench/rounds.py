@@ -1,15 +1,15 @@
 """The rounds behind a figure: its spread, and a ratio of two writers taken round by round.
 
 The throughput section runs every writer once per round, the rounds
-interleaved (bench/spark_throughput.py), so two writers' runs of the same
-round shared the machine's state of that moment: a ratio is taken within
-each round (:func:`paired`), and a target reads the median of those ratios
-and how many rounds agree with it (:func:`verdict`). One round that met a
-neighbour's burst moves the range, not the verdict.
+interleaved and the writers' order rotated (:func:`rotated`), so two
+writers' runs of the same round shared the machine's state of that moment:
+a ratio is taken within each round (:func:`paired`), and a target reads the
+median of those ratios and how many rounds agree with it (:func:`verdict`).
+One round that met a neighbour's burst moves the range, not the verdict.
 
 Pure functions of a results document's ``throughput.runs`` (each run:
 ``writer``, ``value_bytes``, ``round``, ``rows``, ``seconds``, ``cpu_s``,
-``durable_seconds``, optionally ``machine_cpu``).
+optionally ``machine_cpu``); they run wherever the results are read.
 """
 
 from __future__ import annotations
@@ -17,9 +17,15 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-__all__ = ["spread", "per_round", "paired", "verdict", "spread_text", "SPEED", "CPU", "DURABLE", "MACHINE_CPU"]
+__all__ = ["spread", "per_round", "paired", "verdict", "spread_text", "rotated", "SPEED", "CPU", "MACHINE_CPU"]
 
-SPEED, CPU, DURABLE, MACHINE_CPU = "speed", "cpu", "durable", "machine_cpu"
+SPEED, CPU, MACHINE_CPU = "speed", "cpu", "machine_cpu"
+
+
+def rotated(writers: tuple[str, ...], rnd: int, rounds: int) -> tuple[str, ...]:
+    """The writers' order of round ``rnd``: rotated by ``rnd × len ÷ rounds`` places (spread over the rounds)."""
+    k = (rnd * len(writers)) // max(1, rounds) % max(1, len(writers))
+    return writers[k:] + writers[:k]
 
 
 def spread(xs: list[float]) -> dict[str, Any] | None:
@@ -30,12 +36,13 @@ def spread(xs: list[float]) -> dict[str, Any] | None:
 
 
 def _figure(run: dict[str, Any], kind: str) -> float | None:
-    """The figure of one run: rows/s (speed, or to durable), CPU seconds per record (tree, or whole machine)."""
+    """The figure of one run: rows/s, or CPU seconds per record (the run's processes, or the whole machine).
+
+    Raises:
+        ValueError: ``kind`` is none of :data:`SPEED`, :data:`CPU`, :data:`MACHINE_CPU`.
+    """
     if kind == SPEED:
         return run["rows"] / run["seconds"] if run.get("seconds") else None
-    if kind == DURABLE:
-        d = run.get("durable_seconds")
-        return run["rows"] / d if d else None
     if kind == CPU:
         return run["cpu_s"] / run["rows"] if run.get("cpu_s") is not None else None
     if kind == MACHINE_CPU:
@@ -63,7 +70,7 @@ def paired(runs: list[dict[str, Any]], a: str, b: str, size: int, kind: str = SP
 
 
 def verdict(ratios: list[float], holds: Callable[[float], bool]) -> dict[str, Any] | None:
-    """The :func:`spread` of per-round ratios, ``agree`` (rounds where ``holds``) and ``met`` (it holds at the median)."""
+    """The :func:`spread` of per-round ratios, ``agree`` (rounds where ``holds``), ``met`` (it holds at the median)."""
     sp = spread(ratios)
     if sp is None:
         return None

@@ -1,37 +1,21 @@
-"""The baseline writers, as ``mapInArrow`` functions, and the warm-up wrapper.
+"""What runs in Spark's Python workers for the benchmark: the baseline writer, the engine probe, the warm-up.
 
-* :class:`NoopWriter` -- the floor of the latency benchmark: reads its rows,
-  writes nothing (what a micro-batch costs before any Kafka work).
-* :class:`RawWriter` -- the ceiling: produces every row with confluent-kafka,
-  no delivery callback at all, ``flush()`` at the end of the partition (or,
-  ``end="poll"``, polling until every record is acked, as the sink ends a task).
-* :class:`FlushWriter` -- what Spark's built-in Kafka sink does, written in
-  Python (it stands in for the built-in sink, which is not in the benchmark
-  yet; its jars can now be fetched, devtools/jvm.py): a delivery callback per record that keeps the first error, a check
-  for that error before each send, ``flush()`` at the end of the partition and
-  an error check after it; fails the task on the first error.
-  With ``id_header`` set it also sends a per-record id header shaped like
-  the sink's (``{name: b"<sink>:<run>:<batch>:<partition>:<16 hex>-<occ>"}``,
-  the row number standing in for the content fingerprint, occurrence 0):
-  the same baseline carrying the same header bytes, built per record in
-  Python as confluent-kafka needs it, to separate the header's cost from the
-  WAL's.
-
-Both produce exactly like the sink's Python engine's produce loop does: one ``produce`` call
-per row with ``(topic, value, key)``, ``poll(0)`` once per Arrow batch to
-serve delivery reports, ``poll(0.05)`` and retry when the local queue is full.
-The producer is created once per worker process and run (like the sink's
-per-process runtime), with :func:`bench.common.producer_conf` settings.
-
-:class:`Prepare` is the untimed warm-up task run before every timed write: it
-closes whatever earlier runs left in the worker process (sink runtimes and
-their poller threads, cached producers) and then writes a few rows with the
-writer about to be timed, so that every timed run starts with a connected
-producer (and, for the sink, an open WAL slot) and no leftovers.
-
-:class:`EngineProbe` asks, in the worker processes, which delivery engine a
-sink configuration gets there (the benchmark records it and refuses to time
-a sink writer on an engine it did not ask for).
+* :class:`FlushWriter` -- the plain baseline, a ``mapInArrow`` function: a
+  confluent-kafka produce loop without the WAL and without the sink's
+  header, written as Spark's own Kafka sink works: a delivery callback per
+  record that keeps the first error, a check for it before each send,
+  ``flush()`` at the end of the partition and a check after it; it fails the
+  task on the first error. One ``produce(topic, value, key)`` per row,
+  ``poll(0)`` once per Arrow batch, ``poll(0.05)`` and retry when the local
+  queue is full: the sink's Python engine's loop. Its producer is created once
+  per worker process and run, with :func:`bench.common.producer_conf`.
+* :class:`EngineProbe` -- which delivery engine a sink configuration gets in
+  a worker process (the benchmark refuses to time a sink writer on an engine
+  it did not ask for).
+* :class:`Prepare` -- the untimed warm-up task before every timed write: it
+  closes what earlier runs left in the worker (sink runtimes and their
+  poller threads, cached producers), then writes a few rows with the writer
+  about to be timed, so that every timed run starts connected.
 """
 
 from __future__ import annotations
@@ -65,69 +49,23 @@ def _report(rows: int, unflushed: int, seconds: float) -> pa.RecordBatch:
         [{"rows": rows, "unflushed": unflushed, "seconds": seconds, "pid": os.getpid()}], schema=_REPORT_SCHEMA)
 
 
-class RawWriter:
-    """The ceiling: produce every row, no delivery callback; at the end of the partition, wait for every ack.
+class FlushWriter:
+    """The plain baseline, as Spark's own Kafka sink writes: a callback per record, fail on the first error.
 
-    ``end="flush"``: ``flush()``, as Spark's Kafka sink and the flush-writer
-    end a task (librdkafka sends what lingers at once). ``end="poll"``:
-    ``poll(0.05)`` until nothing is left in the producer's queue, as the
-    sink's sync task waits for its last acks (the last batch waits its
-    ``linger.ms``): the same loop, two endings, to measure what the ending costs.
+    Raises (in the task):
+        KafkaException: a delivery failed.
+        RuntimeError: records were still unsent after ``flush_timeout_s``.
     """
 
     ddl = REPORT_DDL
 
-    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0, end: str = "flush") -> None:
-        if end not in ("flush", "poll"):
-            raise ValueError(f"end must be 'flush' or 'poll', got {end!r}")
+    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0) -> None:
         self.conf = dict(conf)
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
-        self.end = end
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        t0 = time.monotonic()
-        p = _producer(self.conf, self.topic)
-        produce, poll, topic = p.produce, p.poll, self.topic
-        rows = 0
-        for b in batches:
-            keys = b.column("key").to_pylist()
-            values = b.column("value").to_pylist()
-            for k, v in zip(keys, values):
-                while True:
-                    try:
-                        produce(topic, v, k)
-                        break
-                    except BufferError:
-                        poll(0.05)
-            rows += len(values)
-            poll(0)
-        if self.end == "flush":
-            unflushed = p.flush(self.flush_timeout_s)
-        else:  # the sink's ending: poll until every record is acked (or the bound)
-            end = time.monotonic() + self.flush_timeout_s
-            while len(p) and time.monotonic() < end:
-                poll(0.05)
-            unflushed = len(p)
-        yield _report(rows, unflushed, time.monotonic() - t0)
-
-
-class FlushWriter:
-    """Spark's built-in Kafka sink in Python: a callback per record, fail on the first error."""
-
-    ddl = REPORT_DDL
-
-    def __init__(self, conf: dict[str, str], topic: str, flush_timeout_s: float = 600.0,
-                 id_header: str | None = None, id_prefix: bytes = b"") -> None:
-        self.conf = dict(conf)
-        self.topic = topic
-        self.flush_timeout_s = flush_timeout_s
-        self.id_header = id_header
-        self.id_prefix = id_prefix
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import KafkaException
-        from pyspark import TaskContext
 
         t0 = time.monotonic()
         p = _producer(self.conf, self.topic)
@@ -138,22 +76,16 @@ class FlushWriter:
             if err is not None and not failed:
                 failed.append(err)
 
-        idh = self.id_header
-        ctx = TaskContext.get()
-        prefix = self.id_prefix + b"%d:" % (ctx.partitionId() if ctx is not None else 0)
         rows = 0
         for b in batches:
             keys = b.column("key").to_pylist()
             values = b.column("value").to_pylist()
-            for i, (k, v) in enumerate(zip(keys, values), rows):
+            for k, v in zip(keys, values):
                 if failed:  # checkForErrors() before each send
                     raise KafkaException(failed[0])
                 while True:
                     try:
-                        if idh is None:
-                            produce(topic, v, k, on_delivery=on_delivery)
-                        else:  # <prefix><16 hex digits>-<occurrence>, like the sink's content ids
-                            produce(topic, v, k, on_delivery=on_delivery, headers={idh: b"%b%016x-0" % (prefix, i)})
+                        produce(topic, v, k, on_delivery=on_delivery)
                         break
                     except BufferError:
                         poll(0.05)
@@ -165,17 +97,6 @@ class FlushWriter:
         if unflushed:
             raise RuntimeError(f"{unflushed} records not delivered within {self.flush_timeout_s}s")
         yield _report(rows, unflushed, time.monotonic() - t0)
-
-
-class NoopWriter:
-    """The floor: reads every row of the partition (as Arrow batches) and writes nothing."""
-
-    ddl = REPORT_DDL
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        t0 = time.monotonic()
-        rows = sum(b.num_rows for b in batches)
-        yield _report(rows, 0, time.monotonic() - t0)
 
 
 class EngineProbe:

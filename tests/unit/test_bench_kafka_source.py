@@ -1,12 +1,13 @@
-"""Tier 1: the kafka-source section's verdicts (bench/analysis_ks.py): ratios taken within a round, spreads reported.
+"""Tier 1: the kafka-source section's verdicts (bench/kafka_source.py, bench/targets.py): ratios taken within a round,
+spreads reported.
 
 Pure: synthetic rounds as bench/kafka_source.py records them.
 """
 
 from __future__ import annotations
 
-from bench.analysis_ks import ks_targets, summarize
-from bench.targets import evaluate_targets
+from bench.kafka_source import summarize
+from bench.targets import evaluate_targets, ks_targets
 
 SK, SYNC, EO = "spark-kafka", "sink-sync", "sink-exactly-once"
 
@@ -75,20 +76,20 @@ def test_the_targets_list_carries_the_section_s_targets():
 
 
 def test_the_page_shows_each_writer_s_medians_with_their_spread_and_the_failed_queries():
-    from bench.render_ks import kafka_source_md
+    from bench.render import _kafka_source
 
     sec = _section([{SK: (400, 600), SYNC: (420, 640), EO: (480, 700)},
                     {SK: (800, 900), SYNC: (840, 950), EO: (960, 990)},
                     {SK: (500, 700), SYNC: (520, 720), EO: (1000, 1200)}], failed=(SYNC,))
     sec.update(in_partitions=8, value_bytes=100, trigger_s=1.0, batches=10, warmup_batches=3)
     out: list[str] = []
-    kafka_source_md(out.append, {"kafka_source": sec})
+    _kafka_source(out.append, {"kafka_source": sec})
     page = "\n".join(out)
     assert "| 4 | sink exactly-once (native) | 3 | 960 (480–1,000) | 990 (700–1,200) |" in page
     assert "| 1.20 (1.20–2.00) |" in page and "2 of 3" in page  # kept up in two rounds (p95 <= 1 s)
     assert "`4:sink-sync`: RuntimeError: stopped" in page
     out.clear()
-    kafka_source_md(out.append, {"kafka_source": {"error": "broker down"}})
+    _kafka_source(out.append, {"kafka_source": {"error": "broker down"}})
     assert "This section failed" in "\n".join(out)
 
 
@@ -106,44 +107,3 @@ def test_the_input_topic_holds_more_rows_than_the_measured_batches_read(monkeypa
                                       value_bytes=100, batches=10, warmup_batches=3, rounds=1, topic_partitions=4,
                                       scratch="/tmp/unused-ks")
     assert filled and filled[0] > 50_000 * (3 + 10)
-
-
-def _with_phases(q: dict, triggers: list[float], tasks_each=None) -> dict:
-    """A query's measured batches 3.. with Spark's steps and, for the sink, its reports (batch 2: a warm-up one)."""
-    ids = list(range(3, 3 + len(triggers)))
-    q = dict(q, batch_ids=ids, phases_each_ms={str(b): {"triggerExecution": t, "addBatch": t - 100}
-                                               for b, t in zip(ids, triggers)})
-    if tasks_each is not None:
-        q["sink_each"] = {str(b): {"s": (t - 110) / 1000, "tasks": tasks_each(b)}
-                          for b, t in zip([2] + ids, [triggers[0]] + triggers)}
-    return q
-
-
-def test_a_missed_kafka_source_target_is_explained_from_the_section_s_own_figures():
-    from bench.analysis import why_missed
-    from bench.analysis_ks import explain_ks
-
-    def lanes(b):  # two lanes; lane 1's task moves to another worker at batches 5 and 9
-        return [[0, 100, 25_000, 0.120], [1, 200 + (b >= 5) + (b >= 9), 25_000, 0.120]]
-
-    sk = _with_phases(_q(400, 450), [400.0] * 10)
-    eo = _with_phases(_q(750, 1200), [700.0, 720, 1200, 740, 760, 730, 1250, 710, 700, 750], lanes)
-    sec = _section([{SK: (400, 450), EO: (750, 1200)}] * 5)
-    for r in sec["rounds"]:
-        r["results"].update({f"4:{SK}": sk, f"4:{EO}": eo})
-    results = {"kafka_source": sec, "settings": {"cores": 2}}
-    ratio, p95 = ks_targets(sec)
-    text = explain_ks(results, ratio[0])
-    assert "50 measured batches" in text and "Spark's sink's trigger 400 ms = its write job (addBatch) 300" in text
-    assert "2 lane tasks (2 with records, 120 ms each" in text and "240 ms of task time, 120 ms on 2 cores" in text
-    assert "at most 600 ms: 135 ms less" in text  # exactly-once's p50: 735 ms
-    slow = explain_ks(results, p95[0])
-    assert "10 of exactly-once's 50 batches took longer than the 1 s trigger (Spark's sink: 0 of 50)" in slow
-    assert "10 of the slow and 0 of the others had a lane task that moved to another worker" in slow
-    assert "In 10 of exactly-once's 50 batches a lane task ran in another Python worker" in text
-    assert "trigger p50 1225 ms with such a hop, 725 ms without (1.81 × Spark's sink's), lane tasks 120 against 120 ms" in text
-    # why_missed takes this text for both targets, not the scaling section's
-    results["targets"] = evaluate_targets(results)
-    got = dict(why_missed(results))
-    assert got[ratio[0]] == text and got[p95[0]] == slow
-    assert explain_ks({"kafka_source": _section([{SK: (400, 450), EO: (750, 1200)}])}, ratio[0]) == ""  # no reports

@@ -2,9 +2,9 @@
 
 A throughput ratio is taken round by round, the target reads the median of
 those ratios and says how many rounds agree; the writers' order is spread
-over the rounds; a deleted topic's files are waited for; the broker's
-counters become request-level figures. Pure: synthetic results documents,
-a scratch directory, this process's own CPU.
+over the rounds; a deleted topic's files are waited for; the page is rendered
+from one file, with the hand-written explanation as it is. Pure: synthetic
+results documents, a scratch directory, this process's own CPU.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import os
 
 import pytest
 
-from bench.broker_watch import request_figures, wait_files_gone
-from bench.cpu import CpuMeter
-from bench.rounds import CPU, paired, spread_text, verdict
-from bench.spark_throughput import rotated
+from bench import render
+from bench.common import CpuMeter, wait_files_gone
+from bench.rounds import CPU, paired, rotated, spread_text, verdict
+from bench.spark import summarize_throughput
 from bench.targets import evaluate_targets
-from bench.tp_summary import summarize_throughput
 
-NAME = "sink sync (native engine, id header on) ÷ flush-writer without any header, throughput (100 B)"
+NAME = "sink sync (WAL, id header) ÷ flush-writer (no WAL, no header), throughput (100 B)"
 
 
 def _runs(seconds: dict[str, list[float]], rows: int = 1000) -> list[dict]:
@@ -63,11 +62,13 @@ def test_ratios_pair_each_round_with_the_same_round():
 
 
 def test_the_summary_keeps_every_figures_spread():
-    runs = _runs({"raw": [1.0, 2.0, 1.0], "flush-writer": [2.0, 2.0, 3.0]})
-    row = next(r for r in summarize_throughput(runs, ("raw", "flush-writer"), [100]) if r["writer"] == "flush-writer")
-    assert row["vs_raw_spread"] == pytest.approx({"median": 0.5, "min": 1 / 3, "max": 1.0, "n": 3})
+    runs = _runs({"flush-writer": [1.0, 2.0, 1.0], "spark-kafka": [2.0, 2.0, 3.0]})
+    row = next(r for r in summarize_throughput(runs, ("flush-writer", "spark-kafka"), [100])
+               if r["writer"] == "spark-kafka")
+    assert row["vs_flush_spread"] == pytest.approx({"median": 0.5, "min": 1 / 3, "max": 1.0, "n": 3})
     assert row["cpu_spread"]["n"] == 3 and row["machine_cpu_spread"]["median"] == pytest.approx(3600.0)
-    assert spread_text(row["vs_raw_spread"]) == "0.50 (0.33–1.00 over 3 rounds)"
+    assert row["cpu_vs_flush"] == pytest.approx(2.0)  # medians: 3.0 s of CPU per 1,000 rows against 1.5 s
+    assert spread_text(row["vs_flush_spread"]) == "0.50 (0.33–1.00 over 3 rounds)"
 
 
 def test_no_rounds_no_verdict():
@@ -92,15 +93,6 @@ def test_deleted_topic_files_are_waited_for(tmp_path):
     assert wait_files_gone(str(tmp_path), "t", timeout_s=0.2) is not None  # another topic's files do not count
 
 
-def test_request_figures_from_the_brokers_counters():
-    before = {"requests": 100, "entries": 0, "records": 40, "bytes": 0}
-    after = {"requests": 150, "entries": 100, "records": 10_040, "bytes": 1_000_000}
-    f = request_figures(before, after, 2.0)
-    assert f["requests_per_s"] == 25.0 and f["records_per_request"] == 200.0
-    assert f["partitions_per_request"] == 2.0 and f["records_per_entry"] == 100.0
-    assert request_figures(None, after, 2.0) is None
-
-
 def test_the_whole_machine_counts_at_least_this_process():
     m = CpuMeter().start()
     x = 0
@@ -111,53 +103,43 @@ def test_the_whole_machine_counts_at_least_this_process():
     assert m.machine["busy"] >= tree - 0.05  # one tick of rounding on each side
 
 
-def test_the_sink_against_the_plain_loop_outside_spark_is_read_round_by_round():
-    from bench.render_sections import _ratio_spread
+def _results(seconds: dict[str, list[float]], **more) -> dict:
+    runs = _runs(seconds)
+    return {"meta": {"timestamp": "20261206T110321", "mode": "full", "commit": "abc123", "elapsed_s": 1.0,
+                     "machine": {"cores": 2, "broker": "Apache Kafka 4.4.0", "loadavg_start": [0.1]}},
+            "settings": {"partitions": 2},
+            "throughput": {"runs": runs, "summary": summarize_throughput(runs, tuple(seconds), [100]), "sizes": [100],
+                           "rows_by_size": {"100": 1000}, "partitions": 2, "rounds": len(runs)}, **more}
 
-    # rounds where the sink was as fast as the loop beside it, and one slow round of both
-    row = {"sink_vs_alone": 1.0, "sink_vs_alone_each": [1.02, 0.98, 1.0, 0.97, 1.03]}
-    assert _ratio_spread(row) == "1.00 (0.97–1.03 over 5 rounds)"
-    assert _ratio_spread({"sink_vs_alone": 0.85}) == "0.85"  # a run from before the rounds were kept
 
-
-def test_the_targets_at_sparks_pace_carry_the_issues_goals_and_are_explained_once():
-    from bench.analysis import why_missed
-    from bench.targets import PACE, PACE_PREFIX
-
-    runs = _runs({"spark-kafka": [1.0] * 5, "sink-sync": [2.0] * 5, "raw": [1.1] * 5})
-    results = {"throughput": {"runs": runs, "summary": summarize_throughput(runs, ("spark-kafka", "sink-sync", "raw"),
-                                                                            [100])},
-               "meta": {"machine": {"cores": 2}}, "settings": {"cores": 2}}
-    results["targets"] = evaluate_targets(results)
-    pace = {t["name"][len(PACE_PREFIX):]: t for t in results["targets"] if t["group"] == PACE}
+def test_the_targets_at_sparks_pace_carry_their_goals():
+    results = _results({"spark-kafka": [1.0] * 5, "sink-sync": [2.0] * 5, "flush-writer": [1.1] * 5})
+    pace = {t["name"]: t for t in evaluate_targets(results) if t["group"] == "at-least-once at Spark's pace"}
     assert {n: t["goal"] for n, t in pace.items()} == {
-        "sink sync ÷ Spark's Kafka sink at its defaults, throughput (100 B)": ">= 1.00",
-        "sink sync ÷ Spark's Kafka sink at its defaults, throughput (1024 B)": ">= 1.10",
-        "CPU seconds per record, sink sync ÷ Spark's Kafka sink at its defaults (100 B, all processes)": "<= 1.00",
-        "sink sync ÷ the raw confluent-kafka produce loop (no WAL, no header), throughput (100 B)": ">= 0.90"}
-    assert pace["sink sync ÷ Spark's Kafka sink at its defaults, throughput (100 B)"]["measured"] == pytest.approx(0.5)
-    assert pace["sink sync ÷ the raw confluent-kafka produce loop (no WAL, no header), throughput (100 B)"][
-        "status"] == "missed"
-    reasons = dict(why_missed(results))
-    full = reasons[f"{PACE_PREFIX}sink sync ÷ Spark's Kafka sink at its defaults, throughput (100 B)"]
-    assert full.startswith("Wall time per record: Spark's Kafka sink 1000.00 µs, sink sync 2000.00 µs")
-    # the same comparison in the group against Spark's sink points to it instead of saying it again
-    short = reasons["sink sync (WAL, id header) ÷ Spark's Kafka sink, throughput (100 B, each client's defaults)"]
-    assert short.startswith(f"The figures of \"{PACE_PREFIX}sink sync ÷ Spark's Kafka sink at its defaults")
-    assert "Wall time per record" not in short
+        "sink sync ÷ Spark's Kafka sink, throughput (100 B)": ">= 1.00",
+        "sink sync ÷ Spark's Kafka sink, throughput (1024 B)": ">= 1.10",
+        "CPU per record, sink sync ÷ Spark's Kafka sink (100 B, all processes)": "<= 1.00"}
+    t = pace["sink sync ÷ Spark's Kafka sink, throughput (100 B)"]
+    assert t["measured"] == pytest.approx(0.5) and t["status"] == "missed"
+    assert pace["sink sync ÷ Spark's Kafka sink, throughput (1024 B)"]["status"] == "not measured"  # no 1 KiB runs
 
 
-def test_two_runs_side_by_side_say_whether_each_verdict_held():
-    from bench.versus import versus_md
+def test_a_section_the_run_does_not_hold_has_no_targets_and_no_part_of_the_page(tmp_path, monkeypatch):
+    results = _results({"spark-kafka": [1.0] * 3, "sink-sync": [0.9] * 3, "flush-writer": [1.1] * 3, "raw": [0.5] * 3})
+    assert not any("memory" in t["name"] or "Kafka source" in t["name"] for t in evaluate_targets(results))
+    explained = tmp_path / "explained.md"
+    explained.write_text("Sync missed at 1 KiB: *written by a person*.\n")
+    monkeypatch.setattr(render, "EXPLAINED", str(explained))
+    page = render.markdown(results, "bench/results/20261206T110321.json")
+    assert "From one run: `bench/results/20261206T110321.json`, commit `abc123`, 2026-12-06 11:03:21" in page
+    assert "Not in this run: kafka-source, realtime, memory.\n" in page and "## Memory" not in page
+    assert "## Why missed targets are missed\n\nSync missed at 1 KiB: *written by a person*.\n" in page
+    assert "| sink sync (native) | 0.90 (0.90–0.90) |" in page
+    assert "writers the runner no longer measures (raw)" in page and "| raw" not in page
 
-    def run(measured: float, status: str, straddles: bool) -> dict:
-        return {"meta": {"timestamp": "T", "commit": "c", "machine": {"broker": "b"}},
-                "targets": [{"name": "x", "measured": measured, "status": status,
-                             "rounds": {"straddles": straddles}},
-                            {"name": "y", "measured": 2.0, "status": "missed"},
-                            {"name": "z", "measured": None, "status": "not measured"}]}
 
-    text = versus_md(run(0.95, "met", True), run(0.85, "missed", True), "/x/old.json")
-    assert "The verdict (met or missed) is the same in both runs for 1 of the 2 targets both measured." in text
-    assert "| x | 0.85 | 0.95 | missed, not settled | met, not settled |" in text
-    assert "| y | 2 | 2 | missed | missed |" in text
+def test_the_page_and_its_chart_are_written_from_the_file_named(tmp_path):
+    results = _results({"spark-kafka": [1.0] * 3, "sink-sync": [0.9] * 3})
+    render.render(results, "/elsewhere/run.json", str(tmp_path))
+    assert "`run.json`" in (tmp_path / "PERFORMANCE.md").read_text()
+    assert (tmp_path / "performance.png").stat().st_size > 0

@@ -2,7 +2,7 @@
 
 Past ``spill_above`` bytes the table is a shared mapping of an unlinked file in
 the sink's WAL directory (its pages file-backed: written back and evicted by
-the kernel, so anonymous memory stays flat; measured in ``bench/``). Here:
+the kernel, so anonymous memory stays flat; measured by ``bench/memory.py``). Here:
 the numbers are the same, nothing is left on disk, and a file that cannot be
 made is an error, named as the WAL disk's, never a wrong number.
 """
