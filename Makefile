@@ -67,7 +67,7 @@ test-wheels: $(STAMP) jars
 	$(PY) -m pytest -q -ra -m wheels tests
 
 demo: $(STAMP) jars
-	$(PY) jobs/demo.py --conf conf/demo.json
+	$(PY) templates/demo.py --conf conf/demo.json
 
 # Benchmarks (not in CI): results in bench/results/, report in docs/PERFORMANCE.md
 bench: $(STAMP) jars

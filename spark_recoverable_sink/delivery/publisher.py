@@ -15,7 +15,7 @@ step and the next pass carry on.
    waiting for a retry or done;
 4. ``watchdog``: a round with reports missing past the bound is abandoned and retried;
 5. ``retry``: re-read due chunks from the WAL and produce their failed records;
-6. ``checkpoint``: prune done chunks (see :mod:`.checkpoint`);
+6. ``checkpoint``: prune done chunks (see :mod:`.prune`);
 7. ``forward``: send dead letters to ``dead_letter_topic``.
 """
 
@@ -35,13 +35,13 @@ from ..errors import WalError
 from ..wal.format import decode_chunk
 from .attempts import AttemptTracker
 from .backlog import BacklogMemory, Inbox, QueueLimits, room_for
-from .checkpoint import Pruner
 from .chunks import ChunkBook, ChunkTracker, State
+from .client import ProducerSlot, message_timeout_s
 from .contact import BrokerContact
 from .dead_letters import DeadLetterRouter
 from .explain import PartitionCounts
 from .poller import Poller
-from .producer import ProducerSlot, message_timeout_s
+from .prune import Pruner
 from .steps import retry_due, settle_rounds, watchdog
 
 __all__ = ["Publisher"]

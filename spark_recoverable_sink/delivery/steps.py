@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
     from ..config import SinkConfig
+    from .client import ProducerSlot
     from .contact import BrokerContact
-    from .producer import ProducerSlot
 
 __all__ = ["settle_rounds", "watchdog", "retry_due"]
 

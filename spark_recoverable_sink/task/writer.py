@@ -29,9 +29,9 @@ from ..schema import Columns, normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import COMMITTED, OPEN, AttemptState
 from .at_least_once import AtLeastOnceTask
+from .coalesced import split_by_partition
 from .exactly_once import ExactlyOnceTask
 from .input_end import input_complete
-from .parts import split_by_partition
 from .runtime import WorkerRuntime, get_runtime
 
 __all__ = ["PartitionWriter", "TaskWrite", "write_partition", "write_partitions", "report_batch"]
@@ -49,7 +49,7 @@ class PartitionWriter:
     ``confirmed`` holds the tokens of dead letters the driver already holds,
     which the worker that stores them marks reported. Yields one report row
     per Spark partition the task wrote (several for a coalesced task:
-    :mod:`.parts`), or one for a task that got no rows.
+    :mod:`.coalesced`), or one for a task that got no rows.
     """
 
     def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = (),
@@ -87,7 +87,7 @@ def write_partition(
     from several Spark partitions (a coalesced one) uses :func:`write_partitions`.
 
     Raises:
-        RecoverableSinkError: the batches hold rows of several Spark partitions (:mod:`.parts`).
+        RecoverableSinkError: the batches hold rows of several Spark partitions (:mod:`.coalesced`).
         The errors of :func:`write_partitions`.
     """
     reports = write_partitions(config, batch_id, partition, spark_attempt, batches, run=run, confirmed=confirmed,
@@ -110,7 +110,7 @@ def write_partitions(
     1. get this process's runtime (its WAL slot and cached producer);
     2. adopt orphan slots left by dead workers and replay what they committed;
     3. for each Arrow batch, for each Spark partition's rows in it (a
-       coalesced task's batches carry :data:`.parts.SOURCE_PARTITION`, else
+       coalesced task's batches carry :data:`.coalesced.SOURCE_PARTITION`, else
        all rows are ``partition``'s): normalise them, append them to the WAL
        in one committed transaction (the first chunk of a partition opens its
        attempt), *then* produce them (each with its deterministic id header);

@@ -1,6 +1,6 @@
 """Scenario 20: exactly-once restarted after an outage longer than the brokers keep offsets, on more cores.
 
-``jobs/kafka_to_kafka.py`` (spark-submit, ``guarantee=exactly_once``,
+``templates/kafka_to_kafka.py`` (spark-submit, ``guarantee=exactly_once``,
 ``exactly_once_lanes`` left at ``"auto"``) copies a Kafka topic of 9
 partitions on ``local[2]``: more inputs than a lane each would take on 2
 cores, so the run pins 2 lanes, re-split by key. In batch 1, lane 0 commits and lane 1 is

@@ -45,7 +45,7 @@ from spark_recoverable_sink import (
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
     sys.path.append(_REPO)
-# The demo's settings and read-back (demo_settings.py, demo_readback.py) sit beside this file in jobs/, which is
+# The demo's settings and read-back (demo_settings.py, demo_readback.py) sit beside this file in templates/, which is
 # not a package; the tests import this file by its path.
 _JOBS = os.path.dirname(os.path.abspath(__file__))
 if _JOBS not in sys.path:

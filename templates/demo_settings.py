@@ -1,6 +1,6 @@
 """The demo's settings (``conf/demo.json``): one dataclass per section, read and checked by :func:`load_settings`.
 
-Part of ``make demo`` (jobs/demo.py, which imports it from this folder).
+Part of ``make demo`` (templates/demo.py, which imports it from this folder).
 """
 
 from __future__ import annotations
