@@ -33,7 +33,7 @@ class DemoSinkSettings:
     wal_sync: str = "commit"
     max_wal_bytes: int = 1024**3
     max_block_s: float = 60.0
-    checkpoint_interval_s: float = 1.0
+    prune_interval_s: float = 1.0
 
 
 @dataclass(frozen=True)

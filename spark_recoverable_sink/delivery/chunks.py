@@ -12,7 +12,7 @@ whose ``state`` is the single truth about where it is::
 * ``IN_FLIGHT``: a round of ``produce`` calls went out; delivery reports arrive;
 * ``SETTLED``: every report of the round is in; failures still to be matched to records;
 * ``RETRY_WAIT``: some records failed (or the round was abandoned): re-read from the WAL after a backoff;
-* ``DONE``: every record acked or dead; waiting for the checkpoint to delete it;
+* ``DONE``: every record acked or dead; waiting for the prune to delete it;
 * ``PRUNED``: deleted from the WAL; forgotten.
 
 :class:`ChunkBook` is the one place transitions happen: it validates each one

@@ -58,7 +58,7 @@ def dead_letters_of(config: SinkConfig, t: ChunkTracker,
     unknown partition say how many the topic has (see :mod:`.explain`).
 
     Raises:
-        WalError: the chunk is no longer in the WAL (nothing is stored; the checkpoint tries again).
+        WalError: the chunk is no longer in the WAL (nothing is stored; the next prune tries again).
     """
     raw = t.wal.read_chunk(t.key)
     if raw is None:

@@ -106,11 +106,11 @@ class Delivery:
                 time.sleep(deadline.cap(_UNIT_PASS_PAUSE_S))
             if on_pass is not None:
                 on_pass()
-        self.publisher.checkpoint()  # Step 3
+        self.publisher.prune()  # Step 3
         return self.pending()
 
     def close(self, flush_s: float = 5.0) -> None:
-        """Flush (up to ``flush_s``), checkpoint, close units and adopted slots. Optional: nothing depends on it."""
+        """Flush (up to ``flush_s``), prune, close units and adopted slots. Optional: nothing depends on it."""
         try:
             self.publisher.close(flush_s)
         finally:

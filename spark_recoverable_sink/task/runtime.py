@@ -261,7 +261,7 @@ class WorkerRuntime:
             )
 
     def close(self, flush_s: float = 5.0) -> None:
-        """Flush (up to ``flush_s``), checkpoint and release every slot. Optional: nothing depends on it."""
+        """Flush (up to ``flush_s``), prune and release every slot. Optional: nothing depends on it."""
         self.delivery.close(flush_s)
         if self.wal is not None:
             self.wal.close()

@@ -206,7 +206,7 @@ def test_broker_down_keeps_the_unit_pending_then_commits_it_once(own_broker, tmp
         assert any("not committed after" in p and "batch=1" in p for p in rep.problems), rep.problems
         pending_rt = get_runtime(SinkConfig.build(cfg2.name, dict(cfg2.kafka_conf_items), cfg2.wal_dir,
                                                   topic=cfg2.topic, guarantee="exactly_once", ack_timeout_s=2.0))
-        pending_rt.publisher.checkpoint()  # what the poller thread does every second: it must not touch the unit
+        pending_rt.publisher.prune()  # what the poller thread does every second: it must not touch the unit
         assert list(pending_rt.wal.attempts().values())[0].committed, "the pending unit lost its attempt record"
     finally:
         own_broker.resume()
