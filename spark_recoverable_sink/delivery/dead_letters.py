@@ -81,7 +81,7 @@ def dead_letters_from(config: SinkConfig, key: ChunkKey, batch: pa.RecordBatch, 
             partition=r.get("partition"), key=r.get("key"), value=r.get("value"),
             headers=tuple(r.get("headers") or ()), timestamp_ms=r.get("timestamp"),
         )
-        out.append((_DEAD_KEY.pack(key.batch, key.partition, key.first_seq + i, key.gen), d))
+        out.append((_DEAD_KEY.pack(key.batch, key.origin, key.first_seq + i, key.gen), d))
     return out
 
 

@@ -41,12 +41,12 @@ def settle_rounds(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", c
             book.move(t, State.SETTLED)
     for t in book.in_state(State.SETTLED):
         try:
-            _points.point("poller.settle.chunk", batch=t.key.batch, partition=t.key.partition, seq=t.key.first_seq)
+            _points.point("poller.settle.chunk", batch=t.key.batch, origin=t.key.origin, seq=t.key.first_seq)
             _settle_one(config, book, slot, contact, read_chunk, t, now)
         except Exception:  # stays SETTLED: taken up again by the next pass
             errors += 1
-            log.exception("sink=%s batch=%d partition=%d first_seq=%d cannot be settled yet",
-                          config.name, t.key.batch, t.key.partition, t.key.first_seq)
+            log.exception("sink=%s batch=%d origin=%d first_seq=%d cannot be settled yet",
+                          config.name, t.key.batch, t.key.origin, t.key.first_seq)
     return errors
 
 
@@ -72,8 +72,8 @@ def _settle_one(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", con
     if not t.failed and t.pending:
         # The reports do not account for every record (acked + dead + skipped
         # != rows): which ones are missing is unknown, so none is trusted.
-        log.error("sink=%s batch=%d partition=%d first_seq=%d rows=%d acked=%d dead=%d unaccounted=%d: "
-                  "every record not dead goes again", config.name, t.key.batch, t.key.partition,
+        log.error("sink=%s batch=%d origin=%d first_seq=%d rows=%d acked=%d dead=%d unaccounted=%d: "
+                  "every record not dead goes again", config.name, t.key.batch, t.key.origin,
                   t.key.first_seq, t.rows, t.acked, len(t.dead), t.pending)
         t.abandon_round()
     if not t.failed:
@@ -82,8 +82,8 @@ def _settle_one(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", con
     delay = t.retry_delay(config.retry_backoff_s, config.retry_backoff_max_s)
     t.schedule_retry(now + delay)
     err = t.failed[0][1]
-    log.warning("sink=%s batch=%d partition=%d first_seq=%d failed=%d isolating=%d error=%s retry_in_s=%.2f",
-                config.name, t.key.batch, t.key.partition, t.key.first_seq, len(t.failed), len(t.isolate),
+    log.warning("sink=%s batch=%d origin=%d first_seq=%d failed=%d isolating=%d error=%s retry_in_s=%.2f",
+                config.name, t.key.batch, t.key.origin, t.key.first_seq, len(t.failed), len(t.isolate),
                 config.scrub(err.str()) if err is not None else "-", delay)
     book.move(t, State.RETRY_WAIT)
 
@@ -93,9 +93,9 @@ def watchdog(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", now: f
     stuck = 0
     for t in book.in_state(State.IN_FLIGHT):
         if t.round.sealed and now - t.round.started > round_timeout_s:
-            log.error("sink=%s batch=%d partition=%d first_seq=%d reports missing=%d after %.0fs; "
+            log.error("sink=%s batch=%d origin=%d first_seq=%d reports missing=%d after %.0fs; "
                       "round abandoned, retried from the WAL", config.name, t.key.batch,
-                      t.key.partition, t.key.first_seq, t.round.expected - t.round.settled, now - t.round.started)
+                      t.key.origin, t.key.first_seq, t.round.expected - t.round.settled, now - t.round.started)
             t.abandon_round()
             book.move(t, State.RETRY_WAIT)
             stuck += 1

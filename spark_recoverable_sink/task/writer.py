@@ -332,7 +332,7 @@ class TaskWrite:
             part.nbytes += payload_bytes(norm)
             self.rows += norm.num_rows
             written += norm.num_rows
-            _points.point("task.mid_task", batch=batch_id, partition=part.partition, attempt=self.spark_attempt,
+            _points.point("task.mid_task", batch=batch_id, spark_partition=part.partition, attempt=self.spark_attempt,
                           rows=self.rows)
         return written
 
@@ -346,7 +346,7 @@ class TaskWrite:
         """
         config, batch_id, partition, rows = self.config, self.batch_id, self.partition, self.rows
         if self.parts and self.eo and input_complete() is False:  # raises when it cannot tell
-            why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={self.spark_attempt} "
+            why = (f"sink={config.name} batch={batch_id} spark_partition={partition} attempt={self.spark_attempt} "
                    f"rows={rows}: the task's input ended without Spark's end marker (its source failed part-way: a "
                    "lost shuffle, a cancelled stage or a speculative copy); nothing of its unit is committed, Spark "
                    "re-runs it")
@@ -356,7 +356,7 @@ class TaskWrite:
             self.rt.own_wal().set_attempts([(x.akey, AttemptState(COMMITTED, self.spark_attempt, x.seq, self.started,
                                                             self.mode.guarantee, self.mode.digest))
                                       for x in self.parts.values()])
-        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=self.spark_attempt,
+        _points.point("task.after_commit", batch=batch_id, spark_partition=partition, attempt=self.spark_attempt,
                       rows=rows)
 
     def abandon(self) -> None:
@@ -393,7 +393,7 @@ class TaskWrite:
                 kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0, kafka_txn_state=kstats.txn_state if kstats else "",
                 lanes_opened=mode.counts()[0] if first else 0, txns_aborted=mode.counts()[1] if first else 0,
             )
-            log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
+            log.info("sink=%s batch=%d spark_partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
                      "replayed=%d seconds=%.3f", config.name, self.batch_id, x.partition, self.spark_attempt, x.seq,
                      acked, report.pending, dead, skipped, report.replayed, report.seconds)
             reports.append(report)

@@ -136,7 +136,7 @@ def test_a_rerun_of_a_committed_unit_is_skipped_and_a_different_one_refused(brok
     assert "skipped, not published again" in caplog.text
     with pytest.raises(ExactlyOnceMismatchError) as e:
         write_partition(cfg, 5, 0, 2, batches(0, 499, 50), run="r")  # a re-run with other rows
-    assert (e.value.batch, e.value.partition, e.value.rows, e.value.committed_batch, e.value.run) == (5, 0, 499, 5, "r")
+    assert (e.value.batch, e.value.lane, e.value.rows, e.value.committed_batch, e.value.run) == (5, 0, 499, 5, "r")
     assert "another digest" in str(e.value) and "same records" in str(e.value)
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=500, isolation=RC), cfg, "r", {(5, 0): 500})
     s = get_runtime(cfg).wal.stats()

@@ -110,7 +110,7 @@ class Committer:
         """
         from confluent_kafka import KafkaException
 
-        lid = lane_id(self.config.name, unit.run, unit.partition)
+        lid = lane_id(self.config.name, unit.run, unit.lane)
         unit.attempts += 1
         try:
             try:
@@ -153,7 +153,7 @@ class Committer:
             lane.produced(owner)
         if lane.state is LaneState.PRODUCED:  # Step 4
             send_marker(self.config, lane, lid, unit, deadline)
-        _points.point("eo.committing", batch=unit.batch, partition=unit.partition, rows=unit.rows)
+        _points.point("eo.committing", batch=unit.batch, lane=unit.lane, rows=unit.rows)
         lane.commit(left(deadline, "commit_transaction"))  # an error from here on: a new producer settles it
         return COMMITTED
 
@@ -259,7 +259,7 @@ class Committer:
         """
         from confluent_kafka import KafkaException
 
-        lid = lane_id(self.config.name, run, key.partition)
+        lid = lane_id(self.config.name, run, key.origin)
         try:
             lane = self._lane(lid, None, deadline)
             if not self.config.topic and not lane.swept_topics:
@@ -376,7 +376,7 @@ class InlineTransaction:
             lane.doom()
             return
         lane.chunks_in += 1
-        _points.point("eo.produced_chunk", batch=self._key.batch, partition=self._key.partition,
+        _points.point("eo.produced_chunk", batch=self._key.batch, lane=self._key.origin,
                       rows=first_seq + batch.num_rows, records=batch.num_rows)
 
     def finish(self) -> None:

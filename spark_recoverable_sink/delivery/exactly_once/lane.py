@@ -156,8 +156,9 @@ class Unit:
         return self.key.batch
 
     @property
-    def partition(self) -> int:
-        return self.key.partition
+    def lane(self) -> int:
+        """The unit's lane (its WAL keys' origin)."""
+        return self.key.origin
 
 
 # -- the lane: its states ------------------------------------------------------------------------------------------
@@ -494,7 +495,7 @@ def produce_unit(config: SinkConfig, lane: Lane, unit: Any, deadline: Deadline, 
             lane.collect(lane.producer.poll(0))
         if not lane.failures:
             lane.chunks_in = i + 1
-        _points.point("eo.produced_chunk", batch=unit.batch, partition=unit.partition, rows=ck.first_seq + n,
+        _points.point("eo.produced_chunk", batch=unit.batch, lane=unit.lane, rows=ck.first_seq + n,
                       records=n)
     if lane.failures:  # the transaction cannot commit: aborted, then the unit is tried again (or refused)
         from confluent_kafka import KafkaException
