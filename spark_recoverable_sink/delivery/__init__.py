@@ -2,7 +2,7 @@
 
 * :mod:`.chunks`: a chunk's state machine (``ChunkTracker``, ``ChunkBook``); :mod:`.attempts`: chunks per attempt;
 * :mod:`.rows`: the produce loop (the hot path); :mod:`.client`: the client, created lazily and replaced;
-* :mod:`.steps`: the settle, watchdog and retry steps of a pass; :mod:`.poller`: the poller thread and poll lock;
+* :mod:`.steps`: the account, watchdog and retry steps of a pass; :mod:`.poller`: the poller thread and poll lock;
 * :mod:`.prune`: pruning done chunks; :mod:`.dead_letters`: records refused for good;
 * :mod:`.publisher`: the facade the rest of the package calls;
 * :mod:`.exactly_once`: units published in Kafka transactions.

@@ -52,7 +52,7 @@ _DEAD_KEY = struct.Struct(">QIQI")
 
 def dead_letters_of(config: SinkConfig, t: ChunkTracker,
                     partitions_of: Callable[[str], int | None] | None = None) -> list[tuple[bytes, DeadLetter]]:
-    """The dead letters of a settled chunk, with their records read back from the WAL.
+    """The dead letters of an accounted chunk, with their records read back from the WAL.
 
     ``partitions_of`` (topic -> partition count) lets the reason of an
     unknown partition say how many the topic has (see :mod:`.explain`).

@@ -11,7 +11,7 @@ step and the next pass carry on.
 1. ``backlog``: take the chunks async tasks handed over (the inbox), then
    produce queued chunks while the client's queue has room;
 2. ``poll``: serve delivery callbacks (replacing the producer first after a fatal error);
-3. ``settle``: match a finished round's failures to records; a chunk is then
+3. ``account``: match a reported round's failures to records; a chunk is then
    waiting for a retry or done;
 4. ``watchdog``: a round with reports missing past the bound is abandoned and retried;
 5. ``retry``: re-read due chunks from the WAL and produce their failed records;
@@ -42,13 +42,13 @@ from .dead_letters import DeadLetterRouter
 from .explain import PartitionCounts
 from .poller import Poller
 from .prune import Pruner
-from .steps import retry_due, settle_rounds, watchdog
+from .steps import account_rounds, retry_due, watchdog
 
 __all__ = ["Publisher"]
 
 log = logging.getLogger(__name__)
 
-_LIVE = (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT)
+_LIVE = (State.QUEUED, State.IN_FLIGHT, State.REPORTED, State.RETRY_WAIT)
 #: A sync task's flush at its end waits at most this long (and never past its deadline); polling goes on after it.
 FLUSH_S = 10.0
 
@@ -206,7 +206,7 @@ class Publisher:
             if backlog_chunks != 0 and self._book.count(State.QUEUED):
                 produced = self._step("poller.backlog", lambda: self._produce_backlog(backlog_chunks)) or 0
             self._step("poller.poll", lambda: self._poll(timeout_s))
-            self.step_errors += self._step("poller.settle", lambda: settle_rounds(
+            self.step_errors += self._step("poller.account", lambda: account_rounds(
                 self.config, self._book, self._slot, self.contact, self._read_chunk, self._clock())) or 0
             self._step("poller.watchdog", lambda: watchdog(
                 self.config, self._book, self._slot, self._clock(), self.round_timeout_s))

@@ -9,7 +9,7 @@ operator's ``rks replay`` (:mod:`..ops.replay`). They all build the same
 1. adopt every orphan slot of the sink (its owner is dead) and queue what it
    committed (:class:`.adopter.SlotAdopter`);
 2. until nothing is pending or the deadline passes: at-least-once, one
-   publisher pass at a time (produce, poll, settle, retry, prune);
+   publisher pass at a time (produce, poll, account, retry, prune);
    exactly-once, one pass over the waiting units, oldest first, each in its
    transaction, with a short pause between passes;
    both kinds may be in one slot: a unit is delivered under the guarantee its

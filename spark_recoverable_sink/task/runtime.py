@@ -183,7 +183,7 @@ class WorkerRuntime:
             raise
         return True
 
-    def settle_space(self) -> None:
+    def write_deferred(self) -> None:
         """Write the deletions a full disk refused; recreate this worker's slot if it holds nothing else.
 
         Without it they would wait for the next prune, which an idle worker never
@@ -227,7 +227,7 @@ class WorkerRuntime:
                 self.units.retry_pending(Deadline(_IDLE_COMMIT_S), blocking=False)
             if self.adopter.adopted:
                 self.adopter.release_drained()
-            self.settle_space()
+            self.write_deferred()
         finally:
             self.publisher.lock.release()
 

@@ -122,7 +122,7 @@ def test_two_live_attempts_at_one_unit_fence_each_other_in_turn_and_commit_it_on
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg_a, "r", {(4, 1): 3000})
 
 
-def test_a_commit_caught_by_a_broker_freeze_is_settled_by_a_new_producer_once(own_broker, tmp_path, hooks, caplog):
+def test_a_commit_caught_by_a_broker_freeze_is_finalized_by_a_new_producer_once(own_broker, tmp_path, hooks, caplog):
     """The broker SIGSTOPped while the unit's commit_transaction is in flight, SIGCONTed once the commit timed out.
 
     The commit's outcome is unknown to the client; retried on the same
@@ -158,7 +158,7 @@ def test_a_commit_caught_by_a_broker_freeze_is_settled_by_a_new_producer_once(ow
     units = get_runtime(cfg).units
     deadline = Deadline(120)
     while units.retry_pending(Deadline(10)) > 0:
-        assert not deadline.expired(), "the unit was never settled after the broker came back"
+        assert not deadline.expired(), "the unit was never finalized after the broker came back"
     _assert_exactly(read_topic(own_broker.bootstrap, "eo-freeze", expected=2000, isolation=RC), cfg, "r",
                     {(1, 0): 2000})
 

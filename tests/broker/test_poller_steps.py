@@ -24,7 +24,7 @@ from .test_publisher import ROOT, _config, _wait_wal_empty
 
 pytestmark = pytest.mark.broker
 
-STEPS = ["poller.backlog", "poller.poll", "poller.settle", "poller.settle.chunk", "poller.watchdog",
+STEPS = ["poller.backlog", "poller.poll", "poller.account", "poller.account.chunk", "poller.watchdog",
          "poller.retry", "poller.prune", "prune.slot", "poller.forward"]
 ROWS = 5000
 
@@ -42,7 +42,7 @@ def test_exception_in_a_poller_step_then_crash_loses_nothing(broker, topic, tmp_
     env = dict(os.environ, PYTHONPATH=ROOT, RKS_TEST_HOOKS="tests.programs.raise_once", RKS_RAISE_AT=step,
                RKS_RAISE_FIRED=str(fired))
     proc = subprocess.run([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), "4", "1",
-                           str(ROWS), "40", "settled"], env=env, cwd=ROOT, capture_output=True, text=True,
+                           str(ROWS), "40", "delivered"], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert fired.exists(), f"step {step} never ran in the writer"

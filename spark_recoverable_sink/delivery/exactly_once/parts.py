@@ -127,7 +127,7 @@ def commit_parts(config: SinkConfig, lane: Lane, lid: str, unit: Any, deadline: 
         if lane.state is LaneState.PRODUCED:
             send_marker(config, lane, lid, unit, deadline, done, parts.base)
         _points.point("eo.committing_part", batch=unit.batch, lane=unit.lane, part=j, parts=parts.count)
-        lane.commit(left(deadline, "commit_transaction"))  # an error from here on: a new producer settles it
+        lane.commit(left(deadline, "commit_transaction"))  # an error from here on: a new producer finalizes it
         parts.next = j + 1
         lane.parts = parts
     lane.parts = None
