@@ -67,7 +67,7 @@ test-wheels: $(STAMP) jars
 	$(PY) -m pytest -q -ra -m wheels tests
 
 demo: $(STAMP) jars
-	$(PY) jobs/demo.py --conf conf/demo.json
+	$(PY) templates/demo.py --conf conf/demo.json
 
 # Benchmarks (not in CI): one results file in bench/results/ (commit it in place of the run before), report in
 # docs/PERFORMANCE.md; bench/explained.md is written by hand after each run

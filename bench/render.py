@@ -87,14 +87,14 @@ def _targets(w: Any, results: dict[str, Any]) -> None:
     w("## Targets\n")
     w("Every ratio compares writers measured side by side in this run. A throughput ratio is taken round by round "
       "(the writers' runs of a round are interleaved): the figure is the median of the rounds' ratios, a target is "
-      "met only if it holds at that median; where the rounds fall on both sides of the goal it is *not settled*.\n")
+      "met only if it holds at that median; where the rounds fall on both sides of the goal it is *undecided*.\n")
     for group in GROUPS:
         rows = []
         for t in (t for t in evaluate_targets(results) if t["group"] == group):
             mark = {"met": "✅ met", "missed": "❌ missed", "not measured": "– not measured"}[t["status"]]
             rd = t.get("rounds")
             if rd and rd.get("n", 0) >= 2 and rd.get("straddles"):
-                mark += ", *not settled*"
+                mark += ", *undecided*"
             rows.append([t["name"], t["goal"], t["measured_text"] + (f" — {t['note']}" if t.get("note") else ""),
                          mark])
         if rows:

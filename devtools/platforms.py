@@ -47,7 +47,7 @@ class Platform:
     ``connect``: the user's session is a Spark Connect client (serverless,
     standard access mode): ``foreachBatch`` runs through Connect and needs
     ``run_id=``. ``databricks``: the package goes in as the platform wheel
-    with the native engine, as ``jobs/databricks_notebook.py`` installs it.
+    with the native engine, as ``templates/databricks_notebook.py`` installs it.
     ``sources``: keys of :data:`SOURCES`, at least one.
     """
 
@@ -109,7 +109,7 @@ _BY_KEY = {s.key: s for s in SOURCES}
 _EMR_INSTALL = ("a bootstrap action (it runs on every node, nodes added later too) installing the wheel into "
                 "that Python: `python3.11 -m pip install ...`")
 _DBR_INSTALL = ("the platform wheel with the native engine, `%pip install` by its full path from a Unity Catalog "
-                "volume or workspace files (jobs/databricks_notebook.py); libraries in the DBFS root are disabled "
+                "volume or workspace files (templates/databricks_notebook.py); libraries in the DBFS root are disabled "
                 "by default from Databricks Runtime 15.0")
 _DBR_PYTHON = f"{NOT_CONFIRMED} (the runtime's release notes, System environment)"
 
@@ -145,7 +145,7 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("Databricks standard (shared) access mode", "the runtime's (rows above)", None,
              "the runtime's (rows above)", "as the runtime",
              f"as the runtime; that the session is a Spark Connect client (no SparkContext): per "
-             f"jobs/databricks_notebook.py, {NOT_CONFIRMED} in the platform's pages",
+             f"templates/databricks_notebook.py, {NOT_CONFIRMED} in the platform's pages",
              ("dbx-connect-limits",), connect=True, databricks=True),
     Platform("Databricks serverless (environment versions 2 to 5)",
              "managed by Databricks, not pinned: the environment pins the client (Databricks Connect 15.4.5, "

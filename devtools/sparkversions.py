@@ -76,7 +76,7 @@ RELEASES: tuple[SparkRelease, ...] = (
 MAIN = next(r for r in RELEASES if r.main)
 #: The releases the compatibility tier runs, each in its own virtual environment.
 COMPAT = tuple(r for r in RELEASES if not r.main)
-#: The compatibility releases whose application also runs jobs/databricks_notebook.py's cells, as a script with
+#: The compatibility releases whose application also runs templates/databricks_notebook.py's cells, as a script with
 #: ``dbutils`` stood in for: a Spark 3.5 environment here; the 4.x one is the main release's
 #: (tests/spark/test_notebook.py).
 NOTEBOOK = tuple(r.version for r in COMPAT if r.version.startswith("3."))

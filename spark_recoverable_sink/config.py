@@ -134,7 +134,7 @@ class SinkConfig:
             Must be private to the user the workers run as (docs/configuration.md#wal_dir).
         ack_timeout_s: How long a task waits for acks before it returns with
             records pending in the WAL (0 = fully async: return once in the WAL).
-        checkpoint_interval_s: Longest time between two prunes of acked records.
+        prune_interval_s: Longest time between two prunes of acked records.
         max_wal_bytes: Live WAL bytes one Python worker may hold: its own slot and the slots of dead
             workers it adopted, together.
         max_block_s: How long an append waits for space before ``WalFullError``.
@@ -204,7 +204,7 @@ class SinkConfig:
     wal_dir: str
     topic: str | None = None
     ack_timeout_s: float = 30.0
-    checkpoint_interval_s: float = 1.0
+    prune_interval_s: float = 1.0
     max_wal_bytes: int = DEFAULT_MAX_WAL_BYTES
     max_block_s: float = 60.0
     wal_sync: str = "commit"
@@ -285,7 +285,7 @@ class SinkConfig:
         if self.dead_letter_topic is not None and self.dead_letter_topic == self.topic:
             raise ConfigError("dead_letter_topic", "must differ from the default topic")
         _positive("ack_timeout_s", self.ack_timeout_s, allow_zero=True)
-        _positive("checkpoint_interval_s", self.checkpoint_interval_s)
+        _positive("prune_interval_s", self.prune_interval_s)
         _positive("max_block_s", self.max_block_s, allow_zero=True)
         _positive("offsets_retention_s", self.offsets_retention_s)
         _positive("settle_timeout_s", self.settle_timeout_s)

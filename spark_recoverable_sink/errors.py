@@ -183,20 +183,20 @@ class BrokerUnreachableError(RecoverableSinkError):
 class ExactlyOnceMismatchError(RecoverableSinkError):
     """A batch's unit does not match what its lane already committed to Kafka: nothing of it was published.
 
-    In exactly-once mode a (run, batch, partition) whose transaction is
+    In exactly-once mode a (run, batch, lane) whose transaction is
     committed is skipped when the batch runs again, which is only right when
     the re-run brings the same records (the marker holds a digest of their
     ids: :mod:`.ids`). Raised when the lane's marker shows the batch committed
     with other records, or a later batch committed (the run id was used
-    before). ``run``, ``batch``, ``partition``, ``rows`` (this run) and
+    before). ``run``, ``batch``, ``lane``, ``rows`` (this run) and
     ``reason`` say where it differs; ``committed_batch`` is the marker's batch.
     """
 
-    def __init__(self, message: str, batch: int, partition: int, rows: int, committed_batch: int | None,
+    def __init__(self, message: str, batch: int, lane: int, rows: int, committed_batch: int | None,
                  run: str = "", reason: str = "") -> None:
         super().__init__(message)
         self.batch = batch
-        self.partition = partition
+        self.lane = lane
         self.rows = rows
         self.committed_batch = committed_batch
         self.run = run

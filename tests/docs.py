@@ -21,7 +21,7 @@ MARKERS = {
     "spark": "run as a script, with its own SparkSession, against the test broker",
     "connect": "run as a script against a local Spark Connect server (SPARK_REMOTE)",
     "broker": "run as a script against the test broker (no Spark)",
-    "spark-submit": "a shell block, run by bash from a copy of the repository's jobs/ and conf/",
+    "spark-submit": "a shell block, run by bash from a copy of the repository's templates/ and conf/",
     "databricks": "compiled only: it needs a Databricks workspace",
 }
 

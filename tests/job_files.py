@@ -1,4 +1,4 @@
-"""Import the job files under jobs/ (not a package) in tests."""
+"""Import the job files under templates/ (not a package) in tests."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_job(name: str, filename: str | None = None) -> ModuleType:
-    """Import ``jobs/<filename>`` (default ``<name>.py``) as module ``name``, once."""
+    """Import ``templates/<filename>`` (default ``<name>.py``) as module ``name``, once."""
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "jobs", filename or f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "templates", filename or f"{name}.py"))
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclass type hints resolve through sys.modules

@@ -1,4 +1,4 @@
-"""The Databricks notebook's cells (jobs/databricks_notebook.py) and stand-ins for the platform's globals.
+"""The Databricks notebook's cells (templates/databricks_notebook.py) and stand-ins for the platform's globals.
 
 Shared by tests/spark/test_notebook.py (in the test process, PySpark 4.2) and
 tests/programs/compat_app.py (its ``notebook`` scenario, a release's own Python): the
@@ -19,7 +19,7 @@ from typing import Any, Callable
 __all__ = ["NOTEBOOK", "HEADER", "SEP", "DS_SKIPPED", "cells", "is_magic", "FakeDbutils", "run_cells"]
 
 #: The notebook of this checkout (the real path: the compatibility tier reaches tests/ through a link).
-NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "jobs",
+NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "templates",
                         "databricks_notebook.py")
 HEADER = "# Databricks notebook source"
 SEP = "\n# COMMAND ----------\n"

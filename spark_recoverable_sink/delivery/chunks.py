@@ -3,16 +3,16 @@
 Every WAL chunk the publisher knows is tracked by one :class:`ChunkTracker`
 whose ``state`` is the single truth about where it is::
 
-    NEW -> QUEUED -> IN_FLIGHT -> SETTLED -> DONE -> PRUNED
+    NEW -> QUEUED -> IN_FLIGHT -> REPORTED -> DONE -> PRUNED
              |          |  ^         |
              |          v  |         v
              +------> RETRY_WAIT <---+
 
 * ``QUEUED``: in the WAL, waiting for room in the client's queue (async mode, replays);
 * ``IN_FLIGHT``: a round of ``produce`` calls went out; delivery reports arrive;
-* ``SETTLED``: every report of the round is in; failures still to be matched to records;
+* ``REPORTED``: every report of the round is in; failures still to be matched to records;
 * ``RETRY_WAIT``: some records failed (or the round was abandoned): re-read from the WAL after a backoff;
-* ``DONE``: every record acked or dead; waiting for the checkpoint to delete it;
+* ``DONE``: every record acked or dead; waiting for the prune to delete it;
 * ``PRUNED``: deleted from the WAL; forgotten.
 
 :class:`ChunkBook` is the one place transitions happen: it validates each one
@@ -50,7 +50,7 @@ class State(enum.Enum):
     NEW = "new"
     QUEUED = "queued"
     IN_FLIGHT = "in_flight"
-    SETTLED = "settled"
+    REPORTED = "reported"
     RETRY_WAIT = "retry_wait"
     DONE = "done"
     PRUNED = "pruned"
@@ -59,8 +59,8 @@ class State(enum.Enum):
 _ALLOWED: dict[State, frozenset[State]] = {
     State.NEW: frozenset({State.QUEUED, State.IN_FLIGHT}),
     State.QUEUED: frozenset({State.IN_FLIGHT, State.RETRY_WAIT}),
-    State.IN_FLIGHT: frozenset({State.SETTLED, State.RETRY_WAIT}),
-    State.SETTLED: frozenset({State.RETRY_WAIT, State.DONE}),
+    State.IN_FLIGHT: frozenset({State.REPORTED, State.RETRY_WAIT}),
+    State.REPORTED: frozenset({State.RETRY_WAIT, State.DONE}),
     State.RETRY_WAIT: frozenset({State.IN_FLIGHT}),
     State.DONE: frozenset({State.PRUNED}),
     State.PRUNED: frozenset(),
@@ -218,7 +218,7 @@ class ChunkTracker:
         rnd.failed_raw = []
         self.failed.extend((i, err) for i in failed)
 
-    def settle_sync_failures(self) -> None:
+    def account_sync_failures(self) -> None:
         for i, err in self.round.sync_failed:
             if err.code() in NON_RETRIABLE:
                 self.dead.append((i, err.code(), err.str()))
@@ -226,7 +226,7 @@ class ChunkTracker:
                 self.failed.append((i, err))
         self.round.sync_failed = []
 
-    def settle(self, columns: tuple[list[str], list[bytes | None], list[bytes | None]] | None) -> None:
+    def account(self, columns: tuple[list[str], list[bytes | None], list[bytes | None]] | None) -> None:
         """Turn the finished round's reports into acked, dead and failed records.
 
         ``columns`` are the chunk's (topics, keys, values) read back from the
@@ -247,7 +247,7 @@ class ChunkTracker:
                 self.fail_round()
             else:
                 self.resolve_failures(*columns)
-        self.settle_sync_failures()
+        self.account_sync_failures()
         if group:
             failed_again = any(i in self.isolate for i in group)
             self.isolate_size = max(1, len(group) // 2) if failed_again else len(group) * 2
@@ -332,7 +332,7 @@ class ChunkBook:
         return sum(len(self._by_state[s]) for s in states)
 
     def live(self) -> Iterator[ChunkTracker]:
-        for s in (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT, State.DONE):
+        for s in (State.QUEUED, State.IN_FLIGHT, State.REPORTED, State.RETRY_WAIT, State.DONE):
             yield from list(self._by_state[s].values())
 
     def __bool__(self) -> bool:

@@ -52,13 +52,13 @@ _DEAD_KEY = struct.Struct(">QIQI")
 
 def dead_letters_of(config: SinkConfig, t: ChunkTracker,
                     partitions_of: Callable[[str], int | None] | None = None) -> list[tuple[bytes, DeadLetter]]:
-    """The dead letters of a settled chunk, with their records read back from the WAL.
+    """The dead letters of an accounted chunk, with their records read back from the WAL.
 
     ``partitions_of`` (topic -> partition count) lets the reason of an
     unknown partition say how many the topic has (see :mod:`.explain`).
 
     Raises:
-        WalError: the chunk is no longer in the WAL (nothing is stored; the checkpoint tries again).
+        WalError: the chunk is no longer in the WAL (nothing is stored; the next prune tries again).
     """
     raw = t.wal.read_chunk(t.key)
     if raw is None:
@@ -81,7 +81,7 @@ def dead_letters_from(config: SinkConfig, key: ChunkKey, batch: pa.RecordBatch, 
             partition=r.get("partition"), key=r.get("key"), value=r.get("value"),
             headers=tuple(r.get("headers") or ()), timestamp_ms=r.get("timestamp"),
         )
-        out.append((_DEAD_KEY.pack(key.batch, key.partition, key.first_seq + i, key.gen), d))
+        out.append((_DEAD_KEY.pack(key.batch, key.origin, key.first_seq + i, key.gen), d))
     return out
 
 

@@ -14,7 +14,7 @@ its id prefix and first sequence):
   ``headers`` column included;
 * :class:`PythonEngine` (``"python"``): confluent-kafka's ``produce`` per
   record (positional arguments) with the round's callback (:mod:`.rows`);
-  failures are matched to records by content when the round settles.
+  failures are matched to records by content when the round is accounted for.
 
 ``"auto"`` (the default) takes the native engine where the extension loads
 (:func:`choose`) and says once, at INFO, which engine runs and why. Both run

@@ -11,11 +11,11 @@ step and the next pass carry on.
 1. ``backlog``: take the chunks async tasks handed over (the inbox), then
    produce queued chunks while the client's queue has room;
 2. ``poll``: serve delivery callbacks (replacing the producer first after a fatal error);
-3. ``settle``: match a finished round's failures to records; a chunk is then
+3. ``account``: match a reported round's failures to records; a chunk is then
    waiting for a retry or done;
 4. ``watchdog``: a round with reports missing past the bound is abandoned and retried;
 5. ``retry``: re-read due chunks from the WAL and produce their failed records;
-6. ``checkpoint``: prune done chunks (see :mod:`.checkpoint`);
+6. ``prune``: delete done chunks (see :mod:`.prune`);
 7. ``forward``: send dead letters to ``dead_letter_topic``.
 """
 
@@ -35,20 +35,20 @@ from ..errors import WalError
 from ..wal.format import decode_chunk
 from .attempts import AttemptTracker
 from .backlog import BacklogMemory, Inbox, QueueLimits, room_for
-from .checkpoint import Pruner
 from .chunks import ChunkBook, ChunkTracker, State
+from .client import ProducerSlot, message_timeout_s
 from .contact import BrokerContact
 from .dead_letters import DeadLetterRouter
 from .explain import PartitionCounts
 from .poller import Poller
-from .producer import ProducerSlot, message_timeout_s
-from .steps import retry_due, settle_rounds, watchdog
+from .prune import Pruner
+from .steps import account_rounds, retry_due, watchdog
 
 __all__ = ["Publisher"]
 
 log = logging.getLogger(__name__)
 
-_LIVE = (State.QUEUED, State.IN_FLIGHT, State.SETTLED, State.RETRY_WAIT)
+_LIVE = (State.QUEUED, State.IN_FLIGHT, State.REPORTED, State.RETRY_WAIT)
 #: A sync task's flush at its end waits at most this long (and never past its deadline); polling goes on after it.
 FLUSH_S = 10.0
 
@@ -85,7 +85,7 @@ class Publisher:
         #: How long one record may wait for room in a full client queue, before it
         #: counts as failed and is retried from the WAL.
         self.block_s = max(1.0, min(config.max_block_s, message_timeout_s(conf)))
-        self._last_ckpt = clock()
+        self._last_prune = clock()
         self._last_replace = -1e9
         self._next_rid = 0
         self._rounds: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # live rounds by id
@@ -206,7 +206,7 @@ class Publisher:
             if backlog_chunks != 0 and self._book.count(State.QUEUED):
                 produced = self._step("poller.backlog", lambda: self._produce_backlog(backlog_chunks)) or 0
             self._step("poller.poll", lambda: self._poll(timeout_s))
-            self.step_errors += self._step("poller.settle", lambda: settle_rounds(
+            self.step_errors += self._step("poller.account", lambda: account_rounds(
                 self.config, self._book, self._slot, self.contact, self._read_chunk, self._clock())) or 0
             self._step("poller.watchdog", lambda: watchdog(
                 self.config, self._book, self._slot, self._clock(), self.round_timeout_s))
@@ -214,10 +214,10 @@ class Publisher:
                 self.config, self._book, self._slot, self._read_chunk, self._room_for, self.produce_chunk,
                 self._clock())) or 0
             done = self._book.count(State.DONE)
-            if done and (done >= 256 or self._clock() - self._last_ckpt >= self.config.checkpoint_interval_s
+            if done and (done >= 256 or self._clock() - self._last_prune >= self.config.prune_interval_s
                          or (not self._inbox and done == self._book.count(*_LIVE, State.DONE))):
                 # every 256 chunks, every interval, and as soon as nothing else is live
-                self._step("poller.checkpoint", self.checkpoint)
+                self._step("poller.prune", self.prune)
             self._step("poller.forward", self._forward)
             return produced
 
@@ -268,14 +268,14 @@ class Publisher:
         self._slot.replace()  # the old one is purged: its reports land in abandoned rounds
         self.dead_letters.requeue_unacked()
 
-    def checkpoint(self) -> None:
+    def prune(self) -> None:
         """Prune done chunks and finished attempts; store dead letters (one txn per slot).
 
         A failed WAL write leaves the chunks done (they are acked, so a crash
         before the next try only replays them).
         """
         with self._lock:
-            self._last_ckpt = self._clock()
+            self._last_prune = self._clock()
             self._pruner.run()
 
     # -- what tasks and the runtime ask ---------------------------------------------
@@ -283,7 +283,7 @@ class Publisher:
     def make_room(self) -> None:
         """Produce what waits, serve acks and prune now (an append is waiting for WAL space)."""
         self.tick(0.05, backlog_chunks=None)
-        self.checkpoint()
+        self.prune()
 
     def wait_finished(self, trackers: list[ChunkTracker], deadline: Deadline) -> bool:
         """Flush, then poll (on this thread) until every tracker's records are acked or dead, or the deadline.
@@ -347,12 +347,12 @@ class Publisher:
             return not self._book and not self._inbox
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the poller after a last flush and checkpoint. Optional: correctness never needs it."""
+        """Stop the poller after a last flush and prune. Optional: correctness never needs it."""
         end = Deadline(timeout_s)
         while not self.idle() and not end.expired():
             self.tick(0.05, backlog_chunks=None)
         self.poller.stop(timeout_s)
         with self._lock:
-            self.checkpoint()
+            self.prune()
             # Whatever the producer still holds is in the WAL: purging it loses nothing.
             self._slot.close()

@@ -2,7 +2,7 @@
 
 When the user's ``kafka_conf`` sets ``statistics.interval.ms`` > 0,
 librdkafka emits a JSON document every interval from ``poll()``. The
-producer factory (:class:`.producer.ProducerSlot`) adds a ``stats_cb`` that
+producer factory (:class:`.client.ProducerSlot`) adds a ``stats_cb`` that
 keeps, per sink name in this process, the latest :class:`KafkaStatsSummary`:
 
 * ``queue_msgs``: ``msg_cnt``, messages in the client's queues (not yet acked

@@ -1,4 +1,4 @@
-"""The settle, watchdog and retry steps of a publisher's pass, as functions of what they act on.
+"""The account, watchdog and retry steps of a publisher's pass, as functions of what they act on.
 
 They run under the poll lock. Each moves chunks only through the
 :class:`.ChunkBook` and changes a chunk's records only through its
@@ -19,38 +19,38 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
     from ..config import SinkConfig
+    from .client import ProducerSlot
     from .contact import BrokerContact
-    from .producer import ProducerSlot
 
-__all__ = ["settle_rounds", "watchdog", "retry_due"]
+__all__ = ["account_rounds", "watchdog", "retry_due"]
 
 log = logging.getLogger("spark_recoverable_sink.delivery.publisher")
 
 ReadChunk = Callable[[ChunkTracker], "pa.RecordBatch"]
 
 
-def settle_rounds(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", contact: "BrokerContact",
+def account_rounds(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", contact: "BrokerContact",
                   read_chunk: ReadChunk, now: float) -> int:
-    """Finished rounds -> SETTLED -> DONE or RETRY_WAIT; returns how many chunks could not be settled yet."""
+    """Finished rounds -> REPORTED -> DONE or RETRY_WAIT; returns how many chunks could not be accounted for yet."""
     errors = 0
     for t in book.in_state(State.IN_FLIGHT):
         if t.round.epoch != slot.epoch:  # produced on a producer replaced meanwhile
             t.abandon_round()
             book.move(t, State.RETRY_WAIT)
         elif t.round.done:
-            book.move(t, State.SETTLED)
-    for t in book.in_state(State.SETTLED):
+            book.move(t, State.REPORTED)
+    for t in book.in_state(State.REPORTED):
         try:
-            _points.point("poller.settle.chunk", batch=t.key.batch, partition=t.key.partition, seq=t.key.first_seq)
-            _settle_one(config, book, slot, contact, read_chunk, t, now)
-        except Exception:  # stays SETTLED: taken up again by the next pass
+            _points.point("poller.account.chunk", batch=t.key.batch, origin=t.key.origin, seq=t.key.first_seq)
+            _account_one(config, book, slot, contact, read_chunk, t, now)
+        except Exception:  # stays REPORTED: taken up again by the next pass
             errors += 1
-            log.exception("sink=%s batch=%d partition=%d first_seq=%d cannot be settled yet",
-                          config.name, t.key.batch, t.key.partition, t.key.first_seq)
+            log.exception("sink=%s batch=%d origin=%d first_seq=%d cannot be accounted for yet",
+                          config.name, t.key.batch, t.key.origin, t.key.first_seq)
     return errors
 
 
-def _settle_one(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", contact: "BrokerContact",
+def _account_one(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", contact: "BrokerContact",
                 read_chunk: ReadChunk, t: ChunkTracker, now: float) -> None:
     if t.round.acked:  # a broker answered: never again a first-contact failure (contact.py)
         contact.mark_reached()
@@ -65,15 +65,15 @@ def _settle_one(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", con
             values = column(batch, "value") or []
             columns = (column(batch, "topic") or [chunk_topic(batch, config.topic)] * len(values),
                        column(batch, "key") or [None] * len(values), values)
-    t.settle(columns)
+    t.account(columns)
     reset = next((e for _i, e in t.failed if e is not None and e.code() in PRODUCER_RESET), None)
     if reset is not None:
         slot.request_replace(config.scrub(reset.str()))  # replaced on the next pass
     if not t.failed and t.pending:
         # The reports do not account for every record (acked + dead + skipped
         # != rows): which ones are missing is unknown, so none is trusted.
-        log.error("sink=%s batch=%d partition=%d first_seq=%d rows=%d acked=%d dead=%d unaccounted=%d: "
-                  "every record not dead goes again", config.name, t.key.batch, t.key.partition,
+        log.error("sink=%s batch=%d origin=%d first_seq=%d rows=%d acked=%d dead=%d unaccounted=%d: "
+                  "every record not dead goes again", config.name, t.key.batch, t.key.origin,
                   t.key.first_seq, t.rows, t.acked, len(t.dead), t.pending)
         t.abandon_round()
     if not t.failed:
@@ -82,8 +82,8 @@ def _settle_one(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", con
     delay = t.retry_delay(config.retry_backoff_s, config.retry_backoff_max_s)
     t.schedule_retry(now + delay)
     err = t.failed[0][1]
-    log.warning("sink=%s batch=%d partition=%d first_seq=%d failed=%d isolating=%d error=%s retry_in_s=%.2f",
-                config.name, t.key.batch, t.key.partition, t.key.first_seq, len(t.failed), len(t.isolate),
+    log.warning("sink=%s batch=%d origin=%d first_seq=%d failed=%d isolating=%d error=%s retry_in_s=%.2f",
+                config.name, t.key.batch, t.key.origin, t.key.first_seq, len(t.failed), len(t.isolate),
                 config.scrub(err.str()) if err is not None else "-", delay)
     book.move(t, State.RETRY_WAIT)
 
@@ -93,9 +93,9 @@ def watchdog(config: "SinkConfig", book: ChunkBook, slot: "ProducerSlot", now: f
     stuck = 0
     for t in book.in_state(State.IN_FLIGHT):
         if t.round.sealed and now - t.round.started > round_timeout_s:
-            log.error("sink=%s batch=%d partition=%d first_seq=%d reports missing=%d after %.0fs; "
+            log.error("sink=%s batch=%d origin=%d first_seq=%d reports missing=%d after %.0fs; "
                       "round abandoned, retried from the WAL", config.name, t.key.batch,
-                      t.key.partition, t.key.first_seq, t.round.expected - t.round.settled, now - t.round.started)
+                      t.key.origin, t.key.first_seq, t.round.expected - t.round.reported, now - t.round.started)
             t.abandon_round()
             book.move(t, State.RETRY_WAIT)
             stuck += 1

@@ -18,7 +18,7 @@ its shuffles ran) is tagged as before.
 Record ids must not change with it (:mod:`..ids`: a record's id names its
 Spark partition), so each row carries its own partition's index,
 ``spark_partition_id()`` taken before the coalesce
-(:data:`..task.parts.SOURCE_PARTITION`): a coalesced task writes each
+(:data:`..task.coalesced.SOURCE_PARTITION`): a coalesced task writes each
 partition's rows as that partition's own WAL attempt and id prefix. Ids are
 then the same whether the batch is coalesced or not, and however Spark
 groups the partitions.
@@ -56,7 +56,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..config import EXACTLY_ONCE, SinkConfig
-from ..task.parts import SOURCE_PARTITION
+from ..task.coalesced import SOURCE_PARTITION
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame

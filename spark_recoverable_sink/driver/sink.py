@@ -100,7 +100,7 @@ class RecoverableKafkaSink:
             queries. 1-64 of ``[A-Za-z0-9._-]``.
         **options: Further :class:`.SinkConfig` fields (``max_wal_bytes``,
             ``max_block_s``, ``wal_sync``, ``dead_letter_topic``,
-            ``checkpoint_interval_s``, ``retry_backoff_s``, ...).
+            ``prune_interval_s``, ``retry_backoff_s``, ...).
 
     Raises:
         ConfigError: an option is wrong (the message names it), or

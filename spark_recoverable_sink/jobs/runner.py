@@ -154,7 +154,7 @@ def build_sink(settings: JobSettings, environ: Mapping[str, str] | None = None) 
     return RecoverableKafkaSink(
         name=s.name, kafka_conf=producer_conf(settings.kafka, environ), topic=settings.kafka.topic,
         wal_dir=s.wal_dir, ack_timeout_s=s.ack_timeout_s, wal_sync=s.wal_sync, max_wal_bytes=s.max_wal_bytes,
-        max_block_s=s.max_block_s, checkpoint_interval_s=s.checkpoint_interval_s,
+        max_block_s=s.max_block_s, prune_interval_s=s.prune_interval_s,
         dead_letter_topic=s.dead_letter_topic, guarantee=s.guarantee, exactly_once_lanes=s.exactly_once_lanes,
         settle_timeout_s=s.settle_timeout_s, offsets_retention_s=s.offsets_retention_s, record_ids=s.record_ids,
         id_columns=tuple(s.id_columns),

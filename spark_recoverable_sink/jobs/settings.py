@@ -99,7 +99,7 @@ class SinkSettings:
     wal_sync: str = default_of("wal_sync")
     max_wal_bytes: int = default_of("max_wal_bytes")
     max_block_s: float = default_of("max_block_s")
-    checkpoint_interval_s: float = default_of("checkpoint_interval_s")
+    prune_interval_s: float = default_of("prune_interval_s")
     dead_letter_topic: str | None = default_of("dead_letter_topic")
     guarantee: str = default_of("guarantee")
     exactly_once_lanes: int | None = default_of("exactly_once_lanes")  # None: "auto"

@@ -108,7 +108,7 @@ static void on_dr(rd_kafka_t *rk, const rks_message_t *m, void *opaque) {
     s->dirty = 1;
     /* A report is counted only once classified: a failure that cannot be
      * recorded (no memory) leaves the round short of its reports, so the
-     * publisher's watchdog sends it again rather than settle it. */
+     * publisher's watchdog sends it again rather than account for it. */
     if (m->err == RKS_ERR_NO_ERROR) {
         s->acked++;
         s->reported++;

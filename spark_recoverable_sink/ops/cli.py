@@ -32,7 +32,7 @@ from .common import (
     lock_owner,
     scrubber,
 )
-from .dead_letters import held_slots, letter_json, resend
+from .dead_letters_cmd import held_slots, letter_json, resend
 from .inspect import chunks_set_aside, inspect_wal
 from .replay import replay_sink
 

@@ -109,7 +109,7 @@ def replay_sink(config: SinkConfig, timeout_s: float = 300.0,
             final = progress(force=True)
             adopter.release_drained()
     finally:
-        delivery.close(0.0)  # checkpoint what is acked; whatever the client still holds is in the WAL
+        delivery.close(0.0)  # prune what is acked; whatever the client still holds is in the WAL
     units = delivery.units
     dead = sum(len(t.dead) for t in trackers) + (units.refused_rows if units is not None else 0)
     delivered = sum(t.acked for t in trackers) + (units0 - unit_rows() - (units.refused_rows + units.skipped_rows

@@ -9,7 +9,7 @@ operator's ``rks replay`` (:mod:`..ops.replay`). They all build the same
 1. adopt every orphan slot of the sink (its owner is dead) and queue what it
    committed (:class:`.adopter.SlotAdopter`);
 2. until nothing is pending or the deadline passes: at-least-once, one
-   publisher pass at a time (produce, poll, settle, retry, prune);
+   publisher pass at a time (produce, poll, account, retry, prune);
    exactly-once, one pass over the waiting units, oldest first, each in its
    transaction, with a short pause between passes;
    both kinds may be in one slot: a unit is delivered under the guarantee its
@@ -106,11 +106,11 @@ class Delivery:
                 time.sleep(deadline.cap(_UNIT_PASS_PAUSE_S))
             if on_pass is not None:
                 on_pass()
-        self.publisher.checkpoint()  # Step 3
+        self.publisher.prune()  # Step 3
         return self.pending()
 
     def close(self, flush_s: float = 5.0) -> None:
-        """Flush (up to ``flush_s``), checkpoint, close units and adopted slots. Optional: nothing depends on it."""
+        """Flush (up to ``flush_s``), prune, close units and adopted slots. Optional: nothing depends on it."""
         try:
             self.publisher.close(flush_s)
         finally:

@@ -100,7 +100,7 @@ class AtLeastOnceTask:
         if self.trackers and self.sync:
             self.publisher.wait_finished(self.trackers,
                                          ContactDeadline(self.rt.config.ack_timeout_s, self.publisher.contact))
-        self.publisher.checkpoint()
+        self.publisher.prune()
         return sum(t.acked for t in self.trackers)
 
     def share(self, key: AttemptKey) -> tuple[int, int, int]:

@@ -72,7 +72,7 @@ def drain_worker(config: SinkConfig, timeout_s: float, confirmed: Collection[str
         if confirmed:
             rt.publisher.confirm_dead_letters(frozenset(confirmed))
         pending = rt.delivery.deliver(deadline)
-        rt.settle_space()  # deletions a full disk refused: written now, or the empty slot recreated
+        rt.write_deferred()  # deletions a full disk refused: written now, or the empty slot recreated
         waiting = rt.units.waiting() if rt.units is not None else []
         offered = rt.publisher.offer_unreported_dead()
     return {"pid": os.getpid(), "slot": rt.wal.path if rt.wal is not None else "", "replayed": replayed,

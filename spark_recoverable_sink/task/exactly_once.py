@@ -63,9 +63,9 @@ class ExactlyOnceTask:
         Raises:
             RecoverableSinkError: the task brought rows of a second Spark partition.
         """
-        if partition != self.akey.partition or self.chunks:
+        if partition != self.akey.origin or self.chunks:
             raise RecoverableSinkError(f"sink={self.rt.config.name} batch={self.akey.batch}: an exactly-once task "
-                                       f"got rows of Spark partitions {self.akey.partition} and {partition}")
+                                       f"got rows of Spark partitions {self.akey.origin} and {partition}")
         return self.akey
 
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:
@@ -75,7 +75,7 @@ class ExactlyOnceTask:
         rt, cfg = self.rt, self.rt.config
         if not self._begun:
             self._begun = True
-            _points.point("eo.before_transaction", batch=key.batch, partition=key.partition, rows=key.first_seq)
+            _points.point("eo.before_transaction", batch=key.batch, lane=key.origin, rows=key.first_seq)
             units = rt.delivery.unit_book()
             self._inline = units.committer.begin_inline(
                 rt.own_wal().path, self.akey, self.run, ContactDeadline(cfg.ack_timeout_s, rt.publisher.contact))
@@ -134,19 +134,19 @@ def publish_unit(rt: "WorkerRuntime", config: SinkConfig, akey: AttemptKey, run:
     if not chunks:
         return COMMITTED, 0
     unit = Unit(rt.wal, akey, run, rows, list(chunks), digest=digest, own=True)
-    _points.point("eo.before_commit", batch=akey.batch, partition=akey.partition, rows=rows)
+    _points.point("eo.before_commit", batch=akey.batch, lane=akey.origin, rows=rows)
     outcome = units.commit(unit, ContactDeadline(config.ack_timeout_s, rt.publisher.contact))
     if outcome == MISMATCH:
         units.forget(unit)
         rt.own_wal().abort_attempt(akey)
         found = unit.found.latest if unit.found is not None else None
         raise ExactlyOnceMismatchError(
-            f"sink={config.name} run={run} batch={akey.batch} partition={akey.partition}: {unit.why}. A batch "
+            f"sink={config.name} run={run} batch={akey.batch} lane={akey.origin}: {unit.why}. A batch "
             "re-run after a restart must bring the same records (in any split and order: read from a replayable "
             "source; avoid non-deterministic steps before the sink: rand(), limit without order, unordered "
             "sampling), with the same exactly_once_lanes; new data needs a new run id (a new checkpoint's query "
             "id, or another run_id=). See docs/guarantees.md, 'Exactly-once'. Nothing of this attempt was "
-            "published.", akey.batch, akey.partition, rows, found, run, unit.why)
+            "published.", akey.batch, akey.origin, rows, found, run, unit.why)
     if outcome in (COMMITTED, SKIPPED):
         rt.publisher.contact.mark_reached()
     return outcome, unit.dead_rows
@@ -162,5 +162,5 @@ def abandon_unit(rt: "WorkerRuntime", akey: AttemptKey) -> None:
         if rt.wal is not None:
             rt.wal.abort_attempt(akey)
     except Exception:  # the task's own error is the one to raise
-        log.warning("sink=%s batch=%d partition=%d abandoned attempt left for recovery to drop",
-                    rt.config.name, akey.batch, akey.partition, exc_info=True)
+        log.warning("sink=%s batch=%d lane=%d abandoned attempt left for recovery to drop",
+                    rt.config.name, akey.batch, akey.origin, exc_info=True)

@@ -242,7 +242,7 @@ class RealTimeTask:
         batch = rows_to_batch(rows, self.positions, self.schema)
         with self.rt.publisher.task(), self.write.mode.writing():
             self.write.feed(batch)  # WAL first, then Kafka
-        _points.point("rt.group_commit", epoch=self.epoch, partition=self.partition, attempt=self.spark_attempt,
+        _points.point("rt.group_commit", epoch=self.epoch, spark_partition=self.partition, attempt=self.spark_attempt,
                       rows=self.write.rows, groups=self.buffer.groups + 1)
 
     def close(self, failed: bool) -> list[PartitionReport]:

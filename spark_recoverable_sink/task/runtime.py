@@ -183,7 +183,7 @@ class WorkerRuntime:
             raise
         return True
 
-    def settle_space(self) -> None:
+    def write_deferred(self) -> None:
         """Write the deletions a full disk refused; recreate this worker's slot if it holds nothing else.
 
         Without it they would wait for the next prune, which an idle worker never
@@ -227,7 +227,7 @@ class WorkerRuntime:
                 self.units.retry_pending(Deadline(_IDLE_COMMIT_S), blocking=False)
             if self.adopter.adopted:
                 self.adopter.release_drained()
-            self.settle_space()
+            self.write_deferred()
         finally:
             self.publisher.lock.release()
 
@@ -261,7 +261,7 @@ class WorkerRuntime:
             )
 
     def close(self, flush_s: float = 5.0) -> None:
-        """Flush (up to ``flush_s``), checkpoint and release every slot. Optional: nothing depends on it."""
+        """Flush (up to ``flush_s``), prune and release every slot. Optional: nothing depends on it."""
         self.delivery.close(flush_s)
         if self.wal is not None:
             self.wal.close()

@@ -29,9 +29,9 @@ from ..schema import Columns, normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import COMMITTED, OPEN, AttemptState
 from .at_least_once import AtLeastOnceTask
+from .coalesced import split_by_partition
 from .exactly_once import ExactlyOnceTask
 from .input_end import input_complete
-from .parts import split_by_partition
 from .runtime import WorkerRuntime, get_runtime
 
 __all__ = ["PartitionWriter", "TaskWrite", "write_partition", "write_partitions", "report_batch"]
@@ -49,7 +49,7 @@ class PartitionWriter:
     ``confirmed`` holds the tokens of dead letters the driver already holds,
     which the worker that stores them marks reported. Yields one report row
     per Spark partition the task wrote (several for a coalesced task:
-    :mod:`.parts`), or one for a task that got no rows.
+    :mod:`.coalesced`), or one for a task that got no rows.
     """
 
     def __init__(self, config: SinkConfig, batch_id: int, run: str = "", confirmed: tuple[str, ...] = (),
@@ -87,7 +87,7 @@ def write_partition(
     from several Spark partitions (a coalesced one) uses :func:`write_partitions`.
 
     Raises:
-        RecoverableSinkError: the batches hold rows of several Spark partitions (:mod:`.parts`).
+        RecoverableSinkError: the batches hold rows of several Spark partitions (:mod:`.coalesced`).
         The errors of :func:`write_partitions`.
     """
     reports = write_partitions(config, batch_id, partition, spark_attempt, batches, run=run, confirmed=confirmed,
@@ -110,7 +110,7 @@ def write_partitions(
     1. get this process's runtime (its WAL slot and cached producer);
     2. adopt orphan slots left by dead workers and replay what they committed;
     3. for each Arrow batch, for each Spark partition's rows in it (a
-       coalesced task's batches carry :data:`.parts.SOURCE_PARTITION`, else
+       coalesced task's batches carry :data:`.coalesced.SOURCE_PARTITION`, else
        all rows are ``partition``'s): normalise them, append them to the WAL
        in one committed transaction (the first chunk of a partition opens its
        attempt), *then* produce them (each with its deterministic id header);
@@ -332,7 +332,7 @@ class TaskWrite:
             part.nbytes += payload_bytes(norm)
             self.rows += norm.num_rows
             written += norm.num_rows
-            _points.point("task.mid_task", batch=batch_id, partition=part.partition, attempt=self.spark_attempt,
+            _points.point("task.mid_task", batch=batch_id, spark_partition=part.partition, attempt=self.spark_attempt,
                           rows=self.rows)
         return written
 
@@ -346,7 +346,7 @@ class TaskWrite:
         """
         config, batch_id, partition, rows = self.config, self.batch_id, self.partition, self.rows
         if self.parts and self.eo and input_complete() is False:  # raises when it cannot tell
-            why = (f"sink={config.name} batch={batch_id} partition={partition} attempt={self.spark_attempt} "
+            why = (f"sink={config.name} batch={batch_id} spark_partition={partition} attempt={self.spark_attempt} "
                    f"rows={rows}: the task's input ended without Spark's end marker (its source failed part-way: a "
                    "lost shuffle, a cancelled stage or a speculative copy); nothing of its unit is committed, Spark "
                    "re-runs it")
@@ -356,7 +356,7 @@ class TaskWrite:
             self.rt.own_wal().set_attempts([(x.akey, AttemptState(COMMITTED, self.spark_attempt, x.seq, self.started,
                                                             self.mode.guarantee, self.mode.digest))
                                       for x in self.parts.values()])
-        _points.point("task.after_commit", batch=batch_id, partition=partition, attempt=self.spark_attempt,
+        _points.point("task.after_commit", batch=batch_id, spark_partition=partition, attempt=self.spark_attempt,
                       rows=rows)
 
     def abandon(self) -> None:
@@ -393,7 +393,7 @@ class TaskWrite:
                 kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0, kafka_txn_state=kstats.txn_state if kstats else "",
                 lanes_opened=mode.counts()[0] if first else 0, txns_aborted=mode.counts()[1] if first else 0,
             )
-            log.info("sink=%s batch=%d partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
+            log.info("sink=%s batch=%d spark_partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
                      "replayed=%d seconds=%.3f", config.name, self.batch_id, x.partition, self.spark_attempt, x.seq,
                      acked, report.pending, dead, skipped, report.replayed, report.seconds)
             reports.append(report)

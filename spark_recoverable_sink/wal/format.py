@@ -11,12 +11,16 @@ slot, and left as it is on disk (``Wal._check_format``, :func:`check_chunk`).
 
 Keys (big-endian, so LMDB's byte order is write order):
 
-* chunk:       ``batch u64 | partition u32 | first_seq u64 | gen u32``
-* attempt:     ``batch u64 | partition u32 | gen u32``
-* dead letter: ``batch u64 | partition u32 | seq u64 | gen u32``
+* chunk:       ``batch u64 | origin u32 | first_seq u64 | gen u32``
+* attempt:     ``batch u64 | origin u32 | gen u32``
+* dead letter: ``batch u64 | origin u32 | seq u64 | gen u32``
+
+``origin`` numbers the sequence a key belongs to: the Spark partition
+at-least-once, the lane exactly-once (one field for both; the bytes are the
+same whatever it is called).
 
 ``gen`` is a counter local to the WAL slot that tells apart two attempts at
-the same (batch, partition) that met in one slot. It is never part of a
+the same (batch, origin) that met in one slot. It is never part of a
 record's id (see :mod:`..ids`).
 
 Chunk value (attempt and dead-letter values are in :mod:`.records`)::
@@ -75,15 +79,15 @@ _CHUNK_MAGIC = b"RKSC"
 
 @dataclass(frozen=True, order=True)
 class ChunkKey:
-    """Where a chunk of records sits: (batch, partition, first sequence, slot generation)."""
+    """Where a chunk of records sits: (batch, origin, first sequence, slot generation)."""
 
     batch: int
-    partition: int
+    origin: int
     first_seq: int
     gen: int
 
     def pack(self) -> bytes:
-        return _CHUNK_KEY.pack(self.batch, self.partition, self.first_seq, self.gen)
+        return _CHUNK_KEY.pack(self.batch, self.origin, self.first_seq, self.gen)
 
     @classmethod
     def unpack(cls, raw: bytes) -> "ChunkKey":
@@ -93,19 +97,19 @@ class ChunkKey:
 
     @property
     def attempt(self) -> "AttemptKey":
-        return AttemptKey(self.batch, self.partition, self.gen)
+        return AttemptKey(self.batch, self.origin, self.gen)
 
 
 @dataclass(frozen=True, order=True)
 class AttemptKey:
-    """One task attempt's records in one slot: (batch, partition, slot generation)."""
+    """One task attempt's records in one slot: (batch, origin, slot generation)."""
 
     batch: int
-    partition: int
+    origin: int
     gen: int
 
     def pack(self) -> bytes:
-        return _ATTEMPT_KEY.pack(self.batch, self.partition, self.gen)
+        return _ATTEMPT_KEY.pack(self.batch, self.origin, self.gen)
 
     @classmethod
     def unpack(cls, raw: bytes) -> "AttemptKey":

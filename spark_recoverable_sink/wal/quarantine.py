@@ -83,7 +83,7 @@ def quarantine_chunk(sdir: str, wal: "Wal", key: ChunkKey, why: str) -> str:
     qdir = ensure_private_dir(os.path.join(sdir, QUARANTINE_DIR), "quarantine directory")
     raw = wal.read_chunk(key) or b""
     slot = os.path.basename(wal.path)
-    dest = os.path.join(qdir, f"chunk-{slot}-b{key.batch}-p{key.partition}-s{key.first_seq}-g{key.gen}-"
+    dest = os.path.join(qdir, f"chunk-{slot}-b{key.batch}-p{key.origin}-s{key.first_seq}-g{key.gen}-"
                               f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.bin")
     try:
         for path, data in ((dest, raw), (dest[:-4] + ".why", why.encode())):

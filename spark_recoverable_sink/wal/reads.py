@@ -202,7 +202,7 @@ class SlotReads:
         Raises:
             WalFormatError: a dead-letter key does not decode. WalReadError: LMDB failed.
         """
-        lo = ChunkKey(key.batch, key.partition, key.first_seq, 0).pack()  # same layout as dead-letter keys
+        lo = ChunkKey(key.batch, key.origin, key.first_seq, 0).pack()  # same layout as dead-letter keys
         out: set[int] = set()
         with self._read("dead_keys_in_chunk") as txn:
             cur = txn.cursor(db=self._dead)
@@ -210,7 +210,7 @@ class SlotReads:
                 return out
             for raw_key in cur.iternext(values=False):
                 dk = self._key(ChunkKey, raw_key)
-                if (dk.batch, dk.partition) != (key.batch, key.partition) or dk.first_seq >= key.first_seq + rows:
+                if (dk.batch, dk.origin) != (key.batch, key.origin) or dk.first_seq >= key.first_seq + rows:
                     break
                 if dk.gen == key.gen:
                     out.add(dk.first_seq - key.first_seq)

@@ -134,7 +134,7 @@ def test_a_rerun_of_a_committed_unit_is_skipped_and_a_different_one_refused(brok
     assert "skipped, not published again" in caplog.text
     with pytest.raises(ExactlyOnceMismatchError) as e:
         write_partition(cfg, 5, 0, 2, batches(0, 499, 50), run="r")  # a re-run with other rows
-    assert (e.value.batch, e.value.partition, e.value.rows, e.value.committed_batch, e.value.run) == (5, 0, 499, 5, "r")
+    assert (e.value.batch, e.value.lane, e.value.rows, e.value.committed_batch, e.value.run) == (5, 0, 499, 5, "r")
     assert "another digest" in str(e.value) and "same records" in str(e.value)
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=500, isolation=RC), cfg, "r", {(5, 0): 500})
     s = get_runtime(cfg).wal.stats()
@@ -204,7 +204,7 @@ def test_broker_down_keeps_the_unit_pending_then_commits_it_once(own_broker, tmp
         assert any("not committed after" in p and "batch=1" in p for p in rep.problems), rep.problems
         pending_rt = get_runtime(SinkConfig.build(cfg2.name, dict(cfg2.kafka_conf_items), cfg2.wal_dir,
                                                   topic=cfg2.topic, guarantee="exactly_once", ack_timeout_s=2.0))
-        pending_rt.publisher.checkpoint()  # what the poller thread does every second: it must not touch the unit
+        pending_rt.publisher.prune()  # what the poller thread does every second: it must not touch the unit
         assert list(pending_rt.wal.attempts().values())[0].committed, "the pending unit lost its attempt record"
     finally:
         own_broker.resume()

@@ -84,7 +84,7 @@ def test_a_rerun_fences_a_frozen_attempt_whose_marker_offset_is_pending_and_comm
     if lane_here == "ready":
         assert write_partition(cfg, 4, 0, 0, batches(0, 2000, 50), run="r").acked == 2000
     _rerun_beside_a_frozen_attempt(cfg, broker, topic, hooks, 5, 0, 2000,
-                                   ("eo.committing", {"batch": 5, "partition": 0}))
+                                   ("eo.committing", {"batch": 5, "lane": 0}))
     units = {(5, 0): 2000, **({(4, 0): 2000} if lane_here == "ready" else {})}
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=sum(units.values()), isolation=RC), cfg, "r", units)
 
@@ -99,12 +99,12 @@ def test_two_live_attempts_at_one_unit_fence_each_other_in_turn_and_commit_it_on
     """
     cfg_a = _eo(broker.bootstrap, str(tmp_path / "a"), topic, ack_timeout_s=60)
     cfg_b = _eo(broker.bootstrap, str(tmp_path / "b"), topic, ack_timeout_s=60, name=cfg_a.name)
-    park_a = hooks.park("eo.before_commit", batch=4, partition=1)
+    park_a = hooks.park("eo.before_commit", batch=4, lane=1)
     a = _spawn(cfg_a, 4, 1, 3000, "r", hooks.dir, report=True)
     b = None
     try:
         park_a.wait()
-        park_b = hooks.park("eo.before_commit", batch=4, partition=1)  # armed once A holds the first: B claims it
+        park_b = hooks.park("eo.before_commit", batch=4, lane=1)  # armed once A holds the first: B claims it
         b = _spawn(cfg_b, 4, 1, 3000, "r", hooks.dir, report=True)
         park_b.wait()
         park_a.release()
@@ -122,7 +122,7 @@ def test_two_live_attempts_at_one_unit_fence_each_other_in_turn_and_commit_it_on
     _assert_exactly(read_topic(broker.bootstrap, topic, expected=3000, isolation=RC), cfg_a, "r", {(4, 1): 3000})
 
 
-def test_a_commit_caught_by_a_broker_freeze_is_settled_by_a_new_producer_once(own_broker, tmp_path, hooks, caplog):
+def test_a_commit_caught_by_a_broker_freeze_is_finalized_by_a_new_producer_once(own_broker, tmp_path, hooks, caplog):
     """The broker SIGSTOPped while the unit's commit_transaction is in flight, SIGCONTed once the commit timed out.
 
     The commit's outcome is unknown to the client; retried on the same
@@ -158,7 +158,7 @@ def test_a_commit_caught_by_a_broker_freeze_is_settled_by_a_new_producer_once(ow
     units = get_runtime(cfg).units
     deadline = Deadline(120)
     while units.retry_pending(Deadline(10)) > 0:
-        assert not deadline.expired(), "the unit was never settled after the broker came back"
+        assert not deadline.expired(), "the unit was never finalized after the broker came back"
     _assert_exactly(read_topic(own_broker.bootstrap, "eo-freeze", expected=2000, isolation=RC), cfg, "r",
                     {(1, 0): 2000})
 
@@ -246,7 +246,7 @@ def test_a_lane_a_killed_worker_left_in_its_commit_is_taken_over_within_one_ack_
     if warm:
         assert write_partition(cfg, 2, 2, 0, batches(2, 500, 50), run="r").acked == 500
         units[(2, 2)] = 500
-    parked = hooks.park("eo.committing", batch=3, partition=2)
+    parked = hooks.park("eo.committing", batch=3, lane=2)
     child = _spawn(cfg, 3, 2, 3000, "r", hooks.dir)
     try:
         pid = parked.wait()["pid"]

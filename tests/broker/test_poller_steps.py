@@ -24,8 +24,8 @@ from .test_publisher import ROOT, _config, _wait_wal_empty
 
 pytestmark = pytest.mark.broker
 
-STEPS = ["poller.backlog", "poller.poll", "poller.settle", "poller.settle.chunk", "poller.watchdog",
-         "poller.retry", "poller.checkpoint", "checkpoint.prune", "poller.forward"]
+STEPS = ["poller.backlog", "poller.poll", "poller.account", "poller.account.chunk", "poller.watchdog",
+         "poller.retry", "poller.prune", "prune.slot", "poller.forward"]
 ROWS = 5000
 
 
@@ -35,14 +35,14 @@ def test_exception_in_a_poller_step_then_crash_loses_nothing(broker, topic, tmp_
     if step == "poller.backlog" and ack_timeout_s:
         pytest.skip("a task in sync mode produces inline: no backlog step runs")
     cfg = _config(broker.bootstrap, str(tmp_path / "wal"), topic, ack_timeout_s=ack_timeout_s, name="steps",
-                  checkpoint_interval_s=0.05)
+                  prune_interval_s=0.05)
     fired = tmp_path / "fired"
     opts = {"name": cfg.name, "kafka_conf": dict(cfg.kafka_conf_items), "wal_dir": cfg.wal_dir, "topic": cfg.topic,
-            "ack_timeout_s": cfg.ack_timeout_s, "checkpoint_interval_s": cfg.checkpoint_interval_s}
+            "ack_timeout_s": cfg.ack_timeout_s, "prune_interval_s": cfg.prune_interval_s}
     env = dict(os.environ, PYTHONPATH=ROOT, RKS_TEST_HOOKS="tests.programs.raise_once", RKS_RAISE_AT=step,
                RKS_RAISE_FIRED=str(fired))
     proc = subprocess.run([sys.executable, "-m", "tests.programs.writer_proc", json.dumps(opts), "4", "1",
-                           str(ROWS), "40", "settled"], env=env, cwd=ROOT, capture_output=True, text=True,
+                           str(ROWS), "40", "delivered"], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert fired.exists(), f"step {step} never ran in the writer"

@@ -214,7 +214,7 @@ class ForcedDrain:
         idle = self.parks[2].wait(QUERY_BOUND_S)  # Step 2
         driver = settle.wait(QUERY_BOUND_S)  # Step 3
         _kill9(pid)  # Step 4
-        self.what.update(owner_pid=pid, partition=coords["partition"], rows=coords["rows"],
+        self.what.update(owner_pid=pid, lane=coords["lane"], rows=coords["rows"],
                          driver_pid=driver["pid"], killed_at=time.time(),
                          parked_at={"committing": at["time"], "idle_retry": idle["time"],
                                     "settle_drain": driver["time"]})

@@ -120,7 +120,7 @@ def test_spark_connect_write_exactly_once_forced_drain_and_drain(release_run):
 # Only the releases of NOTEBOOK (the fixture's own params narrowed: the same module-scoped run, not another one)
 @pytest.mark.parametrize("release_run", NOTEBOOK, ids=[f"pyspark-{v}" for v in NOTEBOOK], indirect=True)
 def test_the_databricks_notebook_runs_its_cells(release_run):
-    """jobs/databricks_notebook.py on the release (dbutils stood in for): foreachBatch, the engine check, the drain;
+    """templates/databricks_notebook.py on the release (dbutils stood in for): foreachBatch, the engine check, the drain;
     the data source section where the release has it, else skipped with its sentence."""
     got = release_run.result("notebook")
     assert got["engines"] and all(e["engine"] == "native" for e in got["engines"]), got["engines"]

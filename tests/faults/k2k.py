@@ -1,4 +1,4 @@
-"""``jobs/kafka_to_kafka.py`` run by spark-submit as users run it, in a process group the test can SIGKILL.
+"""``templates/kafka_to_kafka.py`` run by spark-submit as users run it, in a process group the test can SIGKILL.
 
 Shared by the Kafka -> Spark -> Kafka scenarios (17: exactly-once; 18:
 at-least-once record ids across a restart): :func:`k2k_conf` writes the job's
@@ -48,7 +48,7 @@ def produce_source(bootstrap: str, topic: str, n: int, partitions: int, keys: in
 
 
 class Job:
-    """jobs/kafka_to_kafka.py under spark-submit, in a process group of its own (so all of it can be killed)."""
+    """templates/kafka_to_kafka.py under spark-submit, in a process group of its own (so all of it can be killed)."""
 
     def __init__(self, tmp_path: Any, conf: str, hook_dir: str, jars: list[str], bootstrap: str) -> None:
         self.tmp_path, self.conf, self.jars = tmp_path, conf, jars
@@ -64,7 +64,7 @@ class Job:
         log = open(self.tmp_path / f"job-{self.runs}.log", "w")
         self.proc = subprocess.Popen(
             [SPARK_SUBMIT, "--master", master, "--jars", ",".join(self.jars),
-             os.path.join(ROOT, "jobs", "kafka_to_kafka.py"), "--conf", self.conf],
+             os.path.join(ROOT, "templates", "kafka_to_kafka.py"), "--conf", self.conf],
             env=self.env, cwd=str(self.tmp_path), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def kill(self) -> None:

@@ -68,7 +68,7 @@ def slot_attempts(slot_path: str) -> dict[tuple[int, int, int], int]:
             out = {}
             for k, v in txn.cursor():
                 ak = AttemptKey.unpack(bytes(k))
-                out[(ak.batch, ak.partition, ak.gen)] = decode_attempt(bytes(v)).state
+                out[(ak.batch, ak.origin, ak.gen)] = decode_attempt(bytes(v)).state
             return out
     finally:
         env.close()

@@ -314,7 +314,7 @@ def test_22_cluster_exactly_once_coordinator_and_leader_killed_in_open_transacti
         # Fault 1: the coordinator of a lane's open transaction killed; restarted once a later batch has begun
         for _attempt in range(TRIES):
             at = parked.wait(240)
-            batch, lane = at["coords"]["batch"], at["coords"]["partition"]
+            batch, lane = at["coords"]["batch"], at["coords"]["lane"]
             txn = lane_id(sink.name, run, lane)
             coord, st = _open_transaction(cluster, txn, out)
             if st.state == "Ongoing" and st.partitions.get(out):
@@ -344,7 +344,7 @@ def test_22_cluster_exactly_once_coordinator_and_leader_killed_in_open_transacti
 
         # Fault 2: the leader of a partition in a lane's open transaction killed just before the commit
         for _attempt in range(TRIES):
-            batch2, lane2 = at2["coords"]["batch"], at2["coords"]["partition"]
+            batch2, lane2 = at2["coords"]["batch"], at2["coords"]["lane"]
             txn2 = lane_id(sink.name, run, lane2)
             coord2, st2 = _open_transaction(cluster, txn2, out)
             if st2.state == "Ongoing" and st2.partitions.get(out):

@@ -1,6 +1,6 @@
 """Scenario 20: exactly-once restarted after an outage longer than the brokers keep offsets, on more cores.
 
-``jobs/kafka_to_kafka.py`` (spark-submit, ``guarantee=exactly_once``,
+``templates/kafka_to_kafka.py`` (spark-submit, ``guarantee=exactly_once``,
 ``exactly_once_lanes`` left at ``"auto"``) copies a Kafka topic of 9
 partitions on ``local[2]``: more inputs than a lane each would take on 2
 cores, so the run pins 2 lanes, re-split by key. In batch 1, lane 0 commits and lane 1 is
@@ -80,8 +80,8 @@ def test_20_exactly_once_restarted_past_the_offsets_retention_on_more_cores(tmp_
         job = Job(tmp_path, conf, hooks.dir, spark_kafka_connector_jars(), broker.bootstrap)
 
         # The fault: lane 0 of batch 1 committed, lane 1 parked before its commit, the whole query killed
-        committed = hooks.park("eo.committed", batch=1, partition=0, timeout_s=300)
-        held = hooks.park("eo.before_commit", batch=1, partition=1, timeout_s=600)
+        committed = hooks.park("eo.committed", batch=1, lane=0, timeout_s=300)
+        held = hooks.park("eo.before_commit", batch=1, lane=1, timeout_s=600)
         job.start("local[2,3]")
         committed.wait(240)
         committed.release()

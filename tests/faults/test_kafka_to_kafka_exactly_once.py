@@ -1,7 +1,7 @@
 """Scenario 17: Kafka → Spark → Kafka exactly-once through hard bounces (real Spark, Spark's Kafka source, Apache Kafka).
 
 Modelled on Apache Kafka's own ``tests/kafkatest/tests/core/transactions_test.py``:
-input records are copied by ``jobs/kafka_to_kafka.py`` (run by spark-submit,
+input records are copied by ``templates/kafka_to_kafka.py`` (run by spark-submit,
 ``guarantee=exactly_once``) while the test bounces it from outside, each
 fault at a named point the job reaches (never a guessed delay):
 

@@ -1,6 +1,6 @@
 """Scenario 18: Kafka → Spark → Kafka at-least-once: record ids survive the Kafka source's re-run of a batch.
 
-``jobs/kafka_to_kafka.py`` (run by spark-submit, ``guarantee=at_least_once``,
+``templates/kafka_to_kafka.py`` (run by spark-submit, ``guarantee=at_least_once``,
 ``record_ids`` left at its default) copies the input while the test bounces
 it from outside, at a named point the job reaches:
 

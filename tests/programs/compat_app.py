@@ -21,7 +21,7 @@ local[2,3] session (task retries allowed) runs, in order:
   before, the error importing it says why);
 * ``avro``: ``sink.write(df)`` with ``value_format=Avro(...)`` (Spark's Avro
   package where Maven Central serves it; without it, the sink's error);
-* ``notebook``: jobs/databricks_notebook.py's cells (tests/notebook_cells.py's stand-ins for
+* ``notebook``: templates/databricks_notebook.py's cells (tests/notebook_cells.py's stand-ins for
   ``dbutils`` and ``display``), both its forms where the release has them;
 * ``installed``: where the driver and the Python workers import the package from.
 
@@ -166,7 +166,7 @@ def _avro(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _notebook(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    """jobs/databricks_notebook.py's Python cells on this session, ``dbutils`` and ``display`` stood in for."""
+    """templates/databricks_notebook.py's Python cells on this session, ``dbutils`` and ``display`` stood in for."""
     import contextlib
     import io
 

@@ -3,7 +3,7 @@
 Usage: python -m tests.programs.writer_proc CONFIG_JSON BATCH PARTITION ROWS VALUE_SIZE DIE_AT
 DIE_AT: "after_commit" (os._exit right after write_partition returns, acks or not)
 or "mid_task:<rows>" (the test hook ends the process once <rows> rows are in the WAL),
-or "settled" (waits, at most 60 s, until the publisher holds nothing, then os._exit without close),
+or "delivered" (waits, at most 60 s, until the publisher holds nothing, then os._exit without close),
 or "then:<batch>:<go-file>" (prints the first report, waits at most 120 s for <go-file>, writes
 <batch> of the same partition in the same process, prints its report, then os._exit without close).
 CONFIG_JSON holds the sink's options and "run".
@@ -44,7 +44,7 @@ def main() -> None:
             time.sleep(0.05)  # waiting for the test's go, bounded; nothing races on it
         report = write_partition(cfg, int(later), int(partition), 0, batches(int(partition), int(rows), int(size)),
                                  run=run)
-    if die_at == "settled":
+    if die_at == "delivered":
         import time
 
         from spark_recoverable_sink.task.runtime import get_runtime

@@ -11,7 +11,7 @@ number of distinct ids the topic holds.
 Each screen of docs/entry-points.md runs the same way, from a directory of its own (its checkpoints are relative
 paths): ``spark`` and ``connect`` blocks as Python scripts (with Spark's Kafka connector given as ``--jars``, and
 ``SPARK_REMOTE=local[2]`` for ``connect``: a local Spark Connect server), ``spark-submit`` blocks by bash beside a
-copy of ``jobs/`` and ``conf/`` and a landing directory of the quickstart's size; ``databricks`` blocks are only
+copy of ``templates/`` and ``conf/`` and a landing directory of the quickstart's size; ``databricks`` blocks are only
 compiled (tests/unit/test_doc_samples.py). Each screen reads the whole topic ``quickstart`` (or the landing
 directory) and must print what its ``# ->`` comment says, with the quickstart's record count for ``1000``, and
 leave in its topic that many new records under as many distinct ids (read_committed for exactly-once).
@@ -122,8 +122,8 @@ def test_the_readme_quickstart_writes_what_it_says_and_the_docs_reader_counts_it
 
 
 def _landing(tmp_path: Any, rows: int) -> None:
-    """What the spark-submit screen reads from the repository's root: jobs/, conf/ and landing/ of ``rows`` orders."""
-    for d in ("jobs", "conf"):
+    """What the spark-submit screen reads from the repository's root: templates/, conf/ and landing/ of ``rows`` orders."""
+    for d in ("templates", "conf"):
         shutil.copytree(os.path.join(REPO, d), tmp_path / d)
     (tmp_path / "landing").mkdir()
     (tmp_path / "landing" / "orders-0.json").write_text("".join(

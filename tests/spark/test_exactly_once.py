@@ -126,7 +126,7 @@ def test_a_write_without_a_run_id_names_records_by_position_and_a_retried_lane_i
     df = spark.range(0, n, 1, 3).select(F.col("id").cast("string").cast("binary").alias("key"),
                                         F.concat(F.lit("v"), F.col("id").cast("string")).cast("binary").alias("value"))
     sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30)
-    crash = hooks.crash("eo.committed", batch=4, partition=1)
+    crash = hooks.crash("eo.committed", batch=4, lane=1)
     with caplog.at_level(logging.INFO, logger="spark_recoverable_sink.sink"):
         report = sink.write(df, batch_id=4)
     said = [r.getMessage() for r in caplog.records if f"sink={sink.config.name} ids=" in r.getMessage()]

@@ -66,7 +66,7 @@ def test_a_lane_per_input_skips_what_committed_and_publishes_the_rest_once(spark
         return RecoverableKafkaSink(name, {"bootstrap.servers": broker.bootstrap}, topic=out,
                                     wal_dir=str(tmp_path / "wal"), guarantee="exactly_once", ack_timeout_s=30)
 
-    parked = hooks.park("eo.before_commit", batch=1, partition=3, timeout_s=300)
+    parked = hooks.park("eo.before_commit", batch=1, lane=3, timeout_s=300)
     q = _query(spark, broker, src, sink(), chk)
     try:
         parked.wait(240)

@@ -68,7 +68,7 @@ def test_a_batch_that_failed_halfway_and_reruns_split_otherwise_ends_exactly_onc
     topic = f"eo-resplit-{uuid.uuid4().hex[:6]}"
     create_topic(broker.bootstrap, topic, 4)
     sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30, exactly_once_lanes=4, settle_timeout_s=60)
-    crashes = [hooks.crash("eo.before_commit", batch=2, partition=1) for _ in range(3)]  # every attempt of lane 1
+    crashes = [hooks.crash("eo.before_commit", batch=2, lane=1) for _ in range(3)]  # every attempt of lane 1
     with pytest.raises(Exception):
         sink.write(spark.createDataFrame(_rows(N), SCHEMA).repartition(5), batch_id=2, run_id="half")
     assert all(c.fired() for c in crashes), "lane 1's task was not killed on each of its attempts"

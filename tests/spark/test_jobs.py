@@ -1,4 +1,4 @@
-"""Tier 3: jobs/stream_to_kafka.py runs for real (in-process, through spark_recoverable_sink.jobs.run_job)."""
+"""Tier 3: templates/stream_to_kafka.py runs for real (in-process, through spark_recoverable_sink.jobs.run_job)."""
 
 from __future__ import annotations
 

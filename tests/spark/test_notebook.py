@@ -1,4 +1,4 @@
-"""Tier 3: jobs/databricks_notebook.py, its cell structure and a run of its code cells (PySpark 4.2).
+"""Tier 3: templates/databricks_notebook.py, its cell structure and a run of its code cells (PySpark 4.2).
 
 The notebook's Python cells run in order against the local ``spark`` session
 and the test broker; only the platform's globals are replaced

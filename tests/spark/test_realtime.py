@@ -135,7 +135,7 @@ def test_a_python_worker_killed_mid_epoch_loses_nothing_and_its_rewritten_record
 
     # A task of partition 0 parks after a group commit of an epoch that read rows (the first epoch reads few):
     # its rows are in the WAL and produced; the test SIGKILLs that worker from outside, then releases the point.
-    parked = hooks.park("rt.group_commit", partition=0, epoch__ge=1, rows__ge=100, timeout_s=240)
+    parked = hooks.park("rt.group_commit", spark_partition=0, epoch__ge=1, rows__ge=100, timeout_s=240)
     q = _start(spark, bs, src, out, name, chk, wal)
     feed(src, before, during, per_s=200)  # every epoch reads rows
     restarts = 0

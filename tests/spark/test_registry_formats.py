@@ -176,7 +176,7 @@ def test_a_struct_that_does_not_fit_the_avro_schema_is_refused_on_the_driver(spa
 
 def test_a_job_template_writes_its_rows_as_avro_with_sink_value_format_the_password_from_the_environment(
         spark, broker, tmp_path, registry, monkeypatch):
-    """jobs/file_to_kafka.py with ``sink.value_format``: the same template, each row Avro instead of JSON."""
+    """templates/file_to_kafka.py with ``sink.value_format``: the same template, each row Avro instead of JSON."""
     mod = load_job("file_to_kafka")
     landing, n = tmp_path / "landing", 60
     landing.mkdir()

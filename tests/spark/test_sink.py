@@ -296,7 +296,7 @@ def test_a_batch_of_no_more_partitions_than_cores_is_left_as_spark_split_it(spar
     # twice: both tagged. Reading the plans runs no Spark job.
     from spark_recoverable_sink.config import SinkConfig
     from spark_recoverable_sink.driver.coalesce import one_task_per_core, partitions_of
-    from spark_recoverable_sink.task.parts import SOURCE_PARTITION
+    from spark_recoverable_sink.task.coalesced import SOURCE_PARTITION
 
     config = SinkConfig.build("coal-plan", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path), topic="t")
     two = spark.range(0, 100, 1, 2).selectExpr("cast(id as string) as value")

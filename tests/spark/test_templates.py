@@ -1,11 +1,11 @@
-"""Tier 3: the spark-submit job templates (jobs/*.py) against the test broker.
+"""Tier 3: the spark-submit job templates (templates/*.py) against the test broker.
 
 The runnable templates are started the way a user starts them, with the real
 ``spark-submit --master local[2]`` of the venv, a conf file derived from the
 shipped one and ``KAFKA_BOOTSTRAP`` in the environment; each writes its batch
 totals to ``query.summary_path`` (and logs them as one ``key=value`` line),
 and the test reads the topic back: every row a report counts must be there,
-once. jobs/kafka_to_kafka.py reads with Spark's own Kafka source: the
+once. templates/kafka_to_kafka.py reads with Spark's own Kafka source: the
 connector's jars (devtools/spark-kafka/pom.xml, matching the PySpark version
 of the dev extra) are fetched once from Maven Central into a cache and given
 to spark-submit with ``--jars``; every input record must reach the output.
@@ -51,14 +51,14 @@ def _conf(shipped: str, tmp_path: Any, **sections: dict[str, Any]) -> dict[str, 
 
 def _submit(script: str, raw: dict[str, Any], tmp_path: Any, bootstrap: str,
             submit_args: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
-    """``spark-submit --master local[2] [submit_args] jobs/<script> --conf <file>``; returns the summary and the stop line."""
+    """``spark-submit --master local[2] [submit_args] templates/<script> --conf <file>``; returns the summary and the stop line."""
     path = tmp_path / "job.json"
     path.write_text(json.dumps(raw))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RKS_")}  # no test hooks: a user's run
     env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, KAFKA_BOOTSTRAP=bootstrap,
                SPARK_LOCAL_IP="127.0.0.1")
     t = time.monotonic()
-    proc = subprocess.run([SPARK_SUBMIT, "--master", "local[2]", *submit_args, os.path.join(ROOT, "jobs", script),
+    proc = subprocess.run([SPARK_SUBMIT, "--master", "local[2]", *submit_args, os.path.join(ROOT, "templates", script),
                            "--conf", str(path)], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=240)
     # spark-submit's JVM runs the Python driver and copies its stdout and stderr (the job's log) to stdout

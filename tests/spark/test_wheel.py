@@ -79,7 +79,7 @@ def test_wheel_in_a_clean_venv_writes_through_the_sink(broker, topic, tmp_path):
     (sdist,) = glob.glob(str(dist / "*.tar.gz"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "spark_recoverable_sink/py.typed" in names and "pyspark_recoverable_kafka.py" in names
-    assert not any(n.startswith(("tests/", "devtools/", "bench/", "jobs/")) for n in names)
+    assert not any(n.startswith(("tests/", "devtools/", "bench/", "templates/")) for n in names)
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     pyspark_reqs = [line for line in meta.splitlines() if line.startswith("Requires-Dist: pyspark")]
     assert pyspark_reqs and all("extra ==" in line for line in pyspark_reqs), pyspark_reqs  # never required

@@ -11,7 +11,7 @@ from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.driver import coalesce
 from spark_recoverable_sink.driver.coalesce import coalesce_width, one_task_per_core
 from spark_recoverable_sink.driver.resplit import LANE_COLUMN, by_lane
-from spark_recoverable_sink.task.parts import SOURCE_PARTITION
+from spark_recoverable_sink.task.coalesced import SOURCE_PARTITION
 
 
 class FakeFrame:

@@ -21,7 +21,7 @@ from ..job_files import load_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
-JOB_SCRIPT = "jobs/stream_to_kafka.py"
+JOB_SCRIPT = "templates/stream_to_kafka.py"
 
 
 job = load_job("stream_to_kafka", "stream_to_kafka.py")  # the template: its Source and build_source

@@ -44,7 +44,7 @@ def _sink(**kw):
     ({"guarantee": "exactly_once", "kafka_conf": {"bootstrap.servers": "h", "message.timeout.ms": 90000}},
      "kafka_conf['message.timeout.ms']"),
     ({"guarantee": "at_most_once"}, "guarantee"),
-    ({"checkpoint_interval_s": 0}, "checkpoint_interval_s"),
+    ({"prune_interval_s": 0}, "prune_interval_s"),
     ({"wal_dir": ""}, "wal_dir"),
     ({"no_such_option": 1}, "no_such_option"),
     ({"wait_for_broker": "yes"}, "wait_for_broker"),

@@ -17,7 +17,7 @@ from spark_recoverable_sink.report import BatchReport, PartitionReport
 
 from ..record_ids import ids_of
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "jobs"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "templates"))
 from demo_readback import ReadBack, summarize, verdict  # noqa: E402
 
 SINK, RUN = "demo-to-kafka", "35472510c8f2418e"

@@ -103,7 +103,7 @@ def test_the_checks_find_an_internal_module_and_the_errors_a_doc_names():
 
 
 #: The job templates, the demo and the Databricks notebook: programs a user copies, so they use the public API only.
-TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "jobs")
+TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "templates")
 
 
 def _internal_imports(source: str) -> list[str]:

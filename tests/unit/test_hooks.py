@@ -17,7 +17,7 @@ CHILD = textwrap.dedent("""
     import sys
     from spark_recoverable_sink import _points
     for rows in (1000, 2000, 3000):
-        _points.point("task.mid_task", batch=int(sys.argv[1]), partition=0, rows=rows)
+        _points.point("task.mid_task", batch=int(sys.argv[1]), spark_partition=0, rows=rows)
         print("passed", rows, flush=True)
 """)
 
@@ -37,7 +37,7 @@ def test_park_blocks_the_first_matching_process_until_released(tmp_path):
     p = _child(str(tmp_path), 1)
     try:
         at = parked.wait(60)
-        assert at["pid"] == p.pid and at["coords"] == {"batch": 1, "partition": 0, "rows": 2000}
+        assert at["pid"] == p.pid and at["coords"] == {"batch": 1, "spark_partition": 0, "rows": 2000}
         assert p.poll() is None  # still parked: the test holds it
         second = _child(str(tmp_path), 2)  # the park was claimed: a second process is not held
         assert second.wait(60) == 0

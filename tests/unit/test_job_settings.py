@@ -194,5 +194,5 @@ def test_templates_exit_2_on_a_bad_conf(name: str, tmp_path: Any, caplog: pytest
 def test_templates_stay_short() -> None:
     """A template is copied by users: its source and transform only, the rest is in the package."""
     for name in TEMPLATES:
-        with open(os.path.join(ROOT, "jobs", f"{name}.py"), encoding="utf-8") as fh:
+        with open(os.path.join(ROOT, "templates", f"{name}.py"), encoding="utf-8") as fh:
             assert len(fh.read().splitlines()) <= 80, name

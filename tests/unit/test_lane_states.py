@@ -48,14 +48,14 @@ A, B = ("/w/slot-0", AttemptKey(1, 0, 1)), ("/w/slot-1", AttemptKey(1, 0, 1))  #
 def test_another_units_complete_transaction_is_committed_not_aborted():
     # a commit that timed out stays "in progress" in librdkafka: an abort would fail with _CONFLICT
     lane = _lane(MARKED, A)
-    lane.settle_open(B, _left)
+    lane.finalize_open(B, _left)
     assert lane.producer.calls == ["commit"] and lane.owner is None and lane.state is LaneState.SWEPT
 
 
 def test_half_produced_failed_or_foreign_transactions_are_aborted():
     for lane in (_lane(OPEN, A), _lane(LaneState.DOOMED, A), _lane(LaneState.DOOMED), _lane(PRODUCED, A),
                  _lane(LaneState.SWEEPING), _lane(LaneState.DOOMED, B)):
-        lane.settle_open(B, _left)
+        lane.finalize_open(B, _left)
         assert lane.producer.calls == ["abort"] and lane.owner is None and lane.state is LaneState.READY
         assert not lane.swept  # an abort may leave records open too (delivery/exactly_once/sweep.py)
 
@@ -63,13 +63,13 @@ def test_half_produced_failed_or_foreign_transactions_are_aborted():
 def test_the_callers_own_complete_transaction_is_left_for_its_commit_step():
     for state in (OPEN, PRODUCED, MARKED, LaneState.COMMITTING):
         lane = _lane(state, A)
-        lane.settle_open(A, _left)
+        lane.finalize_open(A, _left)
         assert lane.producer.calls == [] and lane.owner == A and lane.state is state
 
 
 def test_units_of_two_slots_with_equal_keys_are_told_apart():
     lane = _lane(PRODUCED, A)  # A's records are in the open transaction, B must not commit them
-    lane.settle_open(B, _left)
+    lane.finalize_open(B, _left)
     assert lane.producer.calls == ["abort"]
 
 
@@ -83,12 +83,12 @@ def test_a_commit_or_abort_without_outcome_drops_the_lanes_producer_and_an_abort
                            guarantee="exactly_once")
     committer = Committer(cfg)
     timed_out = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
-    # inside commit_transaction when it failed (Committer._commit, Lane.settle_open)
+    # inside commit_transaction when it failed (Committer._commit, Lane.finalize_open)
     ending, producing = _lane(LaneState.COMMITTING, A), _lane(OPEN, A)
     committer.lanes._lanes.update({"ending": ending, "producing": producing})
     committer.note_error("ending", timed_out)
     committer.note_error("producing", timed_out)
-    assert committer.lanes.known("ending") is None  # the next producer's init settles the transaction
+    assert committer.lanes.known("ending") is None  # the next producer's init finalizes the transaction
     assert committer.lanes.known("producing") is producing and producing.state is OPEN  # retried as it is
     abortable = KafkaError(KafkaError._STATE, "abortable", txn_requires_abort=True)
     again = _lane(LaneState.COMMITTING, A)

@@ -13,7 +13,7 @@ import pytest
 
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.delivery import stats as kstats
-from spark_recoverable_sink.delivery.producer import ProducerSlot
+from spark_recoverable_sink.delivery.client import ProducerSlot
 from spark_recoverable_sink.driver import metrics
 from spark_recoverable_sink.errors import ConfigError
 from spark_recoverable_sink.report import BatchReport, PartitionReport

@@ -15,7 +15,7 @@ def test_package_find_includes_the_runtime_package_only():
         find = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]
     packages = find_packages(ROOT, include=find["include"], exclude=find.get("exclude", ()))
     assert packages and all(p.split(".")[0] == "spark_recoverable_sink" for p in packages), packages
-    assert not any(p.startswith(("tests", "devtools", "bench", "jobs")) for p in packages), packages
+    assert not any(p.startswith(("tests", "devtools", "bench", "templates")) for p in packages), packages
 
 
 def test_runtime_package_holds_no_test_or_dev_code():

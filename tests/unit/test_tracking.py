@@ -105,7 +105,7 @@ def test_sync_failures_split_into_retry_and_dead():
     t = _tracker(3)
     t.seal(1, [(0, TIMEOUT), (2, TOO_LARGE)])
     t.on_delivery(None, _Msg("t", None, b"b"))
-    t.settle_sync_failures()
+    t.account_sync_failures()
     assert [i for i, _ in t.failed] == [0] and [i for i, _c, _e in t.dead] == [2]
 
 
@@ -158,9 +158,9 @@ def test_chunk_book_keeps_each_chunk_in_exactly_one_state():
     t = ChunkTracker(None, ChunkKey(1, 0, 0, 1), 3, 10, at)  # type: ignore[arg-type]
     book.move(t, State.QUEUED)
     book.move(t, State.IN_FLIGHT)
-    book.move(t, State.SETTLED)
+    book.move(t, State.REPORTED)
     book.move(t, State.DONE)
-    assert book.in_state(State.DONE) == [t] and book.count(State.QUEUED, State.IN_FLIGHT, State.SETTLED) == 0
+    assert book.in_state(State.DONE) == [t] and book.count(State.QUEUED, State.IN_FLIGHT, State.REPORTED) == 0
     with pytest.raises(TransitionError):
         book.move(t, State.DONE)  # done twice is not a transition: nothing changes
     assert book.in_state(State.DONE) == [t]
@@ -175,7 +175,7 @@ def test_a_chunk_whose_reports_do_not_account_for_every_record_is_not_done():
     import types
 
     from spark_recoverable_sink.config import SinkConfig
-    from spark_recoverable_sink.delivery.steps import _settle_one
+    from spark_recoverable_sink.delivery.steps import _account_one
 
     cfg = SinkConfig.build("acct", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-acct")
     book = ChunkBook()
@@ -184,9 +184,9 @@ def test_a_chunk_whose_reports_do_not_account_for_every_record_is_not_done():
     t.seal(10, [])
     t.round.add_reports(9, 10, [])
     assert t.round_done
-    book.move(t, State.SETTLED)
+    book.move(t, State.REPORTED)
     contact = types.SimpleNamespace(mark_reached=lambda: None)
     slot = types.SimpleNamespace(request_replace=lambda why: None)
-    _settle_one(cfg, book, slot, contact, lambda _t: None, t, 0.0)  # type: ignore[arg-type]
+    _account_one(cfg, book, slot, contact, lambda _t: None, t, 0.0)  # type: ignore[arg-type]
     assert t.state is State.RETRY_WAIT
     assert sorted(i for i, _e in t.failed) == list(range(10)) and t.acked == 0

@@ -124,7 +124,7 @@ def test_a_renew_that_fails_retires_the_slot_its_prunes_do_nothing(wal, monkeypa
 
 
 def test_an_idle_worker_writes_deferred_deletions_or_renews_its_empty_slot(tmp_path, monkeypatch):
-    """Deletions a full disk refused wait for the next prune, which an idle worker never makes: settle_space."""
+    """Deletions a full disk refused wait for the next prune, which an idle worker never makes: write_deferred."""
     from spark_recoverable_sink.config import SinkConfig
     from spark_recoverable_sink.task.runtime import WorkerRuntime
 
@@ -145,12 +145,12 @@ def _settle_sequence(rt, monkeypatch):
     _refusing(rt.wal, monkeypatch)
     rt.wal.prune(chunks=[(key, 10)])
     assert rt.wal.deferred()
-    rt.settle_space()  # still refused, and the slot holds nothing else: recreated
+    rt.write_deferred()  # still refused, and the slot holds nothing else: recreated
     assert not rt.wal.deferred() and rt.wal.is_empty()
     rt.wal.append(ChunkKey(2, 0, 0, 2), b"y")
     rt.wal.prune(chunks=[(ChunkKey(2, 0, 0, 2), 1)])
     assert rt.wal.deferred()
     monkeypatch.undo()
     rt.wal.append(ChunkKey(3, 0, 0, 3), b"z")  # not empty: only the deletion is written
-    rt.settle_space()
+    rt.write_deferred()
     assert not rt.wal.deferred() and rt.wal.chunk_keys() == [(ChunkKey(3, 0, 0, 3), 1)]

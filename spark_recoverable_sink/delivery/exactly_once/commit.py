@@ -119,7 +119,7 @@ class Committer:
         """
         from confluent_kafka import KafkaException
 
-        lid = lane_id(self.config.name, unit.run, unit.partition)
+        lid = lane_id(self.config.name, unit.run, unit.lane)
         unit.attempts += 1
         try:
             try:
@@ -142,7 +142,7 @@ class Committer:
         """Steps 2-4 on a lane of step 1 (:meth:`_lane`): resumes ``unit``'s own open transaction, or begins one
         once its marker says to publish."""
         owner = (unit.wal.path, unit.key)
-        lane.settle_open(owner, partial(left, deadline))
+        lane.finalize_open(owner, partial(left, deadline))
         if lane.parts is not None and lane.parts.owner != owner:  # another unit's plan: never this one's
             lane.parts = None
         if lane.idle:  # Step 2
@@ -162,8 +162,8 @@ class Committer:
             lane.produced(owner)
         if lane.state is LaneState.PRODUCED:  # Step 4
             send_marker(self.config, lane, lid, unit, deadline)
-        _points.point("eo.committing", batch=unit.batch, partition=unit.partition, rows=unit.rows)
-        lane.commit(left(deadline, "commit_transaction"))  # an error from here on: a new producer settles it
+        _points.point("eo.committing", batch=unit.batch, lane=unit.lane, rows=unit.rows)
+        lane.commit(left(deadline, "commit_transaction"))  # an error from here on: a new producer finalizes it
         return COMMITTED
 
     def note_error(self, lid: str, err: Any) -> str:
@@ -190,7 +190,7 @@ class Committer:
             elif lane.ending and not abortable:
                 # No outcome (timed out): its request could still land on a later transaction of this epoch. A
                 # new producer fences it; its init completes or aborts the transaction; the marker tells which.
-                log.warning("sink=%s lane=%s commit/abort without outcome (%s): a new producer settles it",
+                log.warning("sink=%s lane=%s commit/abort without outcome (%s): a new producer finalizes it",
                             self.config.name, lid, text)
                 self.lanes.drop(lid)
             elif abortable:
@@ -251,7 +251,7 @@ class Committer:
             return False
         fresh = not lane.swept
         topics = lane.need_topics | (lane_topics(self.config, unit) if fresh else set())
-        lane.settle_open(None, partial(left, deadline))  # a failed sweep's transaction
+        lane.finalize_open(None, partial(left, deadline))  # a failed sweep's transaction
         before = self._marker(lid, lane, deadline, before_init=True) if fresh and lane.known is None else UNANSWERED
         sweep(self.config, lane, lid, topics, partial(left, deadline))
         if fresh:
@@ -268,12 +268,12 @@ class Committer:
         """
         from confluent_kafka import KafkaException
 
-        lid = lane_id(self.config.name, run, key.partition)
+        lid = lane_id(self.config.name, run, key.origin)
         try:
             lane = self._lane(lid, None, deadline)
             if not self.config.topic and not lane.swept_topics:
                 return None  # its sweep needs the unit's topics: published from the WAL once committed
-            lane.settle_open(None, partial(left, deadline))
+            lane.finalize_open(None, partial(left, deadline))
             marker = lane.known if self._sweep(lane, lid, None, deadline) else self._marker(lid, lane, deadline)
             if marker is not None and marker.latest >= key.batch:
                 return None  # a re-run: the commit step decides
@@ -385,7 +385,7 @@ class InlineTransaction:
             lane.doom()
             return
         lane.chunks_in += 1
-        _points.point("eo.produced_chunk", batch=self._key.batch, partition=self._key.partition,
+        _points.point("eo.produced_chunk", batch=self._key.batch, lane=self._key.origin,
                       rows=first_seq + batch.num_rows, records=batch.num_rows)
 
     def finish(self) -> None:

@@ -30,7 +30,7 @@ the machine does not make (a bug, never data)::
 * ``OPEN``: a unit's transaction is begun and its records are going in (``chunks_in`` of its chunks are);
 * ``PRODUCED``: every record of the unit is in it; ``MARKED``: its marker too, only the commit is left;
 * ``COMMITTING`` / ``ABORTING``: the call was made and has not returned an outcome: an error now leaves
-  the outcome unknown, and a new producer settles it (:meth:`.commit.Committer.note_error`); a call that raised
+  the outcome unknown, and a new producer finalizes it (:meth:`.commit.Committer.note_error`); a call that raised
   something else is resumed by calling it again (librdkafka resumes a timed-out call only so);
 * ``DOOMED``: a transaction is open that can only be aborted (a record failed, a chunk met a topic not
   swept, the unit outgrew one transaction, or the broker said it must abort).
@@ -157,8 +157,9 @@ class Unit:
         return self.key.batch
 
     @property
-    def partition(self) -> int:
-        return self.key.partition
+    def lane(self) -> int:
+        """The unit's lane (its WAL keys' origin)."""
+        return self.key.origin
 
 
 # -- the lane: its states ------------------------------------------------------------------------------------------
@@ -302,8 +303,8 @@ class Lane:
         self.to(_S.READY)
         self._clear()
 
-    def settle_open(self, owner: Any, left: Callable[[str], float]) -> None:
-        """Finish what the lane has open before anything else, unless it is ``owner``'s own (it resumes).
+    def finalize_open(self, owner: Any, left: Callable[[str], float]) -> None:
+        """Finalize what the lane has open before anything else, unless it is ``owner``'s own (it resumes).
 
         librdkafka resumes an API call that timed out only by calling it again
         (an abort during a pending commit fails with ``_CONFLICT``): another
@@ -495,7 +496,7 @@ def produce_unit(config: SinkConfig, lane: Lane, unit: Any, deadline: Deadline, 
             lane.collect(lane.producer.poll(0))
         if not lane.failures:
             lane.chunks_in = i + 1
-        _points.point("eo.produced_chunk", batch=unit.batch, partition=unit.partition, rows=ck.first_seq + n,
+        _points.point("eo.produced_chunk", batch=unit.batch, lane=unit.lane, rows=ck.first_seq + n,
                       records=n)
     if lane.failures:  # the transaction cannot commit: aborted, then the unit is tried again (or refused)
         from confluent_kafka import KafkaException

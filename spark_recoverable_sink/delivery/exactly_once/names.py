@@ -11,17 +11,17 @@ from __future__ import annotations
 __all__ = ["lane_id", "parse_lane_id", "sink_lane_prefix", "LANE_ID_MAX"]
 
 _LANE_PREFIX = "rks-eo."
-#: The longest lane id: prefix 7, sink name 100, run id 64, partition 10 (an int32) and two colons. Kafka sets no
+#: The longest lane id: prefix 7, sink name 100, run id 64, lane 10 (an int32) and two colons. Kafka sets no
 #: length limit on a transactional.id or group.id beyond its protocol's (32767 bytes); this stays below the
 #: tightest name limit it has (a topic's, 249), for tools and brokers that cap them.
 LANE_ID_MAX = 7 + 100 + 1 + 64 + 1 + 10
 
 
-def lane_id(sink: str, run: str, partition: int) -> str:
+def lane_id(sink: str, run: str, lane: int) -> str:
     """The ``transactional.id`` (and marker group and record key) of one lane: what all attempts at its units share.
 
     ``rks-eo.<sink>:<run>:<lane>``. Sink names and run ids hold no
-    ``:`` (``[A-Za-z0-9._-]``), so no two (sink, run, partition) share a lane
+    ``:`` (``[A-Za-z0-9._-]``), so no two (sink, run, lane) share a name
     (:func:`parse_lane_id` reads one back).
 
     Raises:
@@ -29,7 +29,7 @@ def lane_id(sink: str, run: str, partition: int) -> str:
     """
     if ":" in sink or ":" in run:
         raise ValueError(f"a lane's sink name and run id hold no ':' (sink {sink!r}, run {run!r})")
-    return f"{_LANE_PREFIX}{sink}:{run}:{partition}"
+    return f"{_LANE_PREFIX}{sink}:{run}:{lane}"
 
 
 def sink_lane_prefix(sink: str) -> str:
@@ -38,7 +38,7 @@ def sink_lane_prefix(sink: str) -> str:
 
 
 def parse_lane_id(lid: str) -> tuple[str, str, int] | None:
-    """``(sink, run, partition)`` of a lane id of :func:`lane_id`; ``None`` for anything else."""
+    """``(sink, run, lane)`` of a lane id of :func:`lane_id`; ``None`` for anything else."""
     parts = lid[len(_LANE_PREFIX):].split(":") if lid.startswith(_LANE_PREFIX) else []
     if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
         return None

@@ -126,8 +126,8 @@ def commit_parts(config: SinkConfig, lane: Lane, lid: str, unit: Any, deadline: 
         done = Partial(unit.batch, j, parts.count, parts.prefix(j + 1)) if j < parts.count - 1 else None
         if lane.state is LaneState.PRODUCED:
             send_marker(config, lane, lid, unit, deadline, done, parts.base)
-        _points.point("eo.committing_part", batch=unit.batch, partition=unit.partition, part=j, parts=parts.count)
-        lane.commit(left(deadline, "commit_transaction"))  # an error from here on: a new producer settles it
+        _points.point("eo.committing_part", batch=unit.batch, lane=unit.lane, part=j, parts=parts.count)
+        lane.commit(left(deadline, "commit_transaction"))  # an error from here on: a new producer finalizes it
         parts.next = j + 1
         lane.parts = parts
     lane.parts = None

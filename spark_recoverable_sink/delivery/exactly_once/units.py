@@ -52,7 +52,7 @@ def units_of(wal: Any, committed: dict[AttemptKey, AttemptState], chunks: list[t
         if ck.attempt in committed:
             by_attempt.setdefault(ck.attempt, []).append((ck, size))
     units = []
-    for ak, cks in sorted(by_attempt.items(), key=lambda kv: (kv[0].batch, kv[0].partition, kv[0].gen)):
+    for ak, cks in sorted(by_attempt.items(), key=lambda kv: (kv[0].batch, kv[0].origin, kv[0].gen)):
         cks.sort(key=lambda c: c[0].first_seq)
         raw = wal.read_chunk(cks[0][0])
         run = chunk_run(decode_chunk(raw)) if raw is not None else ""
@@ -96,7 +96,7 @@ class UnitBook:
     def waiting(self) -> list[dict[str, Any]]:
         """Every unit still waiting: lane, batch, rows, tries and last error (reports, settle errors)."""
         with self._lock:
-            return [{"lane": lane_id(self.config.name, u.run, u.partition), "batch": u.batch, "rows": u.rows,
+            return [{"lane": lane_id(self.config.name, u.run, u.lane), "batch": u.batch, "rows": u.rows,
                      "tries": u.attempts, "last_error": u.last_error} for u in self._ordered()]
 
     def problems(self) -> tuple[str, ...]:
@@ -151,37 +151,37 @@ class UnitBook:
             self._lock.release()
 
     def _ordered(self) -> list[Unit]:
-        return sorted(self._pending.values(), key=lambda u: (u.batch, u.partition, u.key.gen))
+        return sorted(self._pending.values(), key=lambda u: (u.batch, u.lane, u.key.gen))
 
     def _blocked(self, unit: Unit) -> bool:
         """Whether an older unit of the same lane still waits here (it must commit first)."""
-        return any(u.run == unit.run and u.partition == unit.partition and u.batch < unit.batch
+        return any(u.run == unit.run and u.lane == unit.lane and u.batch < unit.batch
                    for u in self._pending.values())
 
     def _try(self, unit: Unit, deadline: Deadline) -> str:
         outcome = self.committer.commit(unit, deadline)
         where = (id(unit.wal), unit.key)
         if outcome == COMMITTED:
-            _points.point("eo.committed", batch=unit.batch, partition=unit.partition, rows=unit.rows)
+            _points.point("eo.committed", batch=unit.batch, lane=unit.lane, rows=unit.rows)
         if outcome in (COMMITTED, SKIPPED):
             unit.wal.prune(chunks=unit.chunks, attempts_done=[unit.key])
             del self._pending[where]
             if outcome == SKIPPED:
                 self.skipped_rows += unit.rows
-                log.warning("sink=%s batch=%d partition=%d rows=%d skipped, not published again: %s",
-                            self.config.name, unit.batch, unit.partition, unit.rows, unit.why)
+                log.warning("sink=%s batch=%d lane=%d rows=%d skipped, not published again: %s",
+                            self.config.name, unit.batch, unit.lane, unit.rows, unit.why)
         elif outcome == MISMATCH:
             if not unit.own or unit.abandoned:  # a waiting task's own mismatch is its error (task.exactly_once)
                 del self._pending[where]  # kept in the WAL
-                why = f"batch {unit.batch} partition {unit.partition} run {unit.run}: {unit.why}"
+                why = f"batch {unit.batch} lane {unit.lane} run {unit.run}: {unit.why}"
                 self.mismatched[f"{unit.wal.path}:{unit.key}"] = why
                 log.error("sink=%s exactly-once mismatch: %s", self.config.name, why)
         elif outcome == REFUSED:
             self._refuse(unit)
             del self._pending[where]
         elif unit.attempts == 1 or unit.attempts % 10 == 0:
-            log.warning("sink=%s batch=%d partition=%d rows=%d not committed yet (try %d): %s",
-                        self.config.name, unit.batch, unit.partition, unit.rows, unit.attempts, unit.last_error)
+            log.warning("sink=%s batch=%d lane=%d rows=%d not committed yet (try %d): %s",
+                        self.config.name, unit.batch, unit.lane, unit.rows, unit.attempts, unit.last_error)
         return outcome
 
     def _refuse(self, unit: Unit) -> None:
@@ -202,8 +202,8 @@ class UnitBook:
         for ck, batch in dead:  # (of a unit committed in parts, only the parts not committed before)
             pending = uncommitted_rows(unit, batch, ck.first_seq)
             mine = [(i, *refused[(ck, i)]) for i in range(batch.num_rows) if (ck, i) in refused]
-            others = [(i, UNIT_REFUSED_CODE, f"not published: the exactly-once unit (batch {unit.batch}, partition "
-                       f"{unit.partition}) is published whole or not at all, and its record {first} was refused "
+            others = [(i, UNIT_REFUSED_CODE, f"not published: the exactly-once unit (batch {unit.batch}, lane "
+                       f"{unit.lane}) is published whole or not at all, and its record {first} was refused "
                        f"for good: {reason}") for i in range(batch.num_rows) if (ck, i) not in refused and pending(i)]
             letters += dead_letters_from(self.config, ck, batch, mine + others)
         letters.sort(key=lambda kd: kd[1].error_code == UNIT_REFUSED_CODE)  # the refused records first
@@ -213,9 +213,9 @@ class UnitBook:
         done = "none was published" if not unit.parts or not unit.parts[1] else (
             f"except its {unit.rows - len(letters)} records of the {unit.parts[1]} of its {unit.parts[0]} parts "
             "committed before, which are in Kafka")
-        log.error("sink=%s batch=%d partition=%d rows=%d exactly-once unit refused: record %s refused for good "
+        log.error("sink=%s batch=%d lane=%d rows=%d exactly-once unit refused: record %s refused for good "
                   "(%s); all its records are in the dead-letter store, %s", self.config.name,
-                  unit.batch, unit.partition, unit.rows, first, reason, done)
+                  unit.batch, unit.lane, unit.rows, first, reason, done)
         for dkey, d in letters:  # the refused records are announced; the rest is in the line above
             self.router.stored(unit.wal, dkey, d, announce=d.error_code != UNIT_REFUSED_CODE)
 

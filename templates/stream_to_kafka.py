@@ -1,6 +1,6 @@
 """Stream rows into Kafka through RecoverableKafkaSink: a spark-submit job template.
 
-    spark-submit --master 'local[2]' jobs/stream_to_kafka.py --conf conf/stream_to_kafka.json
+    spark-submit --master 'local[2]' templates/stream_to_kafka.py --conf conf/stream_to_kafka.json
 
 Settings come from the JSON conf file (sections spark, kafka, sink, source,
 query; see spark_recoverable_sink.jobs.settings), KAFKA_BOOTSTRAP overrides

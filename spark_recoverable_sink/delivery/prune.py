@@ -4,7 +4,7 @@ A chunk leaves ``DONE`` for ``PRUNED`` only once its transaction committed,
 and its attempt counts it gone by key: pruning is idempotent per chunk, so an
 attempt record can never be deleted while one of its chunks is in the WAL.
 A failed transaction (any exception) leaves every chunk ``DONE`` and every
-attempt queued: the next checkpoint tries again.
+attempt queued: the next prune tries again.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class Pruner:
-    """Runs checkpoints for one publisher (callers hold its poll lock)."""
+    """Runs prunes for one publisher (callers hold its poll lock)."""
 
     def __init__(self, config: SinkConfig, book: ChunkBook, router: DeadLetterRouter, *,
                  partitions_of: Callable[[str], int | None] | None = None,
@@ -35,7 +35,7 @@ class Pruner:
         self._book = book
         self._router = router
         self._partitions_of = partitions_of  # topic -> partition count, for dead-letter reasons
-        self._on_acked = on_acked  # told when a checkpoint holds an acked chunk (the broker was reached)
+        self._on_acked = on_acked  # told when a prune holds an acked chunk (the broker was reached)
         self._lock = threading.Lock()
         self.attempts_done: deque[AttemptTracker] = deque()
 
@@ -61,7 +61,7 @@ class Pruner:
                 try:
                     self._prune_slot(wal, trackers, closed)
                 except Exception:  # the chunks stay DONE (acked: a crash only replays them)
-                    log.exception("sink=%s checkpoint of %s failed; will retry", self.config.name, wal.path)
+                    log.exception("sink=%s prune of %s failed; will retry", self.config.name, wal.path)
                     self.attempts_done.extend(closed)
 
     def _prune_slot(self, wal: Any, trackers: list[ChunkTracker], closed: list[AttemptTracker]) -> None:
@@ -73,7 +73,7 @@ class Pruner:
             if a.finished_without(keys):
                 finished[a.key] = None
         dead = [d for t in trackers if t.dead for d in dead_letters_of(self.config, t, self._partitions_of)]
-        _points.point("checkpoint.prune", slot=wal.path, chunks=len(trackers))
+        _points.point("prune.slot", slot=wal.path, chunks=len(trackers))
         wal.prune(chunks=[(t.key, t.size) for t in trackers], dead=dead, attempts_done=list(finished))
         for t in trackers:  # committed: now, and only now, they are gone
             t.attempt.chunk_pruned(t.key)

@@ -114,7 +114,7 @@ def letter_json(sink: str, s: StoredLetter) -> dict[str, Any]:
     d = s.letter
     k = ChunkKey.unpack(s.key)
     return {
-        "sink": sink, "slot": s.slot, "batch": k.batch, "spark_partition": k.partition, "seq": k.first_seq,
+        "sink": sink, "slot": s.slot, "batch": k.batch, "origin": k.origin, "seq": k.first_seq,
         "record_id": d.record_id, "topic": d.topic, "partition": d.partition, "error_code": d.error_code,
         "error": d.error, "timestamp_ms": d.timestamp_ms, "key_b64": _b64(d.key), "value_b64": _b64(d.value),
         "headers": [{"key": hk, "value_b64": _b64(hv)} for hk, hv in d.headers],

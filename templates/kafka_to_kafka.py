@@ -2,7 +2,7 @@
 
     spark-submit --master 'local[2]' \
         --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<your Spark version> \
-        jobs/kafka_to_kafka.py --conf conf/kafka_to_kafka.json
+        templates/kafka_to_kafka.py --conf conf/kafka_to_kafka.json
 
 (``_2.12`` on Spark 3.5, whose PyPI build is for Scala 2.12.)
 
@@ -11,7 +11,7 @@ The source is Spark's Kafka source (``source.subscribe`` on
 options, secrets as {"env": "VARIABLE"}). ``transform`` is the job's logic:
 replace it. conf/kafka_to_kafka.json is at-least-once (ids that hold across
 the Kafka source's re-runs); ``"guarantee": "exactly_once"`` there makes it
-transactional (docs/guarantees.md). The rest works as in jobs/stream_to_kafka.py.
+transactional (docs/guarantees.md). The rest works as in templates/stream_to_kafka.py.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from spark_recoverable_sink import (
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
     sys.path.append(_REPO)
-# The demo's settings and read-back (demo_settings.py, demo_readback.py) sit beside this file in jobs/, which is
+# The demo's settings and read-back (demo_settings.py, demo_readback.py) sit beside this file in templates/, which is
 # not a package; the tests import this file by its path.
 _JOBS = os.path.dirname(os.path.abspath(__file__))
 if _JOBS not in sys.path:
@@ -214,7 +214,7 @@ def run_demo(s: DemoSettings, environ: Mapping[str, str] | None = None) -> int:
         sink = RecoverableKafkaSink(
             name=s.sink.name, kafka_conf=conf, topic=topic, wal_dir=wal_dir, ack_timeout_s=s.sink.ack_timeout_s,
             wal_sync=s.sink.wal_sync, max_wal_bytes=s.sink.max_wal_bytes, max_block_s=s.sink.max_block_s,
-            checkpoint_interval_s=s.sink.checkpoint_interval_s, history=max(100, s.source.batches),
+            prune_interval_s=s.sink.prune_interval_s, history=max(100, s.source.batches),
         )
         log.info("demo=sink %r", sink)
         job.ensure_topic(kafka, conf)

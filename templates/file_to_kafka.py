@@ -1,13 +1,13 @@
 """Stream a landing directory of JSON or Parquet files into Kafka: a spark-submit job template.
 
-    spark-submit --master 'local[2]' jobs/file_to_kafka.py --conf conf/file_to_kafka.json
+    spark-submit --master 'local[2]' templates/file_to_kafka.py --conf conf/file_to_kafka.json
 
 Each row goes to Kafka as key = ``source.key_column`` (as a string) and
 value = the whole row: JSON text, or with ``sink.value_format`` Avro or JSON
 Schema in Schema Registry's wire format. The files' schema comes from
 ``source.schema_file``: a Spark DDL string (``id bigint, name string``) or a
 StructType's JSON (``df.schema.json()``). Settings, secrets, the query and its
-graceful stop work as in jobs/stream_to_kafka.py (spark_recoverable_sink.jobs);
+graceful stop work as in templates/stream_to_kafka.py (spark_recoverable_sink.jobs);
 ``query.available_now: true`` processes the files present and stops.
 """
 

@@ -1,6 +1,6 @@
 """The demo's settings (``conf/demo.json``): one dataclass per section, read and checked by :func:`load_settings`.
 
-Part of ``make demo`` (jobs/demo.py, which imports it from this folder).
+Part of ``make demo`` (templates/demo.py, which imports it from this folder).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class DemoSinkSettings:
     wal_sync: str = "commit"
     max_wal_bytes: int = 1024**3
     max_block_s: float = 60.0
-    checkpoint_interval_s: float = 1.0
+    prune_interval_s: float = 1.0
 
 
 @dataclass(frozen=True)

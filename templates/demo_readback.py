@@ -1,6 +1,6 @@
 """The demo's read-back: the topic consumed completely, and its numbers against the batch reports.
 
-Part of ``make demo`` (jobs/demo.py, which imports it from this folder).
+Part of ``make demo`` (templates/demo.py, which imports it from this folder).
 """
 
 from __future__ import annotations
