@@ -4,7 +4,7 @@ Computed from the same results document as bench/analysis.py: exactly-once again
 write (CPU by kind of process, with and without the re-split), the scaling section's per-task figures
 (from the sink's own batch reports), the no-op writer's growth and the lanes the run recorded.
 
-The design these paragraphs describe (spark_recoverable_sink/driver/resplit.py): a record's lane is
+The design these paragraphs describe (spark_recoverable_sink/driver/split.py): a record's lane is
 Spark's hash of its key (a JVM expression), the batch goes through Spark's shuffle into
 ``exactly_once_lanes`` partitions (a map stage of JVM tasks, coalesced to the cores), and each lane is a
 Python task with one transaction. What that costs is read from the run's figures, never assumed.
