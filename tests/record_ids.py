@@ -51,14 +51,14 @@ def ids_of(sink: str, run: str, batch: int, partition: int, batches: Iterable[pa
 
 
 def spark_places(spark: Any, rows: list[dict[str, Any]], schema: str, topic: str | None = None) -> list[int]:
-    """Each row's place as the driver computes it (:func:`spark_recoverable_sink.driver.resplit.record_hash`), by
+    """Each row's place as the driver computes it (``spark_recoverable_sink.driver.split._record_hash``), by
     Spark itself: ``rows`` as a DataFrame of ``schema``, ``topic`` the sink's topic option."""
     from spark_recoverable_sink.config import SinkConfig
-    from spark_recoverable_sink.driver.resplit import record_hash
+    from spark_recoverable_sink.driver.split import _record_hash
 
     df = spark.createDataFrame(rows, schema)
     cfg = SinkConfig.build("places", {"bootstrap.servers": "localhost:9092"}, "/tmp/rks-places", topic=topic)
-    return [r[0] for r in df.select(record_hash(df, cfg)).collect()]
+    return [r[0] for r in df.select(_record_hash(df, cfg)).collect()]
 
 
 def id_kind(rid: str) -> int:

@@ -1,43 +1,86 @@
-"""A batch's ``value`` / ``key`` columns encoded in a Schema Registry format, in the JVM (:mod:`.formats` steps 1-3).
+"""A batch's rows in Kafka's columns: ``value`` / ``key`` encoded in a Schema Registry format, in the JVM
+(:mod:`.formats` steps 1-3), and the result checked as Spark's Kafka sink checks it.
 
-Where it runs: the driver, once per batch, before the Kafka sink schema is
-checked (the encoded columns are ``binary``). It builds the plan only: the
-rows are encoded by Spark's ``to_avro`` / ``to_json`` in the executors' JVMs.
+:func:`encode_batch` is the sink's one step for it: the columns encoded, then
+the Kafka sink schema checked (the encoded columns are ``binary``), giving
+:class:`Encoded`: the encoded frame and the columns the sink takes.
+
+Where it runs: the driver, once per batch, before any task. It builds the plan
+only: the rows are encoded by Spark's ``to_avro`` / ``to_json`` in the
+executors' JVMs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
+from ..config import SinkConfig
 from ..errors import ConfigError, SchemaError
+from ..schema import Columns, validate_spark_schema
 from .formats import AVRO_PACKAGE, MAGIC, Avro, JsonSchema, RegistryFormat, check_json_fields
 from .versions import scala_binary
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["encode_columns", "JSON_SCHEMA_TYPES"]
+__all__ = ["Encoded", "encode_batch", "JSON_SCHEMA_TYPES"]
 
 #: The Spark column types JSON Schema encodes (``to_json`` of them is a JSON object or array).
 JSON_SCHEMA_TYPES = ("StructType", "MapType", "ArrayType")
 
 
-def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, RegistryFormat | None],
-                   environ: Mapping[str, str] | None = None) -> "DataFrame":
-    """``df`` with each column of ``formats`` (``"value"``, ``"key"``) encoded (steps 1-3 of :mod:`.formats`).
+@dataclass(frozen=True)
+class Encoded:
+    """A batch in Kafka's columns: ``frame`` (the batch with each formatted column encoded, every other column as
+    it was) and ``columns``, what the sink takes of it (:class:`..schema.Columns`)."""
 
-    ``topic`` is the sink's default topic; a ``topic`` column means the rows
-    have no single topic.
+    frame: "DataFrame"
+    columns: Columns
+    steps: tuple[tuple[str, Any, "Column"], ...] = ()  # (column, format, encoded expression), as applied to frame
+
+    def of(self, df: "DataFrame") -> "DataFrame":
+        """``df``, the batch with columns added to it (the lane :mod:`.split` takes before any encoding), encoded
+        as ``frame`` is: the same expressions, no registry asked again.
+
+        Raises:
+            ConfigError: Avro and the ``spark-avro`` package is not on the classpath.
+        """
+        return _apply(df, self.steps)
+
+
+def encode_batch(df: "DataFrame", config: SinkConfig, formats: Mapping[str, RegistryFormat | None],
+                 environ: Mapping[str, str] | None = None) -> Encoded:
+    """The batch's rows in Kafka's columns: each column of ``formats`` (``"value"``, ``"key"``) encoded (steps 1-3
+    of :mod:`.formats`), then the Kafka sink schema checked (:func:`..schema.validate_spark_schema`).
+
+    A subject is named after the sink's ``topic``; without one, a ``topic``
+    column means the rows have no single topic.
 
     Raises:
-        SchemaError: the column is missing, or does not fit the schema (JSON
-            Schema: a required property missing; Avro: Spark's check of the
-            struct against the schema, where the JVM can be asked).
+        SchemaError: a formatted column is missing, or does not fit its
+            schema (JSON Schema: a required property missing; Avro: Spark's
+            check of the struct against the schema, where the JVM can be
+            asked); or the encoded DataFrame is not in the Kafka sink schema.
         ConfigError: the subject cannot be named, or Avro and the
             ``spark-avro`` package is not on the classpath (the message names
             the ``--packages`` coordinate).
         RegistryError: the registry refused or failed (its subclasses).
     """
+    frame, steps = df, []
+    if any(formats.values()):
+        for step in _planned(df, config.topic, formats, environ):  # a column is set as soon as its schema id is
+            frame = _apply(frame, (step,))
+            steps.append(step)
+    columns = validate_spark_schema(frame.schema, config.topic, write_timestamp=config.write_timestamp,
+                                    id_columns=config.id_columns)
+    return Encoded(frame, columns, tuple(steps))
+
+
+def _planned(df: "DataFrame", topic: str | None, formats: Mapping[str, RegistryFormat | None],
+             environ: Mapping[str, str] | None) -> Iterator[tuple[str, Any, "Column"]]:
+    """Steps 1-2 of :func:`encode_batch`: every column checked (at the first item), then each one's schema id asked
+    of the registry, one item at a time: the expression step 3 sets the column to."""
     from pyspark.sql import functions as F
 
     # Spark's rules (schema.validate_spark_schema): columns by their exact names, the topic option over a topic
@@ -65,14 +108,24 @@ def encode_columns(df: "DataFrame", topic: str | None, formats: Mapping[str, Reg
         else:
             raise ConfigError(f"{column}_format", f"must be Avro(...) or JsonSchema(...), got {type(fmt).__name__}")
         planned.append((column, name, fmt, subject, payload))
-    for column, name, fmt, subject, payload in planned:
+    for _column, name, fmt, subject, payload in planned:
         sid = fmt.client(environ).schema_id(subject, fmt.schema, fmt.schema_type, fmt.auto_register)  # Step 2
         header = MAGIC + sid.to_bytes(4, "big")
+        yield name, fmt, F.concat(F.lit(bytearray(header)), payload)  # Step 3's: a null stays null
+
+
+def _apply(df: "DataFrame", steps: tuple[tuple[str, Any, "Column"], ...]) -> "DataFrame":
+    """Step 3: each column set to its encoded expression (its name is the column's: ``value``, ``key``).
+
+    Raises:
+        ConfigError: Avro and the ``spark-avro`` package is not on the classpath (Spark: AVRO_NOT_LOADED).
+    """
+    for name, fmt, encoded in steps:
         try:
-            df = df.withColumn(name, F.concat(F.lit(bytearray(header)), payload))  # Step 3: a null stays null
+            df = df.withColumn(name, encoded)
         except Exception as exc:  # noqa: BLE001 - told apart by Spark's error class
             if isinstance(fmt, Avro) and _avro_not_loaded(exc):
-                raise _missing_avro(df.sparkSession.version, column, "Spark: AVRO_NOT_LOADED") from exc
+                raise _missing_avro(df.sparkSession.version, name, "Spark: AVRO_NOT_LOADED") from exc
             raise
     return df
 

@@ -4,13 +4,18 @@ Per batch, on the driver:
 
 1. find the run id of the record ids (the streaming query's id, or one per
    ``write()``);
-2. validate the schema (before any task runs);
-3. run one Spark job: ``mapInArrow`` with :class:`.PartitionWriter`, which
-   returns one small report row per partition (and carries the tokens of the
-   dead letters the driver already holds, so their workers mark them reported);
-4. build a :class:`.BatchReport`, keep it (``last_report``, ``reports``) and
+2. encode: the rows in Kafka's columns (Schema Registry formats), the schema
+   checked before any task runs (:func:`.encode.encode_batch`);
+3. split: how the batch becomes tasks, how each task names its records and,
+   under exactly-once, the run's lanes (:func:`.split.split_batch`);
+4. run one Spark job over the tasks: ``mapInArrow`` with
+   :class:`.PartitionWriter`, which returns one small report row per
+   partition (and carries the tokens of the dead letters the driver already
+   holds, so their workers mark them reported); a drain job after a failed one;
+5. build a :class:`.BatchReport`, keep it (``last_report``, ``reports``) and
    log it as one ``key=value`` line;
-5. raise :class:`.DeadLetterError` if the report brought dead letters and no
+6. exactly-once: settle the lanes whose units are still pending (:func:`.settle`);
+7. raise :class:`.DeadLetterError` if the report brought dead letters and no
    dead-letter topic is set.
 """
 
@@ -32,20 +37,19 @@ from ..delivery.exactly_once.topic import forget_marker_topic, known_marker_topi
 from ..errors import ConfigError, RecoverableSinkError
 from ..ids import MAX_ID_BATCH
 from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
-from ..schema import Columns, validate_spark_schema
+from ..schema import Columns
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
 from ..task.foreach import DEFAULT_MAX_ROWS, DEFAULT_MAX_WAIT_S
 from ..task.writer import PartitionWriter
 from .batches import conclude_batch, dead_letter_error, first_contact_error, warn_pending
-from .coalesce import drain_tasks, lane_cores
-from .encode import encode_columns
+from .cores import drain_tasks
+from .encode import encode_batch
 from .formats import RegistryFormat
 from .metrics import settle_metrics
 from .query import QUERY_ID_PROPERTY, RUN_LEN, check_run_id, claim_sink_name, query_run_id, streaming_query
 from .realtime import ForeachWriter, foreach_writer
-from .resplit import LANE_COLUMN, by_lane, with_lane
-from .settle import check_marker_topic, settle, tagged_drains
-from .split import auto_lanes, plan_batch
+from .settle import settle, tagged_drains
+from .split import BatchPlan, split_batch
 from .versions import check_supported
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -223,7 +227,7 @@ class RecoverableKafkaSink:
 
         Classic Spark and Spark Connect alike (the job is ``spark.range`` and
         ``mapInArrow``). ``tasks`` defaults to the cluster's cores
-        (:func:`.coalesce.drain_tasks`: under Spark Connect from the session's
+        (:func:`.cores.drain_tasks`: under Spark Connect from the session's
         configuration, ``spark.default.parallelism`` first).
 
         Raises:
@@ -260,57 +264,66 @@ class RecoverableKafkaSink:
             raise
 
     def _run_batch(self, df: "DataFrame", batch_id: int, run: str, streaming: bool, fresh: bool) -> BatchReport:
-        from pyspark.sql import functions as F
-
         t0 = time.monotonic()
-        eo = self.config.guarantee == EXACTLY_ONCE
-        if eo and not 0 <= batch_id <= MAX_BATCH:
-            raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
-                                          f"got {batch_id}")
-        if not 0 <= batch_id <= MAX_ID_BATCH:
-            raise ConfigError("batch_id", f"must be 0..{MAX_ID_BATCH} (a record id holds it), got {batch_id}")
-        if tagged := eo and self.config.exactly_once_lanes != 0:  # units independent of the split, before encoding
-            df = with_lane(df, self.config)
-        if any(self.formats.values()):  # struct columns -> Confluent's wire format, in the JVM
-            df = encode_columns(df, self.config.topic, self.formats)
-        columns = validate_spark_schema(df.schema, self.config.topic, write_timestamp=self.config.write_timestamp,
-                                        id_columns=self.config.id_columns)
-        self._say_ignored(columns)
+        self._check_batch_id(batch_id)
+        kafka = encode_batch(df, self.config, self.formats)  # the rows in Kafka's columns, checked
+        self._say_ignored(kafka.columns)
         with self._lock:
             confirmed = self._dead.confirmed()
-        marker_topic, plan = check_marker_topic(self.config, run, batch_id,
-                                                lambda: auto_lanes(df, lane_cores(df), fresh)) if eo else \
-            (None, None)  # ("auto" is asked at once, of the batch's DataFrame)
-        lanes = plan.lanes if plan is not None and tagged else 0  # "auto" adopts a run's 0: the tag is dropped
-        df = df.select(*[F.col(f"`{c}`") for c in columns.select + ([LANE_COLUMN] if lanes else [])])
-        if lanes:
-            df = by_lane(df, self.config, lanes)
-        df, ids = plan_batch(df, self.config, fresh, lanes)  # tasks, and ids the same in every run of the batch
-        writer = PartitionWriter(self.config, batch_id, run, confirmed, columns, marker_topic, ids)
-        try:
-            rows = df.mapInArrow(writer, REPORT_DDL).collect()
-        except Exception:
-            # The failed tasks' workers are gone, with the threads that would have
-            # delivered what they accepted: leave a live worker on the job.
-            if self.drain_on_failure_s > 0:
-                try:
-                    self.drain(df.sparkSession, self.drain_on_failure_s)
-                except Exception:  # the original error is what the caller must see
-                    log.exception("sink=%s drain after a failed batch_id=%d failed", self.config.name, batch_id)
-            raise
-        parts = [PartitionReport.from_row(r) for r in rows]
+        plan = split_batch(df, kafka, self.config, run, batch_id, fresh)  # tasks, id scope, lanes
+        writer = PartitionWriter(self.config, batch_id, run, confirmed, kafka.columns, plan.marker_topic, plan.ids)
+        parts = self._run_tasks(plan, writer, batch_id)
         with self._lock:  # the driver holds these rows now: later jobs confirm their dead letters
             new_dead = self._dead.admit(parts)
         report = conclude_batch(self.config, batch_id, run, parts, time.monotonic() - t0, new_dead)
         self.reports.append(report)
         self._check_first_contact(report, earlier_batch_ended=streaming and batch_id > 0)
         if self.config.guarantee == EXACTLY_ONCE and report.pending:
-            offered = self._settle(df.sparkSession, report)
-            with self._lock:
-                late = self._dead.admit_offers(offered)
-            if late:  # units refused while the batch waited: its report names their records
-                report = replace(report, dead_letters=report.dead_letters + late)
-                self.reports[-1] = report
+            report = self._settle_lanes(plan.tasks.sparkSession, report)
+        return report
+
+    def _check_batch_id(self, batch_id: int) -> None:
+        """Raises:
+            ConfigError: ``batch_id`` does not fit a record id, or (exactly-once) a lane's marker.
+        """
+        if self.config.guarantee == EXACTLY_ONCE and not 0 <= batch_id <= MAX_BATCH:
+            raise ConfigError("batch_id", f"must be 0..{MAX_BATCH} with exactly_once (a lane's marker holds it), "
+                                          f"got {batch_id}")
+        if not 0 <= batch_id <= MAX_ID_BATCH:
+            raise ConfigError("batch_id", f"must be 0..{MAX_ID_BATCH} (a record id holds it), got {batch_id}")
+
+    def _run_tasks(self, plan: BatchPlan, writer: PartitionWriter, batch_id: int) -> list[PartitionReport]:
+        """One Spark job over the plan's tasks; their report rows. After a failed job, a drain (if set) first.
+
+        Raises:
+            pyspark errors: a task failed after Spark's retries (as the job raised it).
+        """
+        try:
+            rows = plan.tasks.mapInArrow(writer, REPORT_DDL).collect()
+        except Exception:
+            # The failed tasks' workers are gone, with the threads that would have
+            # delivered what they accepted: leave a live worker on the job.
+            if self.drain_on_failure_s > 0:
+                try:
+                    self.drain(plan.tasks.sparkSession, self.drain_on_failure_s)
+                except Exception:  # the original error is what the caller must see
+                    log.exception("sink=%s drain after a failed batch_id=%d failed", self.config.name, batch_id)
+            raise
+        return [PartitionReport.from_row(r) for r in rows]
+
+    def _settle_lanes(self, spark: Any, report: BatchReport) -> BatchReport:
+        """Exactly-once, a batch with units pending: :meth:`_settle`; the report, with the dead letters of units
+        refused while the batch waited (kept as the last report).
+
+        Raises:
+            SettleTimeoutError, or a drain job's own error: see :func:`.settle`.
+        """
+        offered = self._settle(spark, report)
+        with self._lock:
+            late = self._dead.admit_offers(offered)
+        if late:  # units refused while the batch waited: its report names their records
+            report = replace(report, dead_letters=report.dead_letters + late)
+            self.reports[-1] = report
         return report
 
     def _say_ignored(self, columns: Columns) -> None:

@@ -1,7 +1,7 @@
 """A coalesced task's input: the rows of several Spark partitions, each row carrying its own partition's index.
 
 At-least-once, the driver coalesces a batch of more Spark partitions than
-the cluster has cores to one task per core (:mod:`..driver.coalesce`), and
+the cluster has cores to one task per core (:mod:`..driver.split`), and
 adds :data:`SOURCE_PARTITION` (``spark_partition_id()`` before the
 coalesce) so that a record keeps the id its own partition gives it: ids stay
 ``sink:run:batch:<its partition>:...`` however the partitions are grouped

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from spark_recoverable_sink.delivery.exactly_once.plan import forget_plans
-from spark_recoverable_sink.driver import sink as sink_module
+from spark_recoverable_sink.driver import split as split_module
 from spark_recoverable_sink.errors import ExactlyOnceMismatchError
 
 from ..kafka_helpers import create_topic, read_topic
@@ -56,7 +56,7 @@ def test_auto_lanes_are_the_session_s_cores_pinned_for_the_run(spark, broker, tm
     first = sink.write(spark.createDataFrame(_rows(N), SCHEMA).repartition(5), batch_id=0, run_id="auto")
     assert first.acked == N and len(first.partition_reports) == cores == 2, first
     forget_plans()  # a new driver, on a wider cluster
-    monkeypatch.setattr(sink_module, "lane_cores", lambda df: 4)
+    monkeypatch.setattr(split_module, "_lane_cores", lambda df: 4)
     again = sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=0, run_id="auto")
     assert again.pending == 0 and again.acked == 0 and len(again.partition_reports) == 2, again  # skipped
     _assert_each_once(broker, topic, N)
@@ -157,14 +157,14 @@ def test_the_lane_pass_asks_no_broker_anything(spark, tmp_path):
     from pyspark.sql import functions as F
 
     from spark_recoverable_sink.config import SinkConfig
-    from spark_recoverable_sink.driver.resplit import by_lane, with_lane
+    from spark_recoverable_sink.driver.split import _by_lane, _with_lane
 
     config = SinkConfig.build("nobroker", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path / "wal"),
                               guarantee="exactly_once", exactly_once_lanes=4)
     df = spark.range(0, 6000, 1, 3).select(
         (F.col("id") % 97).cast("string").alias("key"), F.col("id").cast("string").alias("value"),
         F.concat(F.lit("t"), (F.col("id") % 3).cast("string")).alias("topic"))  # a topic column, no option
-    lanes = by_lane(with_lane(df, config), config, 4).select("topic", "key", F.spark_partition_id().alias("lane"))
+    lanes = _by_lane(_with_lane(df, config), config, 4).select("topic", "key", F.spark_partition_id().alias("lane"))
     rows = lanes.collect()
     assert len(rows) == 6000
     by_key: dict[tuple, set] = {}

@@ -295,7 +295,8 @@ def test_a_batch_of_no_more_partitions_than_cores_is_left_as_spark_split_it(spar
     # coalesce merges partitions. A plan with a shuffle is sized only at run time, a file scan is not planned
     # twice: both tagged. Reading the plans runs no Spark job.
     from spark_recoverable_sink.config import SinkConfig
-    from spark_recoverable_sink.driver.coalesce import one_task_per_core, partitions_of
+    from spark_recoverable_sink.driver.split import _one_task_per_core as one_task_per_core
+    from spark_recoverable_sink.driver.split import _partitions_of as partitions_of
     from spark_recoverable_sink.task.coalesced import SOURCE_PARTITION
 
     config = SinkConfig.build("coal-plan", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path), topic="t")

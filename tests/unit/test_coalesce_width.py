@@ -1,4 +1,4 @@
-"""Tier 1: when a batch is coalesced to the cluster's cores, for both guarantees' passes (driver/coalesce.py)."""
+"""Tier 1: when a batch is coalesced to the cluster's cores, for both guarantees' passes (driver/split.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 
 from spark_recoverable_sink.config import SinkConfig
-from spark_recoverable_sink.driver import coalesce
-from spark_recoverable_sink.driver.coalesce import coalesce_width, one_task_per_core
-from spark_recoverable_sink.driver.resplit import LANE_COLUMN, by_lane
+from spark_recoverable_sink.driver import split
+from spark_recoverable_sink.driver.split import LANE_COLUMN
 from spark_recoverable_sink.task.coalesced import SOURCE_PARTITION
 
 
@@ -39,22 +38,22 @@ class FakeFrame:
 
 @pytest.fixture
 def known(monkeypatch: pytest.MonkeyPatch) -> dict[str, int | None]:
-    """The partition count partitions_of reports (it reads the JVM's plan, absent here)."""
+    """The partition count _partitions_of reports (it reads the JVM's plan, absent here)."""
     box: dict[str, int | None] = {"n": None}
-    monkeypatch.setattr(coalesce, "partitions_of", lambda df: box["n"])
+    monkeypatch.setattr(split, "_partitions_of", lambda df: box["n"])
     monkeypatch.setattr("pyspark.sql.functions.spark_partition_id", lambda: "spark_partition_id()")
     return box
 
 
 def test_a_batch_is_coalesced_to_the_cores_only_where_they_are_known_fixed_and_fewer(known: dict) -> None:
-    assert coalesce_width(FakeFrame(cores=4)) == 4  # partitions not known: coalesce (a no-op if fewer)
+    assert split._coalesce_width(FakeFrame(cores=4)) == 4  # partitions not known: coalesce (a no-op if fewer)
     known["n"] = 8
-    assert coalesce_width(FakeFrame(cores=4)) == 4
+    assert split._coalesce_width(FakeFrame(cores=4)) == 4
     known["n"] = 4
-    assert coalesce_width(FakeFrame(cores=4)) is None  # no more partitions than cores: left as Spark split it
+    assert split._coalesce_width(FakeFrame(cores=4)) is None  # no more partitions than cores: left as Spark split it
     known["n"] = 8
-    assert coalesce_width(FakeFrame(cores=None)) is None  # Spark Connect: no core count
-    assert coalesce_width(FakeFrame(cores=4, dynamic=True)) is None
+    assert split._coalesce_width(FakeFrame(cores=None)) is None  # Spark Connect: no core count
+    assert split._coalesce_width(FakeFrame(cores=4, dynamic=True)) is None
 
 
 @pytest.mark.parametrize("dynamic,partitions", [(False, None), (False, 64), (False, 2), (True, 64)])
@@ -63,16 +62,16 @@ def test_both_guarantees_passes_follow_the_one_rule(known: dict, dynamic: bool, 
     coalesced = not dynamic and partitions != 2
     eo = SinkConfig.build("c", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-coalesce", topic="t",
                           guarantee="exactly_once", exactly_once_lanes=4)
-    lane_pass = by_lane(FakeFrame(cores=2, dynamic=dynamic), eo, 4)  # the stage before the lane shuffle
+    lane_pass = split._by_lane(FakeFrame(cores=2, dynamic=dynamic), eo, 4)  # the stage before the lane shuffle
     assert lane_pass.steps == (("coalesce(2)",) if coalesced else ()) + (f"repartition(4, {LANE_COLUMN})",
                                                                          f"drop({LANE_COLUMN})")
     config = SinkConfig.build("c", {"bootstrap.servers": "127.0.0.1:1"}, "/tmp/unused-coalesce", topic="t")
-    written = one_task_per_core(FakeFrame(cores=2, dynamic=dynamic), config)
+    written = split._one_task_per_core(FakeFrame(cores=2, dynamic=dynamic), config)
     # at-least-once tags each row with its own partition before the coalesce (ids keep their partition)
     assert written.steps == ((f"withColumn({SOURCE_PARTITION})", "coalesce(2)") if coalesced else ())
 
 
 def test_auto_lanes_are_the_cores_and_not_told_under_dynamic_allocation() -> None:
-    assert coalesce.lane_cores(FakeFrame(cores=6)) == 6
-    assert coalesce.lane_cores(FakeFrame(cores=6, dynamic=True)) is None  # registered cores, not the cluster's
-    assert coalesce.lane_cores(FakeFrame(cores=None)) is None  # Connect, master not told: AUTO_LANES
+    assert split._lane_cores(FakeFrame(cores=6)) == 6
+    assert split._lane_cores(FakeFrame(cores=6, dynamic=True)) is None  # registered cores, not the cluster's
+    assert split._lane_cores(FakeFrame(cores=None)) is None  # Connect, master not told: AUTO_LANES

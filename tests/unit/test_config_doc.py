@@ -48,7 +48,7 @@ def test_the_tables_name_no_internal_module_and_link_the_docs_they_name():
 
     tables = config_doc.options_table() + config_doc.keywords_table()
     assert ":mod:" not in tables and ":data:" not in tables
-    for module in ("javaconf", "wal.slots", "driver.metrics", "driver.resplit", "delivery.engine", "AUTO_LANES",
+    for module in ("javaconf", "wal.slots", "driver.metrics", "driver.split", "delivery.engine", "AUTO_LANES",
                    "`ids`", "`formats`"):
         assert module not in tables, module
     assert "[guarantees](guarantees.md)" in tables  # docs/guarantees.md named in a docstring: a link here

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from devtools import platforms, sparkversions
-from spark_recoverable_sink.driver import coalesce, settle, versions
+from spark_recoverable_sink.driver import cores as cores_module
+from spark_recoverable_sink.driver import settle, versions
 from spark_recoverable_sink.errors import ConfigError, SparkVersionError
 
 
@@ -101,8 +102,8 @@ class ConnectSession:
 def test_cores_of_a_connect_session_from_its_configuration(conf, cores):
     session = ConnectSession(**conf)
     assert versions.is_connect(session)
-    assert coalesce.session_cores(session) == cores
-    assert coalesce.drain_tasks(session) == (cores or coalesce.DRAIN_TASKS_UNKNOWN)
+    assert cores_module.session_cores(session) == cores
+    assert cores_module.drain_tasks(session) == (cores or cores_module.DRAIN_TASKS_UNKNOWN)
 
 
 def test_connect_drain_jobs_carry_a_session_tag_added_in_the_drain_thread_and_are_interrupted_by_it():

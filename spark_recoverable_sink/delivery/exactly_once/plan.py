@@ -4,7 +4,7 @@ Runs in the driver, before a batch's tasks (``check_lane_plan`` in
 :mod:`...driver.settle`). A batch's units are its lanes: a re-run of a batch
 that some lanes committed must put every record in the lane it had, or a
 lane still behind publishes records another lane already committed. Lanes
-depend only on the record and ``exactly_once_lanes`` (:mod:`...driver.resplit`),
+depend only on the record and ``exactly_once_lanes`` (:mod:`...driver.split`),
 so the lane count is what must not change under a batch.
 
 The plan is kept in two places, as lane markers are:
