@@ -152,8 +152,8 @@ def _fill(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes: i
 def _sink_each(reports: Any, done: set[int]) -> dict[int, dict[str, Any]]:
     """Per batch the writer ran: the sink's seconds in ``write()`` and each task's (partition, worker pid, rows,
     seconds): for exactly-once, a lane task each."""
-    return {r.batch_id: {"s": r.seconds, "tasks": [[p.partition, p.pid, p.rows, round(p.seconds, 4)]
-                                                   for p in r.partition_reports]}
+    return {r.batch_id: {"s": r.seconds, "tasks": [[p.origin, p.pid, p.rows, round(p.seconds, 4)]
+                                                   for p in r.task_reports]}
             for r in list(reports) if r.batch_id in done}
 
 

@@ -109,7 +109,7 @@ class Target:
         """The timed write (batch id 1); what the writer reported, and how many tasks and worker processes ran it."""
         if self.sink is not None:
             r = self.sink.write(df, batch_id=1)
-            parts = r.partition_reports
+            parts = r.task_reports
             return {"rows": r.rows, "acked": r.acked, "pending": r.pending, "retried": r.retried, "tasks": len(parts),
                     "workers": len({p.pid for p in parts}), "task_s_sum": sum(p.seconds for p in parts)}
         if self.spark_kafka is not None:  # save() returns when every task's producer flushed without error

@@ -41,7 +41,7 @@ from .errors import (
     WalWriteError,
 )
 from .ids import batch_prefix, batch_prefix_of
-from .report import BatchReport, PartitionReport
+from .report import BatchReport, TaskReport
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562: imported on first use
@@ -63,7 +63,7 @@ __all__ = [
     "JsonSchema",
     "SinkConfig",
     "BatchReport",
-    "PartitionReport",
+    "TaskReport",
     "metrics_registry",
     "delivery_engine",
     "batch_prefix",

@@ -7,11 +7,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-__all__ = ["PartitionReport", "BatchReport", "DeadLetterLedger", "REPORT_DDL", "REPORT_FIELDS"]
+__all__ = ["TaskReport", "BatchReport", "DeadLetterLedger", "REPORT_DDL", "REPORT_FIELDS"]
 
 #: (name, Spark type) of the report row each task returns.
 REPORT_FIELDS: tuple[tuple[str, str], ...] = (
-    ("partition", "bigint"), ("spark_attempt", "bigint"), ("rows", "bigint"), ("bytes", "bigint"),
+    ("origin", "bigint"), ("spark_attempt", "bigint"), ("rows", "bigint"), ("bytes", "bigint"),
     ("acked", "bigint"), ("pending", "bigint"), ("retried", "bigint"), ("dead_lettered", "bigint"),
     ("replayed", "bigint"), ("seconds", "double"), ("pid", "bigint"), ("slot", "string"),
     ("dead_letters", "string"), ("problems", "string"),
@@ -30,7 +30,7 @@ REPORT_DDL = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
 
 @dataclass(frozen=True)
-class PartitionReport:
+class TaskReport:
     """One task's counts. ``pending`` = records of this task not acked yet (still in the WAL).
 
     ``dead_letters`` holds (record id, error, token) of every dead letter its
@@ -48,7 +48,7 @@ class PartitionReport:
     aborted.
     """
 
-    partition: int
+    origin: int
     spark_attempt: int
     rows: int
     bytes: int
@@ -79,7 +79,7 @@ class PartitionReport:
         return d
 
     @classmethod
-    def from_row(cls, row: Any) -> "PartitionReport":
+    def from_row(cls, row: Any) -> "TaskReport":
         d = row.asDict() if hasattr(row, "asDict") else dict(row)
         d["dead_letters"] = tuple(tuple(x) for x in json.loads(d.get("dead_letters") or "[]"))
         d["problems"] = tuple(json.loads(d.get("problems") or "[]"))
@@ -113,11 +113,11 @@ class BatchReport:
     dead_lettered: int
     replayed: int
     seconds: float
-    partitions: int
+    tasks: int
     dead_letters: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = ()
     run: str = ""
-    partition_reports: tuple[PartitionReport, ...] = field(default=(), repr=False)
+    task_reports: tuple[TaskReport, ...] = field(default=(), repr=False)
     wal_bytes: int = 0
     wal_slot_bytes_max: int = 0
     kafka_queue_msgs_max: int = -1
@@ -129,10 +129,10 @@ class BatchReport:
     txns_aborted: int = 0
 
     @classmethod
-    def from_partitions(cls, batch_id: int, parts: Iterable[PartitionReport], seconds: float,
+    def from_tasks(cls, batch_id: int, parts: Iterable[TaskReport], seconds: float,
                         dead_letters: Iterable[tuple[str, str]] | None = None, run: str = "") -> "BatchReport":
         """Totals of the tasks' rows; ``dead_letters`` defaults to every one offered (once each)."""
-        ps = tuple(sorted(parts, key=lambda p: p.partition))
+        ps = tuple(sorted(parts, key=lambda p: p.origin))
         if dead_letters is None:
             dead_letters = {tok: (rid, err) for p in ps for rid, err, tok in p.dead_letters}.values()
         slots: dict[str, int] = {}
@@ -143,9 +143,9 @@ class BatchReport:
             batch_id=batch_id, rows=sum(p.rows for p in ps), bytes=sum(p.bytes for p in ps),
             acked=sum(p.acked for p in ps), pending=sum(p.pending for p in ps),
             retried=sum(p.retried for p in ps), dead_lettered=sum(p.dead_lettered for p in ps),
-            replayed=sum(p.replayed for p in ps), seconds=seconds, partitions=len(ps),
+            replayed=sum(p.replayed for p in ps), seconds=seconds, tasks=len(ps),
             dead_letters=tuple(dead_letters),
-            problems=tuple(sorted({x for p in ps for x in p.problems})), run=run, partition_reports=ps,
+            problems=tuple(sorted({x for p in ps for x in p.problems})), run=run, task_reports=ps,
             wal_bytes=sum(slots.values()), wal_slot_bytes_max=max(slots.values(), default=0),
             kafka_queue_msgs_max=max((p.kafka_queue_msgs for p in ps), default=-1),
             kafka_rtt_ms_avg=sum(rtts) / len(rtts) if rtts else -1.0, kafka_rtt_ms_max=max(rtts, default=-1.0),
@@ -156,7 +156,7 @@ class BatchReport:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.pop("partition_reports")
+        d.pop("task_reports")
         d["dead_letters"] = [list(x) for x in self.dead_letters]
         d["problems"] = list(self.problems)
         d["kafka_txn_states"] = list(self.kafka_txn_states)
@@ -166,7 +166,7 @@ class BatchReport:
         line = (f"batch_id={self.batch_id} run={self.run} rows={self.rows} bytes={self.bytes} acked={self.acked} "
                 f"pending={self.pending} skipped={self.skipped} retried={self.retried} "
                 f"dead_lettered={self.dead_lettered} "
-                f"replayed={self.replayed} partitions={self.partitions} seconds={self.seconds:.3f} "
+                f"replayed={self.replayed} tasks={self.tasks} seconds={self.seconds:.3f} "
                 f"wal_bytes={self.wal_bytes} wal_slot_bytes_max={self.wal_slot_bytes_max}")
         if self.kafka_queue_msgs_max >= 0:  # librdkafka statistics enabled
             line += (f" kafka_queue_msgs_max={self.kafka_queue_msgs_max}"
@@ -191,7 +191,7 @@ class DeadLetterLedger:
         self.keep = keep
         self._tokens: OrderedDict[str, None] = OrderedDict()
 
-    def admit(self, parts: Iterable[PartitionReport]) -> tuple[tuple[str, str], ...]:
+    def admit(self, parts: Iterable[TaskReport]) -> tuple[tuple[str, str], ...]:
         """(record id, error) of the offered dead letters not held yet; they are held from now on."""
         return self.admit_offers(x for p in parts for x in p.dead_letters)
 

@@ -91,8 +91,8 @@ def reported_rows(sink: str, reports: Iterable[Any], by: str = BATCH) -> dict[st
     objects say were written."""
     out: dict[str, int] = {}
     for r in reports:
-        for p in r.partition_reports:
-            key = group_of(sink, r.run, r.batch_id, p.partition if by == SCOPE else None)
+        for p in r.task_reports:
+            key = group_of(sink, r.run, r.batch_id, p.origin if by == SCOPE else None)
             out[key] = out.get(key, 0) + p.rows
     return out
 

@@ -29,7 +29,7 @@ from ..errors import WalError
 from ..wal.slots import sink_dir
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..report import PartitionReport
+    from ..report import TaskReport
 
 __all__ = ["BrokerContact", "ContactDeadline", "first_contact_failure", "remember_reached", "reached_before",
            "MARKER"]
@@ -110,7 +110,7 @@ class ContactDeadline(Deadline):
         return super().expired() or self._contact.hopeless()
 
 
-def first_contact_failure(parts: Iterable["PartitionReport"]) -> tuple[int, str] | None:
+def first_contact_failure(parts: Iterable["TaskReport"]) -> tuple[int, str] | None:
     """``(pending, last_error)`` when a batch shows no broker was ever reached, else ``None``.
 
     Only a batch with records still pending, no task that ever reached a

@@ -1,6 +1,6 @@
 """The driver's handling of a finished batch, shared by every entry point.
 
-Given the tasks' :class:`.PartitionReport` rows of one batch:
+Given the tasks' :class:`.TaskReport` rows of one batch:
 
 1. build the :class:`.BatchReport` (totals, new dead letters, run);
 2. log it as one ``key=value`` line, with a WARNING when records are still
@@ -23,14 +23,14 @@ from typing import Iterable, Sequence
 from ..config import SinkConfig
 from ..delivery.contact import first_contact_failure, reached_before, remember_reached
 from ..errors import BrokerUnreachableError, DeadLetterError
-from ..report import BatchReport, PartitionReport
+from ..report import BatchReport, TaskReport
 
 __all__ = ["conclude_batch", "dead_letter_error", "first_contact_error", "warn_pending", "ensure_log_handler"]
 
 log = logging.getLogger("spark_recoverable_sink.sink")
 
 
-def conclude_batch(config: SinkConfig, batch_id: int, run: str, parts: Sequence[PartitionReport], seconds: float,
+def conclude_batch(config: SinkConfig, batch_id: int, run: str, parts: Sequence[TaskReport], seconds: float,
                    dead_letters: Iterable[tuple[str, str]] | None = None, entry: str = "foreachBatch",
                    ) -> BatchReport:
     """Build, log and record the report of one finished batch (steps 1-3 above).
@@ -38,7 +38,7 @@ def conclude_batch(config: SinkConfig, batch_id: int, run: str, parts: Sequence[
     ``dead_letters`` are the (record id, error) pairs new to the driver
     (default: every one the tasks offered).
     """
-    report = BatchReport.from_partitions(batch_id, parts, seconds, dead_letters=dead_letters, run=run)
+    report = BatchReport.from_tasks(batch_id, parts, seconds, dead_letters=dead_letters, run=run)
     log.info("sink=%s entry=%s %s", config.name, entry, report.log_line())
     if report.pending:
         warn_pending(config, f"batch_id={batch_id}", report.pending)
@@ -97,12 +97,12 @@ def first_contact_error(config: SinkConfig, report: BatchReport,
     With ``wait_for_broker=True`` the message is logged as an ERROR and
     ``None`` returned: the records wait in the WALs.
     """
-    if any(p.broker_reached or p.acked for p in report.partition_reports):
+    if any(p.broker_reached or p.acked for p in report.task_reports):
         remember_reached(config)
         return None
     if earlier_batch_ended or reached_before(config):
         return None
-    failure = first_contact_failure(report.partition_reports)
+    failure = first_contact_failure(report.task_reports)
     if failure is None:
         return None
     pending, last_error = failure

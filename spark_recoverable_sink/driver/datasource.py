@@ -10,7 +10,7 @@ A drop-in for ``format("kafka")``::
 The writers are picklable builders: configuration, the columns to take and
 the run id, nothing live. Per task (on an executor) they run the same
 :func:`..task.writer.write_partition` as ``foreachBatch(sink)``; the
-task's :class:`.PartitionReport` is its commit message. Per batch the driver
+task's :class:`.TaskReport` is its commit message. Per batch the driver
 side (a fresh object for every call: no state is carried from ``write``)
 runs :func:`.batches.conclude_batch` in ``commit`` and logs the failed batch
 in ``abort``.
@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..config import COLUMN_IDS, EXACTLY_ONCE, PARTITION_IDS, SinkConfig
 from ..errors import ConfigError, RecoverableSinkError
-from ..report import PartitionReport
+from ..report import TaskReport
 from ..schema import KAFKA_SOURCE_IDS, Columns, validate_spark_schema
 from ..task.writer import write_partition
 from .batches import conclude_batch, dead_letter_error, ensure_log_handler, first_contact_error
@@ -84,7 +84,7 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 class PartitionCommit(WriterCommitMessage):
     """One task's commit message: its report and the run of its record ids."""
 
-    report: PartitionReport
+    report: TaskReport
     run: str
 
 

@@ -162,7 +162,7 @@ class ForeachWriter:
         if not reports:
             log.warning("sink=%s entry=%s batch_id=%d spark_partition=%d status=failed: the epoch failed (%s); "
                         "what its task wrote stays in the WAL until acked, Spark runs the epoch again",
-                        self.config.name, ENTRY, task.epoch, task.partition, type(error).__name__)
+                        self.config.name, ENTRY, task.epoch, task.spark_partition, type(error).__name__)
             return
         report = conclude_batch(self.config, task.epoch, self._run, reports, time.monotonic() - task.t0, entry=ENTRY)
         for err in (dead_letter_error(self.config, report),

@@ -91,7 +91,7 @@ def settle(config: SinkConfig, report: BatchReport, drain: Callable[[float], Any
         pyspark errors: a drain job failed (the batch fails; Spark re-runs it
             and every committed lane is skipped).
     """
-    lanes = sorted({p.partition for p in report.partition_reports if p.pending > 0})
+    lanes = sorted({p.origin for p in report.task_reports if p.pending > 0})
     offered: dict[str, tuple[str, str, str]] = {}
     if not lanes:
         return []

@@ -36,7 +36,7 @@ from ..delivery.exactly_once.markers import MAX_BATCH
 from ..delivery.exactly_once.topic import forget_marker_topic, known_marker_topic_id
 from ..errors import ConfigError, RecoverableSinkError
 from ..ids import MAX_ID_BATCH
-from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, PartitionReport
+from ..report import REPORT_DDL, BatchReport, DeadLetterLedger, TaskReport
 from ..schema import Columns
 from ..task.drain import DRAIN_DDL, DrainReport, DrainTask
 from ..task.foreach import DEFAULT_MAX_ROWS, DEFAULT_MAX_WAIT_S
@@ -292,7 +292,7 @@ class RecoverableKafkaSink:
         if not 0 <= batch_id <= MAX_ID_BATCH:
             raise ConfigError("batch_id", f"must be 0..{MAX_ID_BATCH} (a record id holds it), got {batch_id}")
 
-    def _run_tasks(self, plan: BatchPlan, writer: PartitionWriter, batch_id: int) -> list[PartitionReport]:
+    def _run_tasks(self, plan: BatchPlan, writer: PartitionWriter, batch_id: int) -> list[TaskReport]:
         """One Spark job over the plan's tasks; their report rows. After a failed job, a drain (if set) first.
 
         Raises:
@@ -309,7 +309,7 @@ class RecoverableKafkaSink:
                 except Exception:  # the original error is what the caller must see
                     log.exception("sink=%s drain after a failed batch_id=%d failed", self.config.name, batch_id)
             raise
-        return [PartitionReport.from_row(r) for r in rows]
+        return [TaskReport.from_row(r) for r in rows]
 
     def _settle_lanes(self, spark: Any, report: BatchReport) -> BatchReport:
         """Exactly-once, a batch with units pending: :meth:`_settle`; the report, with the dead letters of units
@@ -353,7 +353,7 @@ class RecoverableKafkaSink:
         """
         if self._broker_reached:  # driver memory: once reached, later outages are outages
             return
-        if any(p.broker_reached or p.acked for p in report.partition_reports):
+        if any(p.broker_reached or p.acked for p in report.task_reports):
             self._broker_reached = True
             remember_reached(self.config)  # a driver restarted on this host remembers it too
             return

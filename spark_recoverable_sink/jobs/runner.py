@@ -215,7 +215,7 @@ def summary(sink: "RecoverableKafkaSink", reason: str, seconds: float) -> dict[s
         "sink": sink.name, "reason": reason, "seconds": round(seconds, 3), **totals(sink),
         "reports": [{"batch_id": r.batch_id, "run": r.run, "rows": r.rows, "acked": r.acked, "pending": r.pending,
                      "dead_lettered": r.dead_lettered,
-                     "partition_rows": {str(p.partition): p.rows for p in r.partition_reports}}
+                     "task_rows": {str(p.origin): p.rows for p in r.task_reports}}
                     for r in sink.reports],
     }
 

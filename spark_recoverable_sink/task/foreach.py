@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from .. import _points
 from ..ids import KEY, IdScheme, scheme_for
-from ..report import PartitionReport
+from ..report import TaskReport
 from ..schema import Columns
 from .runtime import get_runtime
 from .writer import TaskWrite
@@ -219,14 +219,15 @@ class RealTimeTask:
     """
 
     def __init__(self, config: "SinkConfig", columns: Columns, positions: Sequence[int], schema: pa.Schema,
-                 epoch: int, partition: int, spark_attempt: int, run: str, max_rows: int = DEFAULT_MAX_ROWS,
+                 epoch: int, spark_partition: int, spark_attempt: int, run: str, max_rows: int = DEFAULT_MAX_ROWS,
                  max_wait_s: float = DEFAULT_MAX_WAIT_S, helper: bool = True) -> None:
-        self.config, self.epoch, self.partition, self.spark_attempt = config, epoch, partition, spark_attempt
+        self.config, self.epoch, self.spark_attempt = config, epoch, spark_attempt
+        self.spark_partition = spark_partition
         self.positions, self.schema = tuple(positions), schema
         self.t0 = time.monotonic()
         self.rt = get_runtime(config)
         with self.rt.publisher.task():  # adopts orphan slots: under the poll lock, as every task
-            self.write = TaskWrite(self.rt, epoch, partition, spark_attempt, self.t0, run, columns=columns,
+            self.write = TaskWrite(self.rt, epoch, spark_partition, spark_attempt, self.t0, run, columns=columns,
                                    ids=EPOCH_FREE_KEYS)
         self.buffer = GroupBuffer(self._group_commit, max_rows, max_wait_s, helper)
 
@@ -242,10 +243,10 @@ class RealTimeTask:
         batch = rows_to_batch(rows, self.positions, self.schema)
         with self.rt.publisher.task(), self.write.mode.writing():
             self.write.feed(batch)  # WAL first, then Kafka
-        _points.point("rt.group_commit", epoch=self.epoch, spark_partition=self.partition, attempt=self.spark_attempt,
-                      rows=self.write.rows, groups=self.buffer.groups + 1)
+        _points.point("rt.group_commit", epoch=self.epoch, spark_partition=self.spark_partition,
+                      attempt=self.spark_attempt, rows=self.write.rows, groups=self.buffer.groups + 1)
 
-    def close(self, failed: bool) -> list[PartitionReport]:
+    def close(self, failed: bool) -> list[TaskReport]:
         """End the epoch's task: commit what is buffered and the WAL attempt, wait for acks up to
         ``ack_timeout_s``, and its reports (a pending record stays in the WAL). ``failed``: the epoch failed
         (Spark runs it again): nothing more is written and the attempt is left uncommitted.

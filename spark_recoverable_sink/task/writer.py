@@ -24,7 +24,7 @@ from ..delivery.exactly_once.topic import expect_marker_topic
 from ..delivery.stats import latest_summary
 from ..errors import RecoverableSinkError, WalWriteError
 from ..ids import CONTENT, KEY, PLACE_INPUT_COLUMN, IdScheme, key_hashes, new_occurrences, scheme_for, with_ids
-from ..report import REPORT_FIELDS, PartitionReport
+from ..report import REPORT_FIELDS, TaskReport
 from ..schema import Columns, normalize_batch, payload_bytes
 from ..wal.format import AttemptKey, ChunkKey, encode_chunk
 from ..wal.records import COMMITTED, OPEN, AttemptState
@@ -74,7 +74,7 @@ class PartitionWriter:
         yield report_batch(*reports)
 
 
-def report_batch(*reports: PartitionReport) -> pa.RecordBatch:
+def report_batch(*reports: TaskReport) -> pa.RecordBatch:
     return record_batch([r.to_row() for r in reports], REPORT_SCHEMA)
 
 
@@ -82,7 +82,7 @@ def write_partition(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
     *, run: str = "", confirmed: Collection[str] = (), columns: Columns | None = None,
     marker_topic_id: str | None = None,
-) -> PartitionReport:
+) -> TaskReport:
     """Write one partition through the WAL to Kafka (tools and the data source); a task whose rows may come
     from several Spark partitions (a coalesced one) uses :func:`write_partitions`.
 
@@ -102,7 +102,7 @@ def write_partitions(
     config: SinkConfig, batch_id: int, partition: int, spark_attempt: int, batches: Iterable[pa.RecordBatch],
     *, run: str = "", confirmed: Collection[str] = (), columns: Columns | None = None,
     marker_topic_id: str | None = None, ids: Any = None,
-) -> list[PartitionReport]:
+) -> list[TaskReport]:
     """Write one task's rows through the WAL to Kafka; one report per Spark partition written.
 
     Steps:
@@ -189,9 +189,11 @@ def _append(rt: "WorkerRuntime", key: ChunkKey, chunk: bytes | memoryview,
 
 @dataclass
 class _Part:
-    """The rows of one Spark partition in a task: one WAL attempt, one id scheme, one occurrence counter."""
+    """The rows of one Spark partition in a task: one WAL attempt, one id scheme, one occurrence counter.
 
-    partition: int
+    ``origin``: its WAL keys' and report's origin (the Spark partition; exactly-once, its lane)."""
+
+    origin: int
     akey: AttemptKey
     scheme: IdScheme | None
     occurrences: Any
@@ -253,14 +255,14 @@ def _part_of(rt: "WorkerRuntime", mode: TaskMode, parts: dict[int, _Part], batch
     scheme = ids.scheme(rt.config.name, run, batch_id, p) if ids is not None else \
         id_scheme(rt.config, run, batch_id, p, placed)
     occurrences = new_occurrences(rt.sdir) if scheme.kind == CONTENT else None
-    key = p if key is None else key  # the part's WAL keys and report: its partition, or its exactly-once lane
+    key = p if key is None else key  # the part's origin: its Spark partition, or its exactly-once lane
     part = parts[p] = _Part(key, mode.begin(key), scheme, occurrences)
     return part
 
 
 def _write(rt: "WorkerRuntime", config: SinkConfig, batch_id: int, partition: int, spark_attempt: int,
            batches: Iterable[pa.RecordBatch], t0: float, run: str, confirmed: Collection[str],
-           columns: Columns | None, ids: Any) -> list[PartitionReport]:
+           columns: Columns | None, ids: Any) -> list[TaskReport]:
     task = TaskWrite(rt, batch_id, partition, spark_attempt, t0, run, confirmed, columns, ids)
     try:
         with task.mode.writing():
@@ -322,7 +324,7 @@ class TaskWrite:
             norm = _with_ids(rt, normalize_batch(rows_in, config.topic, part.seq, run,
                                                  f"batch {batch_id} partition {p}"), part, places, keys)
             chunk = encode_chunk(norm)
-            key = ChunkKey(batch_id, part.partition, part.seq, part.akey.gen)
+            key = ChunkKey(batch_id, part.origin, part.seq, part.akey.gen)
             rt.reserve_space(len(chunk))
             first = None if part.seq else AttemptState(OPEN, self.spark_attempt, 0, self.started,
                                                        self.mode.guarantee)
@@ -332,7 +334,7 @@ class TaskWrite:
             part.nbytes += payload_bytes(norm)
             self.rows += norm.num_rows
             written += norm.num_rows
-            _points.point("task.mid_task", batch=batch_id, spark_partition=part.partition, attempt=self.spark_attempt,
+            _points.point("task.mid_task", batch=batch_id, spark_partition=part.origin, attempt=self.spark_attempt,
                           rows=self.rows)
         return written
 
@@ -364,7 +366,7 @@ class TaskWrite:
         uncommitted at recovery; Spark re-runs it."""
         self.mode.abandon()
 
-    def finish(self) -> list[PartitionReport]:
+    def finish(self) -> list[TaskReport]:
         """Step 4's second half, after :meth:`commit`: wait for acks up to ``ack_timeout_s``, prune, and the
         reports (one per Spark partition written, or one for a task that got no rows). The caller holds the poll
         lock."""
@@ -379,8 +381,8 @@ class TaskWrite:
                                                               None, None)]):
             acked, dead, skipped = mode.share(x.akey) if x.seq else (0, 0, 0)
             first = i == 0  # the task's own figures go with its first report
-            report = PartitionReport(
-                partition=x.partition, spark_attempt=self.spark_attempt, rows=x.seq, bytes=x.nbytes, acked=acked,
+            report = TaskReport(
+                origin=x.origin, spark_attempt=self.spark_attempt, rows=x.seq, bytes=x.nbytes, acked=acked,
                 pending=max(0, x.seq - acked - dead - skipped), skipped=skipped,
                 retried=publisher.retried_records - self.retried0 if first else 0, dead_lettered=dead,
                 replayed=self.replayed if first else 0, seconds=time.monotonic() - t0, pid=os.getpid(),
@@ -393,8 +395,8 @@ class TaskWrite:
                 kafka_rtt_ms=kstats.rtt_ms if kstats else -1.0, kafka_txn_state=kstats.txn_state if kstats else "",
                 lanes_opened=mode.counts()[0] if first else 0, txns_aborted=mode.counts()[1] if first else 0,
             )
-            log.info("sink=%s batch=%d spark_partition=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
-                     "replayed=%d seconds=%.3f", config.name, self.batch_id, x.partition, self.spark_attempt, x.seq,
+            log.info("sink=%s batch=%d origin=%d attempt=%d rows=%d acked=%d pending=%d dead=%d skipped=%d "
+                     "replayed=%d seconds=%.3f", config.name, self.batch_id, x.origin, self.spark_attempt, x.seq,
                      acked, report.pending, dead, skipped, report.replayed, report.seconds)
             reports.append(report)
         return reports

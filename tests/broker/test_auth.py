@@ -26,7 +26,7 @@ from spark_recoverable_sink.delivery.contact import first_contact_failure
 from spark_recoverable_sink.errors import ProducerError
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.ops.cli import main
-from spark_recoverable_sink.report import PartitionReport
+from spark_recoverable_sink.report import TaskReport
 from spark_recoverable_sink.task import runtime
 from spark_recoverable_sink.task.writer import write_partition
 
@@ -82,7 +82,7 @@ def _oauth(sb: SecureBroker, provider: str, **extra: str) -> dict[str, Any]:
             "sasl.mechanism": "OAUTHBEARER", "oauth_cb": f"tests.token_provider:{provider}", **extra}
 
 
-def _write(cfg: SinkConfig, rows: int, batch: int = 0) -> PartitionReport:
+def _write(cfg: SinkConfig, rows: int, batch: int = 0) -> TaskReport:
     return write_partition(cfg, batch, 0, 0, batches(batch, rows, 10), run="r")
 
 
@@ -102,7 +102,7 @@ def _no_secret(sb: SecureBroker, *texts: str, also: tuple[str, ...] = ()) -> Non
         assert secret not in blob
 
 
-def _refused(rep: PartitionReport, rows: int) -> None:
+def _refused(rep: TaskReport, rows: int) -> None:
     """Nothing acked, every record pending in the WAL, and the driver's first-contact check fails the batch."""
     assert (rep.acked, rep.pending, rep.broker_reached) == (0, rows, 0), rep
     assert first_contact_failure([rep]) == (rows, rep.last_error)

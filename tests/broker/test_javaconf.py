@@ -27,7 +27,7 @@ from spark_recoverable_sink.delivery.exactly_once.marker_reads import lane_marke
 from spark_recoverable_sink.driver.options import parse_options
 from spark_recoverable_sink.native import library
 from spark_recoverable_sink.ops.cli import main
-from spark_recoverable_sink.report import PartitionReport
+from spark_recoverable_sink.report import TaskReport
 from spark_recoverable_sink.task import runtime
 from spark_recoverable_sink.task.writer import write_partition
 
@@ -59,7 +59,7 @@ def _closed_at_once() -> Iterator[None]:
     _close_now()
 
 
-def _write(cfg: SinkConfig, rows: int, batch: int = 0, size: int = 10) -> PartitionReport:
+def _write(cfg: SinkConfig, rows: int, batch: int = 0, size: int = 10) -> TaskReport:
     return write_partition(cfg, batch, 0, 0, batches(batch, rows, size), run="r")
 
 

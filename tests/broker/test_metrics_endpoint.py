@@ -65,7 +65,7 @@ def test_reports_carry_kafka_statistics_and_the_endpoint_serves_them(broker, top
     assert held.wal_bytes >= held.bytes > 0  # the whole partition is live in the slot
     assert held.kafka_queue_msgs >= 0 and held.kafka_rtt_ms > 0
 
-    report = BatchReport.from_partitions(1, [acked, held], 1.25, run="r1")
+    report = BatchReport.from_tasks(1, [acked, held], 1.25, run="r1")
     assert report.wal_bytes == held.wal_bytes  # the acked task left nothing in its slot
     ep = metrics.start(async_cfg)
     try:
@@ -89,7 +89,7 @@ def test_reports_carry_kafka_statistics_and_the_endpoint_serves_them(broker, top
         assert time.time() - got["rks_last_batch_timestamp_seconds"] < 60
         # a second sink of the same driver shows on the same endpoint, under its own label
         other = f"o-{uuid.uuid4().hex[:8]}"
-        metrics.record_batch(other, BatchReport.from_partitions(0, [acked], 0.5), 0)
+        metrics.record_batch(other, BatchReport.from_tasks(0, [acked], 0.5), 0)
         assert _scrape(ep.url, other)["rks_rows_total"] == 3000
         assert _scrape(ep.url, name)["rks_rows_total"] == 5000
     finally:

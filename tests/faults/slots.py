@@ -120,7 +120,7 @@ def explain_missing(t: "Tally", wal_dir: str, sink: str, parts: list[Any]) -> st
             where[f"slot {idx} {owner}"] = len(hit)
             found |= hit
     nowhere = len(missing - found)
-    pending = {(p.partition, p.spark_attempt, p.pid): p.pending for p in parts if p.pending}
+    pending = {(p.origin, p.spark_attempt, p.pid): p.pending for p in parts if p.pending}
     if not nowhere:
         case = "PENDING: every missing row is still in a WAL slot (accepted, not delivered)"
     else:

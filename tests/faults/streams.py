@@ -97,5 +97,5 @@ def sink_reports(sink: Any) -> list[Any]:
     return list(sink.reports)
 
 
-def partition_reports(sink: Any) -> list[Any]:
-    return [p for r in sink.reports for p in r.partition_reports]
+def task_reports(sink: Any) -> list[Any]:
+    return [p for r in sink.reports for p in r.task_reports]

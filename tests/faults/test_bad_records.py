@@ -21,7 +21,7 @@ from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .readback import LiveReader, read_back
 from .streams import (
     BatchProbe,
-    partition_reports,
+    task_reports,
     start_stream,
     write_source,
 )
@@ -76,7 +76,7 @@ def test_07a_poison_record_goes_to_dead_letter_topic(spark, broker, tmp_path, sc
     dead_later = read_topic(broker.bootstrap, dlq, expected=1, idle_s=2.0)
     main_keys = {r.key for r in read_topic(broker.bootstrap, topic, expected=t.records_read, idle_s=2.0).records}
     scenario.apply(t)
-    parts = partition_reports(sink)
+    parts = task_reports(sink)
     scenario.figures.update(dead_lettered=sum(p.dead_lettered for p in parts), dlq_records=len(dead.records),
                             dlq_records_3s_later=len(dead_later.records), retried=sum(p.retried for p in parts))
     assert t.lost == 0, f"lost {t.lost} good rows, e.g. {t.lost_sample}"

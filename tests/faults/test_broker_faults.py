@@ -17,7 +17,7 @@ from .brokers import HurtableBroker
 from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .proxy import SINK_CLIENT_ID
 from .readback import LiveReader, keys_of, read_back
-from .streams import BatchProbe, partition_reports, start_stream, write_source
+from .streams import BatchProbe, task_reports, start_stream, write_source
 
 pytestmark = pytest.mark.spark
 
@@ -87,7 +87,7 @@ def test_04_broker_sigstop_longer_than_delivery_timeout(spark, own_broker, tmp_p
         spark, tmp_path, own_broker.bootstrap, topic, sink_name("f04"), inject, hooks, delivery_engine=engine)
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
-    parts = partition_reports(sink)
+    parts = task_reports(sink)
     scenario.figures.update(
         pause_s=pause_s, after_resume_s=round(full_at - restored_at, 2) if full_at else None,
         pending_at_task_end=sum(p.pending for p in parts), retried_in_tasks=sum(p.retried for p in parts),

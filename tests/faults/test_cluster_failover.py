@@ -48,7 +48,7 @@ from .kafka_log import Fates, aborted_index, batches, omitting_entry
 from .procs import alive, kill9, started, wait_dead
 from .readback import LiveReader, keys_of, tally
 from .slots import explain_missing
-from .streams import BatchProbe, partition_reports
+from .streams import BatchProbe, task_reports
 from .wire import TransactionState
 
 pytestmark = pytest.mark.spark
@@ -242,7 +242,7 @@ def test_21_cluster_at_least_once_leader_killed_node_paused_worker_killed(spark,
     t = tally(got, range(N_20))
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
-    parts = partition_reports(sink)
+    parts = task_reports(sink)
     rerun = [p for p in parts if p.spark_attempt > 0]
     scenario.figures.update(batches=len(sink.reports), tasks_rerun=len(rerun),
                             pending_at_task_end=sum(p.pending for p in parts), per_kafka_partition=t.per_partition,

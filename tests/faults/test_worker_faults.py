@@ -16,7 +16,7 @@ from .conftest import ENGINES, engine_suffix, new_topic, sink_name
 from .procs import alive, kill9, started
 from .readback import LiveReader, keys_of, read_back
 from .slots import explain_missing
-from .streams import BatchProbe, partition_reports, start_stream, write_source
+from .streams import BatchProbe, task_reports, start_stream, write_source
 
 pytestmark = pytest.mark.spark
 
@@ -55,7 +55,7 @@ def test_01_python_worker_sigkill_mid_task(spark, broker, tmp_path, scenario, ho
         reader.stop()
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
-    parts = partition_reports(sink)
+    parts = task_reports(sink)
     rerun = [p for p in parts if p.spark_attempt > 0]
     scenario.figures.update(batches=len(sink.reports), tasks_rerun=len(rerun),
                             replayed=sum(p.replayed for p in parts), pending_at_task_end=sum(p.pending for p in parts),
@@ -105,7 +105,7 @@ def test_02_python_worker_dies_after_commit_before_acks(spark, broker, tmp_path,
         reader.stop()
     scenario.apply(t)
     scenario.recovery(fault_at, full_at)
-    parts = partition_reports(sink)
+    parts = task_reports(sink)
     replayed = sum(p.replayed for p in parts)
     scenario.figures.update(replayed=replayed, tasks_rerun=sum(p.spark_attempt > 0 for p in parts))
     assert t.lost == 0, f"lost {t.lost} rows, e.g. {t.lost_sample}"

@@ -74,7 +74,7 @@ def main() -> None:
         exc = e
     out = {
         "exception": None if exc is None else str(exc)[:3000],
-        "partitions": [p.to_row() for r in sink.reports for p in r.partition_reports],
+        "partitions": [p.to_row() for r in sink.reports for p in r.task_reports],
         "batches": [r.batch_id for r in sink.reports],
     }
     with open(a["out"], "w") as f:

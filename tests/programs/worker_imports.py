@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
                                     kafka_conf={"bootstrap.servers": bootstrap}, guarantee=guarantee)
         report = sink.write(df)
         rows[guarantee] = report.acked
-        pids |= {p.pid for p in report.partition_reports if p.rows}
+        pids |= {p.pid for p in report.task_reports if p.rows}
     probed = []
     for _ in range(5):  # Spark reuses an idle worker; a new one is possible, so look again (bounded)
         got = spark.range(1, numPartitions=1).mapInArrow(_probe, "pid long, pandas long").collect()[0]

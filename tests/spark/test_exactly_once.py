@@ -69,7 +69,7 @@ def test_worker_killed_around_the_transaction_is_retried_exactly_once(spark, bro
     q = _start(spark, sink, src, str(tmp_path / "chk"))
     assert q.exception() is None, q.exception()
     assert crash.fired(), "the fault never fired"
-    assert any(p.spark_attempt > 0 for r in sink.reports for p in r.partition_reports)
+    assert any(p.spark_attempt > 0 for r in sink.reports for p in r.task_reports)
     # the dead worker's WAL still holds the unit: whoever adopts it finds the lane's marker (or commits it once)
     sink.drain(spark, timeout_s=30)
     _assert_each_once(broker, topic, n)
@@ -132,6 +132,6 @@ def test_a_write_without_a_run_id_names_records_by_position_and_a_retried_lane_i
     said = [r.getMessage() for r in caplog.records if f"sink={sink.config.name} ids=" in r.getMessage()]
     assert said and "ids=position" in said[0] and "never run again" in said[0], said
     assert crash.fired(), "the fault never fired"
-    assert any(p.spark_attempt > 0 for p in report.partition_reports), "premise: a task was retried"
+    assert any(p.spark_attempt > 0 for p in report.task_reports), "premise: a task was retried"
     sink.drain(spark, timeout_s=30)
     _assert_each_once(broker, topic, n)

@@ -68,7 +68,7 @@ def test_own_units_given_up_are_set_aside_once_another_writer_moved_their_lanes_
         with pytest.raises(SettleTimeoutError):
             sink.write(df, batch_id=5, run_id="r")
         idle_from = time.monotonic()  # Spark's idle-worker clock runs from the tasks' end, a few seconds before
-        holders = {p.pid for p in sink.last_report.partition_reports}
+        holders = {p.pid for p in sink.last_report.task_reports}
         assert sink.last_report.pending == ROWS, sink.last_report
         try:
             workers = spark_python_workers()  # idle between jobs: freezing them stops only their poller threads
@@ -96,7 +96,7 @@ def test_own_units_given_up_are_set_aside_once_another_writer_moved_their_lanes_
     # Step 4: batch 7 through Spark commits; the reports of the workers that hold batch 5's units name them set aside
     report = sink.write(df, batch_id=7, run_id="r")
     assert (report.acked, report.pending) == (ROWS, 0), report
-    assert holders & {p.pid for p in report.partition_reports}, "batch 7 ran on none of batch 5's workers"
+    assert holders & {p.pid for p in report.task_reports}, "batch 7 ran on none of batch 5's workers"
     aside = [p for p in report.problems if "set aside" in p]
     assert aside and all("batch 5" in p for p in aside), report.problems
 

@@ -54,14 +54,14 @@ def test_auto_lanes_are_the_session_s_cores_pinned_for_the_run(spark, broker, tm
     sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30)
     cores = spark.sparkContext.defaultParallelism
     first = sink.write(spark.createDataFrame(_rows(N), SCHEMA).repartition(5), batch_id=0, run_id="auto")
-    assert first.acked == N and len(first.partition_reports) == cores == 2, first
+    assert first.acked == N and len(first.task_reports) == cores == 2, first
     forget_plans()  # a new driver, on a wider cluster
     monkeypatch.setattr(split_module, "_lane_cores", lambda df: 4)
     again = sink.write(spark.createDataFrame(_rows(N)[::-1], SCHEMA).repartition(3), batch_id=0, run_id="auto")
-    assert again.pending == 0 and again.acked == 0 and len(again.partition_reports) == 2, again  # skipped
+    assert again.pending == 0 and again.acked == 0 and len(again.task_reports) == 2, again  # skipped
     _assert_each_once(broker, topic, N)
     fresh = sink.write(spark.createDataFrame(_rows(10), SCHEMA), batch_id=0, run_id="auto-new")
-    assert len(fresh.partition_reports) == 4, "a new run takes the cores of now"
+    assert len(fresh.task_reports) == 4, "a new run takes the cores of now"
 
 
 def test_a_batch_that_failed_halfway_and_reruns_split_otherwise_ends_exactly_once(spark, broker, tmp_path, hooks):
@@ -96,7 +96,7 @@ def test_no_resplit_keeps_sparks_partitions_as_lanes_and_refuses_a_rerun_split_o
     sink = _eo_sink(broker, tmp_path, topic, ack_timeout_s=30, exactly_once_lanes=0)
     df = spark.createDataFrame(_rows(N), SCHEMA).repartition(5)
     first = sink.write(df, batch_id=3, run_id="nosplit")
-    assert first.acked == N and len(first.partition_reports) == 5, first  # Spark's 5 partitions, no re-split
+    assert first.acked == N and len(first.task_reports) == 5, first  # Spark's 5 partitions, no re-split
     again = sink.write(df, batch_id=3, run_id="nosplit")  # the same split: every unit proven, skipped
     assert again.acked == 0 and again.pending == 0, again
     with pytest.raises(Exception) as caught:

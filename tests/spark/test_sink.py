@@ -149,7 +149,7 @@ def test_worker_killed_mid_task_loses_nothing(spark, broker, topic, tmp_path, ho
     got = read_topic(broker.bootstrap, topic, expected=n)
     keys = {r.key for r in got.records}
     assert keys == {str(i).encode() for i in range(n)}
-    assert any(p.spark_attempt > 0 for r in sink.reports for p in r.partition_reports)
+    assert any(p.spark_attempt > 0 for r in sink.reports for p in r.task_reports)
     print(f"killmid: rows={n} received={len(got.records)} duplicates={got.duplicates()}")
 
 
@@ -279,7 +279,7 @@ def test_a_batch_of_more_partitions_than_cores_runs_one_task_per_core_and_keeps_
         finally:
             spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
         assert _tasks_of(spark, run) == [tasks]
-        assert [(p.partition, p.rows, p.acked) for p in report.partition_reports] == [
+        assert [(p.origin, p.rows, p.acked) for p in report.task_reports] == [
             (i, per_part, per_part) for i in range(parts)]
         expected |= {rid for i, part in enumerate(rows) for rid in ids_of(
             sink.name, run, 2, i, [pa.RecordBatch.from_pylist([r.asDict() for r in part], schema)], topic)}

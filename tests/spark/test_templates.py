@@ -78,7 +78,7 @@ def _expected_rows(summary: dict[str, Any]) -> dict[str, int]:
     """Rows per batch the summary counts (the templates' ids: ``record_ids="content"``, named by their place)."""
     out: dict[str, int] = {}
     for r in summary["reports"]:
-        for _p, rows in r["partition_rows"].items():
+        for _p, rows in r["task_rows"].items():
             key = group_of(summary["sink"], r["run"], r["batch_id"])
             out[key] = out.get(key, 0) + rows
     return out

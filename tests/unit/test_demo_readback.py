@@ -13,7 +13,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from spark_recoverable_sink.report import BatchReport, PartitionReport
+from spark_recoverable_sink.report import BatchReport, TaskReport
 
 from ..record_ids import ids_of
 
@@ -40,9 +40,9 @@ def _written(scope: str) -> tuple[list[BatchReport], list[tuple[bytes, bytes]]]:
             places = None if scope == "partition" else range(p * 1000, p * 1000 + 50)
             ids = ids_of(SINK, RUN, batch, p, [rows], topic="t", places=places)
             records += [(bytes.fromhex(i), v) for i, v in zip(ids, rows.column(1).to_pylist())]
-            parts.append(PartitionReport(partition=p, spark_attempt=0, rows=50, bytes=0, acked=50, pending=0, retried=0,
+            parts.append(TaskReport(origin=p, spark_attempt=0, rows=50, bytes=0, acked=50, pending=0, retried=0,
                                          dead_lettered=0, replayed=0, seconds=0.1, pid=1, slot="s"))
-        reports.append(BatchReport.from_partitions(batch, parts, 0.1, run=RUN))
+        reports.append(BatchReport.from_tasks(batch, parts, 0.1, run=RUN))
     return reports, records
 
 

@@ -30,7 +30,7 @@ from spark_recoverable_sink.delivery.contact import (
 from spark_recoverable_sink.delivery.explain import explain
 from spark_recoverable_sink.driver.query import claim_sink_name
 from spark_recoverable_sink.driver.sink import RecoverableKafkaSink
-from spark_recoverable_sink.report import BatchReport, PartitionReport
+from spark_recoverable_sink.report import BatchReport, TaskReport
 from spark_recoverable_sink.schema import validate_spark_schema
 
 SECRET = "hunter2-do-not-print"
@@ -42,10 +42,10 @@ def _config(**kw):
 
 
 def _part(i=0, **kw):
-    base = dict(partition=i, spark_attempt=0, rows=10, bytes=10, acked=0, pending=10, retried=0, dead_lettered=0,
+    base = dict(origin=i, spark_attempt=0, rows=10, bytes=10, acked=0, pending=10, retried=0, dead_lettered=0,
                 replayed=0, seconds=0.1, pid=1, slot="s")
     base.update(kw)
-    return PartitionReport(**base)
+    return TaskReport(**base)
 
 
 # -- headers, partition and other column types ------------------------------------------
@@ -154,7 +154,7 @@ def _sink(wal_dir, **kw):
 
 
 def _report(*parts):
-    return BatchReport.from_partitions(3, parts, 0.1)
+    return BatchReport.from_tasks(3, parts, 0.1)
 
 
 def test_driver_fails_the_first_batch_naming_the_address_and_error_and_keeps_the_records(tmp_path):

@@ -16,7 +16,7 @@ from spark_recoverable_sink.delivery import stats as kstats
 from spark_recoverable_sink.delivery.client import ProducerSlot
 from spark_recoverable_sink.driver import metrics
 from spark_recoverable_sink.errors import ConfigError
-from spark_recoverable_sink.report import BatchReport, PartitionReport
+from spark_recoverable_sink.report import BatchReport, TaskReport
 
 
 def _rtt(avg_us: int, cnt: int) -> dict:
@@ -107,23 +107,23 @@ def test_the_producer_factory_adds_the_callback_only_when_statistics_are_enabled
     assert kstats.latest_summary(name).queue_msgs == 500
 
 
-def _part(p: int, slot: str, wal: int, queue: int = -1, rtt: float = -1.0, txn: str = "", **kw) -> PartitionReport:
-    base = dict(partition=p, spark_attempt=0, rows=100, bytes=1000, acked=90, pending=10, retried=2,
+def _part(p: int, slot: str, wal: int, queue: int = -1, rtt: float = -1.0, txn: str = "", **kw) -> TaskReport:
+    base = dict(origin=p, spark_attempt=0, rows=100, bytes=1000, acked=90, pending=10, retried=2,
                 dead_lettered=0, replayed=0, seconds=0.5, pid=1, slot=slot, wal_bytes=wal,
                 kafka_queue_msgs=queue, kafka_rtt_ms=rtt, kafka_txn_state=txn)
-    return PartitionReport(**(base | kw))
+    return TaskReport(**(base | kw))
 
 
 def test_report_rows_carry_the_new_fields_and_the_batch_aggregates_them():
     p = _part(0, "h:/w/slot-00000", 5000, 7, 1.5, "Init")
-    assert PartitionReport.from_row(p.to_row()) == p
-    r = BatchReport.from_partitions(3, [p, _part(1, "h:/w/slot-00000", 3000, 2, 2.5, "Init"),
+    assert TaskReport.from_row(p.to_row()) == p
+    r = BatchReport.from_tasks(3, [p, _part(1, "h:/w/slot-00000", 3000, 2, 2.5, "Init"),
                                         _part(2, "h:/w/slot-00001", 800, 0, 0.5, "Ready")], 1.0)
     assert (r.wal_bytes, r.wal_slot_bytes_max) == (5800, 5000)  # each slot once, its largest figure
     assert (r.kafka_queue_msgs_max, r.kafka_rtt_ms_max, r.kafka_txn_states) == (7, 2.5, ("Init", "Ready"))
     assert r.kafka_rtt_ms_avg == pytest.approx(1.5)
     assert "wal_bytes=5800" in r.log_line() and "kafka_queue_msgs_max=7" in r.log_line()
-    none = BatchReport.from_partitions(4, [_part(0, "s", 0)], 1.0)
+    none = BatchReport.from_tasks(4, [_part(0, "s", 0)], 1.0)
     assert (none.kafka_queue_msgs_max, none.kafka_rtt_ms_avg, none.kafka_rtt_ms_max) == (-1, -1.0, -1.0)
     assert "kafka_" not in none.log_line()
 
@@ -137,11 +137,11 @@ def test_observe_updates_the_named_metrics_per_sink():
     ma, mb = metrics.sink_metrics(a, max_wal_bytes=1 << 30), metrics.sink_metrics(b)
     assert metrics.sink_metrics(a) is ma
     assert _value("rks_rows_total", a) == 0.0 and _value("rks_kafka_queue_messages", a) is None
-    r1 = BatchReport.from_partitions(1, [_part(0, "s0", 4096, 12, 3.0, "Init", dead_lettered=1,
+    r1 = BatchReport.from_tasks(1, [_part(0, "s0", 4096, 12, 3.0, "Init", dead_lettered=1,
                                                dead_letters=(("a:r:1:0:5", "too large", "t1"),), replayed=4),
                                          _part(1, "s1", 1024, 3, 1.0, "Init")], 2.0)
     ma.observe(r1)
-    ma.observe(BatchReport.from_partitions(2, [_part(0, "s0", 0, pending=0)], 0.2))
+    ma.observe(BatchReport.from_tasks(2, [_part(0, "s0", 0, pending=0)], 0.2))
     expect = {"rks_batches_total": 2, "rks_rows_total": 300, "rks_bytes_total": 3000, "rks_acked_total": 270,
               "rks_retried_total": 6, "rks_dead_lettered_total": 1, "rks_dead_letters_reported_total": 1,
               "rks_replayed_total": 4, "rks_pending_records": 0, "rks_wal_bytes": 0, "rks_wal_slot_bytes_max": 0,
@@ -169,7 +169,7 @@ def test_every_documented_name_is_exposed():
     from prometheus_client import generate_latest
 
     name = f"n-{uuid.uuid4().hex[:8]}"
-    metrics.sink_metrics(name, 1 << 20).observe(BatchReport.from_partitions(0, [_part(0, "s", 1, 1, 1.0)], 0.1))
+    metrics.sink_metrics(name, 1 << 20).observe(BatchReport.from_tasks(0, [_part(0, "s", 1, 1, 1.0)], 0.1))
     text = generate_latest(metrics.registry()).decode()
     histograms = {f for f, kind, _ in metrics.FAMILIES if kind == "histogram"}
     for n in metrics.METRIC_NAMES:
@@ -179,7 +179,7 @@ def test_every_documented_name_is_exposed():
 
 def test_record_batch_without_a_port_only_feeds_sinks_that_already_have_metrics(tmp_path):
     cfg = SinkConfig.build(f"r-{uuid.uuid4().hex[:8]}", {"bootstrap.servers": "127.0.0.1:9"}, str(tmp_path))
-    report = BatchReport.from_partitions(0, [_part(0, "s", 1)], 0.1)
+    report = BatchReport.from_tasks(0, [_part(0, "s", 1)], 0.1)
     assert metrics.record_batch(cfg, report) is None
     assert _value("rks_rows_total", cfg.name) is None  # nothing created, nothing served
     assert metrics.start(cfg) is None

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from spark_recoverable_sink.report import BatchReport, DeadLetterLedger, PartitionReport
+from spark_recoverable_sink.report import BatchReport, DeadLetterLedger, TaskReport
 
 
-def _part(p: int, dead: tuple[tuple[str, str, str], ...]) -> PartitionReport:
-    return PartitionReport(partition=p, spark_attempt=0, rows=1, bytes=1, acked=1, pending=0, retried=0,
+def _part(p: int, dead: tuple[tuple[str, str, str], ...]) -> TaskReport:
+    return TaskReport(origin=p, spark_attempt=0, rows=1, bytes=1, acked=1, pending=0, retried=0,
                            dead_lettered=len(dead), replayed=0, seconds=0.0, pid=1, slot="s", dead_letters=dead)
 
 
 def test_offers_round_trip_through_the_report_row():
     p = _part(0, (("s:r:1:0:5", "too large", "h:/w/slot-00000:00ab"),))
-    assert PartitionReport.from_row(p.to_row()) == p
+    assert TaskReport.from_row(p.to_row()) == p
 
 
 def test_the_ledger_admits_each_dead_letter_once_and_confirms_it_in_later_jobs():
@@ -36,6 +36,6 @@ def test_the_ledger_keeps_the_most_recent_tokens():
 
 def test_batch_report_lists_each_offered_dead_letter_once():
     a = ("s:r:1:0:5", "too large", "tok-a")
-    r = BatchReport.from_partitions(1, [_part(0, (a,)), _part(1, (a,))], 0.1)
+    r = BatchReport.from_tasks(1, [_part(0, (a,)), _part(1, (a,))], 0.1)
     assert r.dead_letters == (("s:r:1:0:5", "too large"),)
-    assert BatchReport.from_partitions(1, [_part(0, (a,))], 0.1, dead_letters=()).dead_letters == ()
+    assert BatchReport.from_tasks(1, [_part(0, (a,))], 0.1, dead_letters=()).dead_letters == ()

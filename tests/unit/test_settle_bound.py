@@ -11,7 +11,7 @@ import pytest
 from spark_recoverable_sink.config import SinkConfig
 from spark_recoverable_sink.driver import settle as settle_mod
 from spark_recoverable_sink.errors import SettleTimeoutError
-from spark_recoverable_sink.report import BatchReport, PartitionReport
+from spark_recoverable_sink.report import BatchReport, TaskReport
 
 
 def _config() -> SinkConfig:
@@ -20,9 +20,9 @@ def _config() -> SinkConfig:
 
 
 def _report() -> BatchReport:
-    part = PartitionReport(partition=3, spark_attempt=0, rows=5, bytes=50, acked=0, pending=5, retried=0,
+    part = TaskReport(origin=3, spark_attempt=0, rows=5, bytes=50, acked=0, pending=5, retried=0,
                            dead_lettered=0, replayed=0, seconds=0.1, pid=1, slot="s")
-    return BatchReport.from_partitions(7, [part], 0.1, run="r1")
+    return BatchReport.from_tasks(7, [part], 0.1, run="r1")
 
 
 def _settle_in_thread(drain, cancel, call=None):

@@ -15,7 +15,7 @@ import os
 import re
 
 import spark_recoverable_sink
-from spark_recoverable_sink import ExactlyOnceMismatchError, SinkConfig
+from spark_recoverable_sink import BatchReport, ExactlyOnceMismatchError, SinkConfig, TaskReport
 from spark_recoverable_sink.delivery.chunks import State
 from spark_recoverable_sink.delivery.exactly_once.lane import Unit
 from spark_recoverable_sink.delivery.publisher import Publisher
@@ -46,6 +46,8 @@ RETIRED = {
         "account_rounds, State.REPORTED, poller.account ('settle' is the driver's wait for lanes)",
     r"\bsettle_space\b": "write_deferred",
     r"producer settles it": "a new producer finalizes it",
+    r"\bPartitionReport\b|\bpartition_reports\b|\bfrom_partitions\b|\bpartition_rows\b":
+        "TaskReport, task_reports, from_tasks, task_rows (a task's report; its origin is a Spark partition or a lane)",
 }
 
 
@@ -123,3 +125,6 @@ def test_names_of_the_code_say_one_thing():
     assert hasattr(Publisher, "prune") and not hasattr(Publisher, "checkpoint")
     assert State.REPORTED.value == "reported" and "SETTLED" not in State.__members__
     assert "reported" in Round.__slots__ and "settled" not in Round.__slots__
+    assert [f.name for f in dataclasses.fields(TaskReport)][0] == "origin"
+    assert {"task_reports", "tasks"} <= {f.name for f in dataclasses.fields(BatchReport)}
+    assert not [f.name for f in dataclasses.fields(BatchReport) if "partition" in f.name]
