@@ -67,9 +67,9 @@ class AtLeastOnceTask:
         with self._overlap:
             yield
 
-    def begin(self, partition: int) -> AttemptKey:
-        """A new WAL attempt for the rows of Spark partition ``partition`` (a fresh generation in the own slot)."""
-        key = AttemptKey(self.batch, partition, self.rt.own_wal().reserve_gen())
+    def begin(self, origin: int) -> AttemptKey:
+        """A new WAL attempt for the rows of Spark partition ``origin`` (a fresh generation in the own slot)."""
+        key = AttemptKey(self.batch, origin, self.rt.own_wal().reserve_gen())
         self.attempts[key] = AttemptTracker(self.rt.own_wal(), key)
         return key
 

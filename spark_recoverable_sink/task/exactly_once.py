@@ -57,15 +57,15 @@ class ExactlyOnceTask:
     def writing(self) -> Iterator[None]:
         yield
 
-    def begin(self, partition: int) -> AttemptKey:
+    def begin(self, origin: int) -> AttemptKey:
         """The unit's WAL attempt: a unit is the rows of one Spark partition (never a coalesced task).
 
         Raises:
             RecoverableSinkError: the task brought rows of a second Spark partition.
         """
-        if partition != self.akey.origin or self.chunks:
+        if origin != self.akey.origin or self.chunks:
             raise RecoverableSinkError(f"sink={self.rt.config.name} batch={self.akey.batch}: an exactly-once task "
-                                       f"got rows of Spark partitions {self.akey.origin} and {partition}")
+                                       f"got rows of two Spark partitions (origins {self.akey.origin} and {origin})")
         return self.akey
 
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None:

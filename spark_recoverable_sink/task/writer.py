@@ -165,7 +165,7 @@ class TaskMode(Protocol):
     digest: int  # exactly-once: the unit digest so far (0 otherwise)
 
     def writing(self) -> ContextManager[None]: ...  # around the loop
-    def begin(self, partition: int) -> AttemptKey: ...  # a Spark partition's first rows: its WAL attempt
+    def begin(self, origin: int) -> AttemptKey: ...  # an origin's first rows (a Spark partition, a lane): its attempt
     def chunk(self, key: ChunkKey, norm: pa.RecordBatch, size: int) -> None: ...  # after each WAL append
     def abandon(self) -> None: ...  # the task failed before its attempt committed
     def finish(self, rows: int) -> int: ...  # the attempts committed: returns the rows acked
