@@ -334,7 +334,7 @@ class TaskWrite:
             part.nbytes += payload_bytes(norm)
             self.rows += norm.num_rows
             written += norm.num_rows
-            _points.point("task.mid_task", batch=batch_id, spark_partition=part.origin, attempt=self.spark_attempt,
+            _points.point("task.mid_task", batch=batch_id, origin=part.origin, attempt=self.spark_attempt,
                           rows=self.rows)
         return written
 
